@@ -1,0 +1,3 @@
+from autodist.cli import main
+
+main()

@@ -1,0 +1,66 @@
+"""Command-line entry points: ``autodist`` and ``placement``.
+
+Each subcommand lives in its own module under ``autodist.cli`` and exposes
+``register(subparsers)``; the module adds its parser and sets ``func`` to a
+callable taking the parsed arguments and returning an exit status.  Modules
+are imported only when the CLI starts, so importing autodist stays cheap.
+"""
+
+import argparse
+import importlib
+import sys
+
+from autodist.errors import AutoDistError
+
+# Subcommand modules of ``autodist``, in help order.  A module that is not
+# written yet is simply skipped, so the CLI grows one module at a time.
+AUTODIST_COMMANDS = (
+    "capture_cmd",
+    "inspect_cmd",
+    "cluster_cmd",
+    "profile_cmd",
+    "costmodel_cmd",
+    "plan_cmd",
+    "emit_cmd",
+    "run_cmd",
+    "worker_cmd",
+)
+PLACEMENT_COMMANDS = ("report_cmd",)
+
+
+def _build_parser(prog, modules):
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in modules:
+        try:
+            module = importlib.import_module(f"autodist.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"autodist.cli.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def _run(prog, modules, argv):
+    parser = _build_parser(prog, modules)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except AutoDistError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv=None):
+    """Entry point of the ``autodist`` command."""
+    sys.exit(_run("autodist", AUTODIST_COMMANDS, argv))
+
+
+def placement_main(argv=None):
+    """Entry point of the ``placement`` command."""
+    sys.exit(_run("placement", PLACEMENT_COMMANDS, argv))

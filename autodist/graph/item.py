@@ -1,0 +1,241 @@
+"""GraphItem: one training step as plain data.
+
+A GraphItem holds every op of the captured step (forward, backward, optimizer
+update), every variable with its gradient and update ops, and facts about the
+job.  It serialises to versioned JSON and loads without TensorFlow.
+
+Tensor names follow TensorFlow: ``"op_name:index"``; control inputs are
+written ``"^op_name"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+import networkx as nx
+
+from autodist.errors import InputError
+from autodist.io import read_json, write_json_atomic
+
+FORMAT = "autodist.graph_item"
+VERSION = 1
+
+PHASES = ("forward", "backward", "update", "other")
+
+
+@dataclass
+class OpInfo:
+    """One op of the step.
+
+    ``output_shapes`` entries are lists of ints (``-1`` for an unknown
+    dimension) or ``None`` for an unknown rank; ``output_bytes`` uses 0 for
+    an unknown size.  ``flops`` is 0 for op types we do not count.
+    ``attrs`` keeps the few attributes cost features need (strides, padding,
+    data_format, transpose flags, equation).
+    """
+
+    name: str
+    type: str
+    inputs: list[str] = field(default_factory=list)
+    output_shapes: list = field(default_factory=list)
+    output_dtypes: list[str] = field(default_factory=list)
+    output_bytes: list[int] = field(default_factory=list)
+    scope: str = ""
+    phase: str = "other"
+    flops: int = 0
+    colocation: list[str] = field(default_factory=list)
+    device: str = ""
+    attrs: dict = field(default_factory=dict)
+
+    @property
+    def data_inputs(self):
+        """Input tensor names, without control inputs."""
+        return [t for t in self.inputs if not t.startswith("^")]
+
+    @property
+    def total_output_bytes(self):
+        return sum(self.output_bytes)
+
+
+@dataclass
+class VariableInfo:
+    """One variable: a model weight, or an optimizer slot of one.
+
+    ``handle_op`` is the op that yields the variable's resource handle in the
+    step graph.  ``gradients`` are tensor names; for a sparse gradient they
+    are the IndexedSlices (values, indices) tensors.  ``slot_of`` names the
+    trainable variable an optimizer slot belongs to.
+    """
+
+    name: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    trainable: bool = True
+    handle_op: str = ""
+    read_ops: list[str] = field(default_factory=list)
+    gradients: list[str] = field(default_factory=list)
+    sparse_gradient: bool = False
+    sparse_update: bool = False
+    update_ops: list[str] = field(default_factory=list)
+    slots: list[str] = field(default_factory=list)
+    slot_of: str | None = None
+    rows_touched: int | None = None
+
+
+@dataclass
+class JobInfo:
+    """Facts about the job the step belongs to."""
+
+    model_name: str = ""
+    batch_size: int = 0
+    input_shapes: dict = field(default_factory=dict)
+    optimizer: str = ""
+    tf_version: str = ""
+    source: str = ""
+
+
+def _from_dict(cls, data, where):
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise InputError(f"unknown field {unknown[0]!r}", source=where)
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise InputError(str(exc), source=where) from None
+
+
+class GraphItem:
+    """The training step: ops in topological order, variables and job facts.
+
+    Parameters
+    ----------
+    ops : list of OpInfo
+        Every op of the step.
+    variables : list of VariableInfo
+        Trainable weights and optimizer slots.
+    job : JobInfo
+    """
+
+    def __init__(self, ops, variables, job=None):
+        self.ops = {op.name: op for op in ops}
+        self.variables = {v.name: v for v in variables}
+        self.job = job or JobInfo()
+        self._graph = None
+
+    # -- views -----------------------------------------------------------
+    @property
+    def graph(self):
+        """A ``networkx.DiGraph`` of op names; edges carry ``bytes``."""
+        if self._graph is None:
+            g = nx.DiGraph()
+            for op in self.ops.values():
+                g.add_node(op.name)
+            for op in self.ops.values():
+                for tensor in op.inputs:
+                    src, nbytes = self._edge(tensor)
+                    if src in self.ops and src != op.name:
+                        old = g.get_edge_data(src, op.name, {"bytes": 0})["bytes"]
+                        g.add_edge(src, op.name, bytes=old + nbytes)
+            self._graph = g
+        return self._graph
+
+    def _edge(self, tensor):
+        if tensor.startswith("^"):
+            return tensor[1:], 0
+        src, _, idx = tensor.rpartition(":")
+        if not src:
+            return tensor, 0
+        op = self.ops.get(src)
+        if op is None:
+            return src, 0
+        i = int(idx)
+        return src, op.output_bytes[i] if i < len(op.output_bytes) else 0
+
+    def tensor_bytes(self, tensor):
+        """Bytes of a tensor named ``"op:index"`` (0 when unknown)."""
+        return self._edge(tensor)[1]
+
+    def trainable_variables(self):
+        return [v for v in self.variables.values() if v.trainable]
+
+    def slot_variables(self):
+        return [v for v in self.variables.values() if v.slot_of is not None]
+
+    def parameter_bytes(self):
+        return sum(v.bytes for v in self.trainable_variables())
+
+    def parameter_count(self):
+        total = 0
+        for v in self.trainable_variables():
+            n = 1
+            for d in v.shape:
+                n *= d
+            total += n
+        return total
+
+    def total_flops(self):
+        return sum(op.flops for op in self.ops.values())
+
+    def ops_by_phase(self):
+        counts = {p: 0 for p in PHASES}
+        for op in self.ops.values():
+            counts[op.phase] += 1
+        return counts
+
+    # -- serialisation ---------------------------------------------------
+    def to_dict(self):
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "job": asdict(self.job),
+            "ops": [asdict(op) for op in self.ops.values()],
+            "variables": [asdict(v) for v in self.variables.values()],
+        }
+
+    def content_hash(self):
+        """sha256 of the canonical JSON of ops, variables and job facts."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data, where="<graph item>"):
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"not an autodist graph item (expected format {FORMAT!r})", source=where)
+        if data.get("version") != VERSION:
+            raise InputError(
+                f"unsupported graph item version {data.get('version')!r} (this autodist reads {VERSION})",
+                source=where,
+                field="version",
+            )
+        for key in ("ops", "variables", "job"):
+            if key not in data:
+                raise InputError("missing field", source=where, field=key)
+        ops = [_from_dict(OpInfo, o, f"{where}: ops[{i}]") for i, o in enumerate(data["ops"])]
+        variables = [
+            _from_dict(VariableInfo, v, f"{where}: variables[{i}]") for i, v in enumerate(data["variables"])
+        ]
+        for op in ops:
+            if op.phase not in PHASES:
+                raise InputError(f"unknown phase {op.phase!r}", source=where, field=f"ops.{op.name}.phase")
+        return cls(ops, variables, _from_dict(JobInfo, data["job"], f"{where}: job"))
+
+    def save(self, path):
+        """Write JSON atomically (temp file, then rename)."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path):
+        return cls.from_dict(read_json(path), where=str(path))
+
+    def __eq__(self, other):
+        return isinstance(other, GraphItem) and self.to_dict() == other.to_dict()
+
+    def __repr__(self):
+        return (
+            f"GraphItem(model={self.job.model_name!r}, ops={len(self.ops)}, "
+            f"variables={len(self.variables)})"
+        )

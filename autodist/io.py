@@ -1,0 +1,45 @@
+"""File helpers shared by every writer: errors name the file; writes are atomic."""
+
+import json
+import os
+import tempfile
+
+from autodist.errors import InputError
+
+
+def read_json(path):
+    """Read a JSON file; any failure is an InputError naming the file."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise InputError("no such file", source=path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a JSON file", source=path) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"not valid JSON ({exc})", source=path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read ({exc.strerror})", source=path) from None
+
+
+def write_text_atomic(path, text):
+    """Write text to ``path`` through a temp file in the same folder, then rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write ({exc.strerror})", source=path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path, data):
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")

@@ -1,0 +1,201 @@
+"""ResourceSpec: the cluster as data (nodes, devices, links).
+
+Logical names:
+- a device is ``"<node>/<KIND>:<index>"``, e.g. ``"node-0/GPU:3"``;
+- a link resource, as the simulator queues on it, is one of
+  ``"<device>/fabric"`` (the device's port into its node's NVLink/NVSwitch,
+  PCIe or loopback fabric), ``"<node>/nic<k>"`` (one NIC).
+
+Units: bytes, bytes per second (per direction), seconds, FLOP/s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from autodist.errors import InputError
+
+FORMAT = "autodist.resource_spec"
+VERSION = 1
+
+LINK_KINDS = ("nvlink", "pcie", "loopback", "infiniband", "roce", "ethernet")
+DEVICE_KINDS = ("GPU", "CPU")
+
+
+@dataclass
+class DeviceSpec:
+    """One compute device.  ``peak_flops`` maps dtype name to FLOP/s."""
+
+    name: str
+    kind: str
+    model: str
+    peak_flops: dict
+    memory_bytes: int
+    memory_bandwidth: float
+    node: str = ""
+    index: int = 0
+
+
+@dataclass
+class LinkSpec:
+    """A link kind with its per-direction bandwidth and latency."""
+
+    kind: str
+    bandwidth: float
+    latency: float
+    rdma: bool = False
+    gpudirect: bool = False
+
+
+@dataclass
+class NodeSpec:
+    """One machine: its devices, the fabric between them and its NICs."""
+
+    name: str
+    devices: list[DeviceSpec]
+    fabric: LinkSpec
+    nics: list[LinkSpec] = field(default_factory=list)
+    address: str = ""
+    labels: dict = field(default_factory=dict)
+
+    def gpus(self):
+        return [d for d in self.devices if d.kind == "GPU"]
+
+    def nic_for(self, device):
+        """Index of the NIC a device sends through (round-robin over GPUs)."""
+        if not self.nics:
+            raise InputError("has no NIC but talks to another node", field=f"nodes.{self.name}.nics")
+        gpus = self.gpus()
+        if device.kind == "GPU" and gpus:
+            return gpus.index(device) * len(self.nics) // len(gpus)
+        return 0
+
+    def nic_bandwidth(self):
+        return sum(n.bandwidth for n in self.nics)
+
+
+@dataclass(frozen=True)
+class Path:
+    """How bytes go from one device to another.
+
+    ``links`` are the link resources a transfer occupies, all at once;
+    ``bandwidth`` is the slowest of them, ``latency`` their sum.
+    """
+
+    kind: str  # "same-device" | "intra-node" | "inter-node"
+    links: tuple
+    bandwidth: float
+    latency: float
+    rdma: bool = False
+
+
+class ResourceSpec:
+    """The cluster: an ordered list of nodes.
+
+    Parameters
+    ----------
+    nodes : list of NodeSpec
+    name : str
+        A label for reports (a preset name, a file name).
+    """
+
+    def __init__(self, nodes, name=""):
+        self.nodes = list(nodes)
+        self.name = name
+        self._nodes = {n.name: n for n in self.nodes}
+        self._devices = {d.name: d for n in self.nodes for d in n.devices}
+
+    # -- lookups ---------------------------------------------------------
+    def devices(self, kind=None):
+        return [d for d in self._devices.values() if kind is None or d.kind == kind]
+
+    def gpus(self):
+        return self.devices("GPU")
+
+    def device(self, name):
+        try:
+            return self._devices[name]
+        except KeyError:
+            raise InputError(f"unknown device {name!r}") from None
+
+    def node(self, name):
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise InputError(f"unknown node {name!r}") from None
+
+    def node_of(self, device_name):
+        return self._nodes[self.device(device_name).node]
+
+    def compute_devices(self):
+        """GPUs if the cluster has any, else CPUs: where replicas run."""
+        return self.gpus() or self.devices("CPU")
+
+    # -- paths -----------------------------------------------------------
+    def path(self, src, dst):
+        """The :class:`Path` from device ``src`` to device ``dst``."""
+        a, b = self.device(src), self.device(dst)
+        if a.name == b.name:
+            return Path("same-device", (), float("inf"), 0.0)
+        na, nb = self._nodes[a.node], self._nodes[b.node]
+        if na is nb:
+            fabric = na.fabric
+            links = tuple(sorted((f"{a.name}/fabric", f"{b.name}/fabric")))
+            return Path("intra-node", links, fabric.bandwidth, fabric.latency)
+        nic_a = na.nics[na.nic_for(a)]
+        nic_b = nb.nics[nb.nic_for(b)]
+        links = tuple(sorted((f"{na.name}/nic{na.nic_for(a)}", f"{nb.name}/nic{nb.nic_for(b)}")))
+        bandwidth = min(nic_a.bandwidth, nic_b.bandwidth)
+        latency = nic_a.latency + nic_b.latency
+        # Without GPUDirect RDMA a GPU's bytes also cross its host's PCIe.
+        for node, dev, nic in ((na, a, nic_a), (nb, b, nic_b)):
+            if dev.kind == "GPU" and not nic.gpudirect and node.fabric.kind == "pcie":
+                bandwidth = min(bandwidth, node.fabric.bandwidth)
+        return Path("inter-node", links, bandwidth, latency, rdma=nic_a.rdma and nic_b.rdma)
+
+    def link_bandwidths(self):
+        """Every link resource name with its bandwidth (bytes/s)."""
+        out = {}
+        for node in self.nodes:
+            for d in node.devices:
+                out[f"{d.name}/fabric"] = node.fabric.bandwidth
+            for k, nic in enumerate(node.nics):
+                out[f"{node.name}/nic{k}"] = nic.bandwidth
+        return out
+
+    # -- serialisation ---------------------------------------------------
+    def to_dict(self):
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": self.name,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+
+    def content_hash(self):
+        body = dict(self.to_dict(), name="")
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data, where="<resource spec>"):
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"not an autodist resource spec (expected format {FORMAT!r})", source=where)
+        if data.get("version") != VERSION:
+            raise InputError(f"unsupported version {data.get('version')!r}", source=where, field="version")
+        nodes = []
+        for n in data["nodes"]:
+            n = dict(n)
+            n["devices"] = [DeviceSpec(**d) for d in n["devices"]]
+            n["fabric"] = LinkSpec(**n["fabric"])
+            n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
+            nodes.append(NodeSpec(**n))
+        return cls(nodes, name=data.get("name", ""))
+
+    def __eq__(self, other):
+        return isinstance(other, ResourceSpec) and self.content_hash() == other.content_hash()
+
+    def __repr__(self):
+        return f"ResourceSpec({self.name!r}, nodes={len(self.nodes)}, devices={len(self._devices)})"
