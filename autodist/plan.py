@@ -1,0 +1,389 @@
+"""Plan: the output of autodist, as a versioned JSON document.
+
+A plan says which tasks to start (chief, workers, parameter servers), on which
+node and with which devices; how every variable (or shard) is synchronised and
+where it lives; which device runs each op group; how collectives are done; what
+step time the simulator predicts; and where it all came from.  It embeds the
+ResourceSpec it was made for, so it is self-contained, and it loads without
+TensorFlow.
+
+Task layout (the all-GPU model): one worker task per node that holds replica
+devices, owning all of that node's planned devices; one PS task per entry of
+``strategy.ps_devices``.  The chief is worker 0 when every variable is
+allreduced: MultiWorkerMirroredStrategy treats worker 0 as chief, and a
+separate chief would only idle.  When any variable lives on a parameter
+server, a separate CPU-only chief task (on the first worker's node) runs the
+training loop, because TensorFlow's ParameterServerStrategy needs a
+coordinator that is neither a worker nor a PS.
+
+Device strings: inside a task, devices of one kind are numbered from 0 in the
+order the task lists them (a Kubernetes pod sees its granted GPUs as GPU:0 ..
+GPU:n-1), so ``"node-1/GPU:3"`` becomes ``/job:worker/task:1/device:GPU:1``
+when the task on node-1 holds GPUs 2 and 3.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from autodist.errors import InputError
+from autodist.io import read_json, write_json_atomic
+from autodist.resource_spec.spec import ResourceSpec
+from autodist.strategy import Strategy
+
+FORMAT = "autodist.plan"
+VERSION = 1
+
+JOBS = ("chief", "worker", "ps")
+DEFAULT_PORT = 2222  # the TF operator's default port for a TFJob's "tfjob-port"
+
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_name_for(model_name):
+    """A DNS-1035 label derived from a model name (``"ResNet_50"`` -> ``"resnet-50"``)."""
+    name = re.sub(r"[^a-z0-9]+", "-", (model_name or "").lower()).strip("-")
+    name = re.sub(r"^[^a-z]+", "", name)[:40].rstrip("-")
+    return name or "autodist-job"
+
+
+def _task(job, index, node, devices):
+    return {"job": job, "index": index, "node": node, "devices": list(devices)}
+
+
+def layout_tasks(strategy, resource_spec):
+    """Tasks of a strategy on a cluster (see the module docstring).
+
+    Returns
+    -------
+    list of dict
+        Each with ``job``, ``index``, ``node`` and ``devices`` (logical names).
+    """
+    used = {d for replica in strategy.replicas for d in replica}
+    tasks = []
+    for node in resource_spec.nodes:
+        devices = [d.name for d in node.devices if d.name in used]
+        if devices:
+            tasks.append(_task("worker", len(tasks), node.name, devices))
+    if not tasks:
+        raise InputError("strategy has no replica devices", field="strategy.replicas")
+    ps = [
+        _task("ps", k, resource_spec.device(dev).node, [dev]) for k, dev in enumerate(strategy.ps_devices)
+    ]
+    if any(s.method == "ps" for s in strategy.sync.values()):
+        return [_task("chief", 0, tasks[0]["node"], [])] + tasks + ps
+    return tasks + ps
+
+
+def _variable_entries(graph_item, strategy):
+    """Per variable: its synchronisation and, for PS, each shard's PS task."""
+    out = []
+    for name, sync in sorted(strategy.sync.items()):
+        var = graph_item.variables[name]
+        entry = {"name": name, "bytes": var.bytes, "method": sync.method, "sparse": var.sparse_gradient}
+        if sync.method == "ps":
+            entry["axis"] = sync.axis
+            entry["shards"] = [{"shard": i, "ps_task": t} for i, t in enumerate(sync.ps_tasks)]
+        else:
+            entry["algorithm"] = sync.algorithm
+            entry["bucket"] = sync.bucket
+        out.append(entry)
+    return out
+
+
+def _collectives(graph_item, resource_spec, strategy, tasks):
+    """Collective settings: buckets, NCCL inside a node, RDMA between nodes."""
+    buckets = {}
+    for name, sync in sorted(strategy.sync.items()):
+        if sync.method != "allreduce":
+            continue
+        b = buckets.setdefault(sync.bucket, {"bucket": sync.bucket, "algorithm": sync.algorithm, "variables": [], "bytes": 0})
+        b["variables"].append(name)
+        b["bytes"] += graph_item.variables[name].bytes
+    workers = [t for t in tasks if t["job"] == "worker"]
+    nodes = [resource_spec.node(t["node"]) for t in workers]
+    multi_gpu_node = any(
+        sum(resource_spec.device(d).kind == "GPU" for d in t["devices"]) > 1 for t in workers
+    )
+    nics = [nic for node in nodes for nic in node.nics]
+    inter = len(nodes) > 1
+    rdma = inter and bool(nics) and all(nic.rdma for nic in nics)
+    kinds = sorted({nic.kind for nic in nics}) if inter else []
+    return {
+        "buckets": [buckets[k] for k in sorted(buckets)],
+        "nccl_intra_node": bool(buckets) and multi_gpu_node,
+        "inter_node": "none" if not inter else ("rdma" if rdma else "socket"),
+        "inter_node_link_kinds": kinds,
+        "gpudirect_rdma": rdma and all(nic.gpudirect for nic in nics),
+    }
+
+
+def _prediction(simulation, lower_bound=None, candidates=()):
+    """Predicted step time and its breakdown from a SimResult-like object or dict."""
+
+    def get(name, default=None):
+        if isinstance(simulation, dict):
+            return simulation.get(name, default)
+        return getattr(simulation, name, default)
+
+    link_busy = {k: float(v) for k, v in sorted((get("link_busy") or {}).items())}
+    busiest = max(link_busy.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    out = {
+        "step_time": float(get("step_time")),
+        "compute_time": float(get("compute_time", 0.0)),
+        "exposed_comm_time": float(get("exposed_comm_time", 0.0)),
+        "link_busy": link_busy,
+        "busiest_link": {"link": busiest[0], "busy_time": busiest[1]} if busiest else None,
+        "device_busy": {k: float(v) for k, v in sorted((get("device_busy") or {}).items())},
+        "memory": {k: int(v) for k, v in sorted((get("memory") or {}).items())},
+        "lower_bound": None if lower_bound is None else float(lower_bound),
+        "baselines": {c.name: float(c.simulation.step_time) for c in candidates},
+    }
+    return out
+
+
+def _graph_summary(graph_item):
+    return {
+        "model_name": graph_item.job.model_name,
+        "batch_size": graph_item.job.batch_size,
+        "optimizer": graph_item.job.optimizer,
+        "ops": len(graph_item.ops),
+        "variables": len(graph_item.variables),
+        "trainable_variables": len(graph_item.trainable_variables()),
+        "parameter_bytes": graph_item.parameter_bytes(),
+        "flops": graph_item.total_flops(),
+    }
+
+
+class Plan:
+    """A placement ready to run: tasks, device assignments, predictions, provenance.
+
+    Build one with :meth:`build` (from a search result) or :meth:`from_strategy`;
+    read one with :meth:`load` or :meth:`from_dict`.  The JSON document is
+    :meth:`to_dict`; every field is plain data.
+    """
+
+    def __init__(self, data, where="<plan>"):
+        self._data = data
+        self.where = where
+        try:
+            self.resource_spec = ResourceSpec.from_dict(data["cluster"], where=f"{where}: cluster")
+            self.strategy = Strategy.from_dict(data["strategy"], where=where)
+            self._check_devices()
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"malformed plan ({type(exc).__name__}: {exc})", source=where) from None
+
+    # -- building --------------------------------------------------------
+    @classmethod
+    def build(cls, graph_item, resource_spec, search_result, cost_model_id, seed, name=None):
+        """A plan from the result of ``placement.optimize`` (its strategy and simulation)."""
+        return cls.from_strategy(
+            graph_item,
+            resource_spec,
+            search_result.strategy,
+            search_result.simulation,
+            cost_model_id,
+            seed,
+            name=name,
+            lower_bound=getattr(search_result, "lower_bound", None),
+            candidates=getattr(search_result, "candidates", ()),
+        )
+
+    @classmethod
+    def from_strategy(
+        cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None, candidates=()
+    ):
+        """A plan from a Strategy and a SimResult-like prediction (attributes or a dict)."""
+        from autodist import __version__
+
+        strategy.validate(graph_item, resource_spec)
+        tasks = layout_tasks(strategy, resource_spec)
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "name": name or job_name_for(graph_item.job.model_name),
+            "provenance": {
+                "autodist_version": __version__,
+                "cost_model_id": str(cost_model_id),
+                "graph_hash": graph_item.content_hash(),
+                "cluster_hash": resource_spec.content_hash(),
+                "seed": int(seed),
+            },
+            "graph": _graph_summary(graph_item),
+            "tasks": tasks,
+            "strategy": strategy.to_dict(),
+            "variables": _variable_entries(graph_item, strategy),
+            "op_groups": {g: strategy.devices_of(g) for g in sorted(strategy.group_slots)},
+            "collectives": _collectives(graph_item, resource_spec, strategy, tasks),
+            "prediction": _prediction(prediction, lower_bound, candidates),
+            "cluster": resource_spec.to_dict(),
+        }
+        # Normalise through JSON so a built plan equals its saved-and-loaded self.
+        return cls(json.loads(json.dumps(data)))
+
+    # -- reading ---------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data, where="<plan>"):
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"not an autodist plan (expected format {FORMAT!r})", source=where)
+        if data.get("version") != VERSION:
+            raise InputError(
+                f"unsupported plan version {data.get('version')!r} (this autodist reads {VERSION})",
+                source=where,
+                field="version",
+            )
+        for key in ("name", "provenance", "graph", "tasks", "strategy", "variables", "collectives", "prediction", "cluster"):
+            if key not in data:
+                raise InputError("missing field", source=where, field=key)
+        return cls(data, where=where)
+
+    @classmethod
+    def load(cls, path):
+        return cls.from_dict(read_json(path), where=str(path))
+
+    def _check_devices(self):
+        names = {d.name for d in self.resource_spec.devices()}
+        nodes = {n.name for n in self.resource_spec.nodes}
+
+        def check(dev, field):
+            if dev not in names:
+                raise InputError(f"device {dev!r} is not in the plan's cluster", source=self.where, field=field)
+
+        for i, task in enumerate(self.tasks):
+            if task.get("job") not in JOBS:
+                raise InputError(f"unknown job {task.get('job')!r}", source=self.where, field=f"tasks[{i}].job")
+            if task.get("node") not in nodes:
+                raise InputError(
+                    f"node {task.get('node')!r} is not in the plan's cluster", source=self.where, field=f"tasks[{i}].node"
+                )
+            for j, dev in enumerate(task.get("devices", [])):
+                check(dev, f"tasks[{i}].devices[{j}]")
+        for r, replica in enumerate(self.strategy.replicas):
+            for j, dev in enumerate(replica):
+                check(dev, f"strategy.replicas[{r}][{j}]")
+        for k, dev in enumerate(self.strategy.ps_devices):
+            check(dev, f"strategy.ps_devices[{k}]")
+        for job in JOBS:
+            indices = [t["index"] for t in self.tasks_of(job)]
+            if indices != list(range(len(indices))):
+                raise InputError(f"{job} task indices are {indices}, expected 0..{len(indices) - 1}", source=self.where, field="tasks")
+        if not self.tasks_of("worker"):
+            raise InputError("no worker task", source=self.where, field="tasks")
+
+    # -- writing ---------------------------------------------------------
+    def to_dict(self):
+        return json.loads(json.dumps(self._data))
+
+    def to_json(self):
+        """The canonical text of the plan (what :meth:`save` writes)."""
+        return json.dumps(self._data, indent=1) + "\n"
+
+    def save(self, path):
+        """Write the plan atomically (temp file, then rename)."""
+        write_json_atomic(path, self._data)
+
+    # -- views -----------------------------------------------------------
+    @property
+    def name(self):
+        return self._data["name"]
+
+    @property
+    def tasks(self):
+        return self._data["tasks"]
+
+    @property
+    def provenance(self):
+        return self._data["provenance"]
+
+    @property
+    def prediction(self):
+        return self._data["prediction"]
+
+    @property
+    def collectives(self):
+        return self._data["collectives"]
+
+    @property
+    def variables(self):
+        return self._data["variables"]
+
+    @property
+    def graph(self):
+        return self._data["graph"]
+
+    def tasks_of(self, job):
+        return [t for t in self.tasks if t["job"] == job]
+
+    def has_ps(self):
+        return bool(self.tasks_of("ps"))
+
+    def task(self, job, index):
+        for t in self.tasks_of(job):
+            if t["index"] == index:
+                return t
+        raise InputError(f"plan has no task {job}:{index}", source=self.where)
+
+    def device_string(self, logical_device, job=None):
+        """The TensorFlow device string of a logical device.
+
+        Parameters
+        ----------
+        logical_device : str
+            ``"<node>/<KIND>:<i>"``.
+        job : str, optional
+            Resolve within this job only (a node's CPU may serve a worker and a PS).
+
+        Returns
+        -------
+        str, e.g. ``"/job:worker/task:1/device:GPU:3"``.
+        """
+        kind = self.resource_spec.device(logical_device).kind
+        for task in self.tasks:
+            if (job is None or task["job"] == job) and logical_device in task["devices"]:
+                same_kind = [d for d in task["devices"] if self.resource_spec.device(d).kind == kind]
+                local = same_kind.index(logical_device)
+                return f"/job:{task['job']}/task:{task['index']}/device:{kind}:{local}"
+        raise InputError(f"device {logical_device!r} belongs to no task of the plan", source=self.where)
+
+    def variable_devices(self, name):
+        """TensorFlow device strings of a variable's shards (PS) or its replicas (allreduce)."""
+        sync = self.strategy.sync[name]
+        if sync.method == "ps":
+            return [self.device_string(self.strategy.ps_devices[t], job="ps") for t in sync.ps_tasks]
+        return [self.device_string(replica[0], job="worker") for replica in self.strategy.replicas]
+
+    def cluster_spec(self, addresses=None, namespace=None, port=DEFAULT_PORT):
+        """Job name -> list of ``host:port``, one per task, in task order.
+
+        By default the hosts are the Service names the Kubeflow training operator
+        gives a TFJob's replicas (``<name>-<job>-<index>``, plus ``.<namespace>.svc``
+        when a namespace is given).  ``addresses`` (job -> list of ``host:port``)
+        overrides that, e.g. for processes on localhost.
+        """
+        spec = {}
+        for job in JOBS:
+            tasks = self.tasks_of(job)
+            if not tasks:
+                continue
+            if addresses is not None:
+                hosts = list(addresses.get(job, []))
+                if len(hosts) != len(tasks):
+                    raise InputError(f"{len(hosts)} addresses for {len(tasks)} {job} tasks", field="addresses")
+                spec[job] = hosts
+            else:
+                suffix = f".{namespace}.svc" if namespace else ""
+                spec[job] = [f"{self.name}-{job}-{t['index']}{suffix}:{port}" for t in tasks]
+        return spec
+
+    def tf_config(self, job, index, addresses=None, namespace=None, port=DEFAULT_PORT):
+        """The ``TF_CONFIG`` dict of task ``job:index`` (see :meth:`cluster_spec`)."""
+        self.task(job, index)
+        return {"cluster": self.cluster_spec(addresses, namespace, port), "task": {"type": job, "index": index}}
+
+    def __eq__(self, other):
+        return isinstance(other, Plan) and self._data == other._data
+
+    def __repr__(self):
+        jobs = ", ".join(f"{j}={len(self.tasks_of(j))}" for j in JOBS if self.tasks_of(j))
+        return f"Plan({self.name!r}, {jobs}, step_time={self.prediction['step_time']:.6g}s)"
