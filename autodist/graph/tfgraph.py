@@ -1,0 +1,111 @@
+"""Conversion of a TensorFlow graph into OpInfo records (needs TensorFlow)."""
+
+from __future__ import annotations
+
+from autodist.graph.flops import op_flops
+from autodist.graph.item import OpInfo
+
+# Attributes that cost features need; everything else stays in TensorFlow.
+KEPT_ATTRS = (
+    "strides",
+    "padding",
+    "data_format",
+    "dilations",
+    "ksize",
+    "transpose_a",
+    "transpose_b",
+    "adj_x",
+    "adj_y",
+    "equation",
+)
+
+
+def _shape(tensor_shape):
+    """A TensorShape as a list of ints (-1 unknown), or None for unknown rank."""
+    if tensor_shape.rank is None:
+        return None
+    return [-1 if d is None else int(d) for d in tensor_shape.as_list()]
+
+
+def _nbytes(shape, dtype):
+    if shape is None or any(d < 0 for d in shape):
+        return 0
+    try:
+        size = dtype.size
+    except (TypeError, ValueError):  # resource, variant, string: no fixed size
+        return 0
+    n = 1
+    for d in shape:
+        n *= d
+    return n * size
+
+
+def _attr_value(value):
+    kind = value.WhichOneof("value")
+    if kind == "list":
+        if value.list.i:
+            return [int(i) for i in value.list.i]
+        if value.list.s:
+            return [s.decode() for s in value.list.s]
+        return []
+    if kind == "s":
+        return value.s.decode()
+    if kind in ("i", "b", "f"):
+        return getattr(value, kind)
+    return None
+
+
+def _colocation(node_def):
+    if "_class" not in node_def.attr:
+        return []
+    return [s.decode()[len("loc:@"):] for s in node_def.attr["_class"].list.s if s.startswith(b"loc:@")]
+
+
+def op_infos(graph):
+    """OpInfo of every op of a ``tf.Graph``, in the graph's (topological) order.
+
+    Phases are left at ``"other"``; :mod:`autodist.graph.analysis` sets them.
+    """
+    infos = []
+    for op in graph.get_operations():
+        node_def = op.node_def
+        out_shapes = [_shape(t.shape) for t in op.outputs]
+        attrs = {}
+        for key in KEPT_ATTRS:
+            if key in node_def.attr:
+                value = _attr_value(node_def.attr[key])
+                if value is not None:
+                    attrs[key] = value
+        inputs = [t.name for t in op.inputs] + [f"^{c.name}" for c in op.control_inputs]
+        in_shapes = [_shape(t.shape) for t in op.inputs]
+        infos.append(
+            OpInfo(
+                name=op.name,
+                type=op.type,
+                inputs=inputs,
+                output_shapes=out_shapes,
+                output_dtypes=[t.dtype.name for t in op.outputs],
+                output_bytes=[_nbytes(s, t.dtype) for s, t in zip(out_shapes, op.outputs)],
+                scope=op.name.rpartition("/")[0],
+                flops=op_flops(op.type, in_shapes, out_shapes, attrs),
+                colocation=_colocation(node_def),
+                device=op.device,
+                attrs=attrs,
+            )
+        )
+    return infos
+
+
+def variable_facts(var):
+    """Name, shape, dtype, bytes and trainable flag of a live ``tf.Variable``."""
+    shape = var.shape.as_list()
+    n = 1
+    for d in shape:
+        n *= d
+    return {
+        "name": var.name[:-2] if var.name.endswith(":0") else var.name,
+        "shape": shape,
+        "dtype": var.dtype.name,
+        "bytes": n * var.dtype.size,
+        "trainable": bool(var.trainable),
+    }
