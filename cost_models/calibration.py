@@ -1,0 +1,208 @@
+"""TensorFlow transfer calibration: per-tensor overhead and achieved bandwidth.
+
+Measures real TensorFlow transfers between two processes on this machine over
+loopback gRPC (a ``tf.distribute.Server`` per process, v1 graph mode), fits
+``seconds = overhead + bytes / bandwidth`` and stores measurements, fit,
+command and machine as data (``cost_models/data/transfer_calibration.json``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from autodist.errors import CostModelError
+from autodist.io import read_json, write_json_atomic
+
+FORMAT = "autodist.transfer_calibration"
+VERSION = 1
+SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
+
+
+@dataclass
+class TransferCalibration:
+    """A fitted ``overhead + bytes / bandwidth`` line and the points behind it.
+
+    ``measurements`` is a list of ``{"bytes", "seconds", "repeats"}`` with
+    the median seconds of each size.
+    """
+
+    overhead: float
+    bandwidth: float
+    measurements: list = field(default_factory=list)
+    command: str = ""
+    machine: dict = field(default_factory=dict)
+
+    def line(self, nbytes):
+        """The fitted line ``overhead + bytes / bandwidth``."""
+        return self.overhead + np.asarray(nbytes, dtype=np.float64) / self.bandwidth
+
+    def predict(self, nbytes):
+        """Predicted seconds of one transfer of ``nbytes``.
+
+        Inside the measured range: log-log interpolation between the measured
+        medians (the measured curve is not a straight line: gRPC framing and
+        copies change cost around 1-4 MiB); outside it: the fitted line.
+        """
+        x = np.asarray(nbytes, dtype=np.float64)
+        if len(self.measurements) < 2:
+            return self.line(x)
+        points = sorted((m["bytes"], m["seconds"]) for m in self.measurements)
+        xs = np.log([p[0] for p in points])
+        ts = np.log([p[1] for p in points])
+        inside = (x >= points[0][0]) & (x <= points[-1][0])
+        interp = np.exp(np.interp(np.log(np.maximum(x, 1.0)), xs, ts))
+        out = np.where(inside, interp, self.line(x))
+        return float(out) if out.ndim == 0 else out
+
+    def to_dict(self):
+        return dict(format=FORMAT, version=VERSION, **asdict(self))
+
+    def save(self, path):
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path):
+        data = read_json(path)
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise CostModelError(f"not a transfer calibration (expected {FORMAT} v{VERSION})", source=path)
+        try:
+            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
+        except TypeError as exc:
+            raise CostModelError(str(exc), source=path) from None
+
+
+def fit_line(nbytes, seconds):
+    """Fit ``seconds = overhead + bytes / bandwidth`` minimising relative error.
+
+    Returns
+    -------
+    overhead : float (seconds, >= 0)
+    bandwidth : float (bytes/s)
+    """
+    x = np.asarray(nbytes, dtype=np.float64)
+    t = np.asarray(seconds, dtype=np.float64)
+    if len(x) < 2 or np.any(t <= 0):
+        raise CostModelError("need at least two sizes with positive times to fit a transfer line")
+    # Weighted least squares: rows divided by t, so each size counts by its
+    # relative error rather than its absolute one.
+    A = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
+    (overhead, inv_bw), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    if inv_bw <= 0:
+        raise CostModelError("transfer times do not grow with size; cannot fit a bandwidth")
+    return max(float(overhead), 0.0), float(1.0 / inv_bw)
+
+
+def machine_description():
+    """CPU model, core count and Python/TensorFlow versions, for provenance."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+_SERVER_SCRIPT = """
+import sys, tensorflow as tf
+cluster = tf.train.ClusterSpec({"worker": [sys.argv[1]], "ps": [sys.argv[2]]})
+server = tf.distribute.Server(cluster, job_name="ps", task_index=0, protocol="grpc")
+print("ready", flush=True)
+server.join()
+"""
+
+
+def measure_transfers(sizes=SIZES, repeats=15, time_limit_s=240.0):
+    """Median seconds of moving one float32 tensor of each size between processes.
+
+    A PS server process holds one variable per size; this process, a worker
+    server, reads it into an op placed on the worker.  The same graph with the
+    variable on the worker is timed too, and the difference (transfer minus
+    local) is the transfer's cost.
+
+    Returns
+    -------
+    list of dict ``{"bytes", "seconds", "repeats"}``
+    """
+    import tensorflow as tf
+
+    worker_addr, ps_addr = f"localhost:{_free_port()}", f"localhost:{_free_port()}"
+    server_proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER_SCRIPT, worker_addr, ps_addr],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        if server_proc.stdout.readline().strip() != "ready":
+            raise CostModelError("the PS server process for the transfer calibration did not start")
+        cluster = tf.train.ClusterSpec({"worker": [worker_addr], "ps": [ps_addr]})
+        server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
+        return _time_sizes(tf, server.target, sizes, repeats, time.monotonic() + time_limit_s)
+    finally:
+        server_proc.terminate()
+        server_proc.wait(timeout=30)
+
+
+def _time_sizes(tf, target, sizes, repeats, deadline):
+    graph = tf.Graph()
+    fetches = []
+    with graph.as_default():
+        for nbytes in sizes:
+            n = max(nbytes // 4, 1)
+            pair = []
+            for job in ("ps", "worker"):
+                with tf.device(f"/job:{job}/task:0"):
+                    var = tf.compat.v1.Variable(tf.zeros([n], tf.float32), name=f"v_{job}_{nbytes}")
+                with tf.device("/job:worker/task:0"):
+                    # Reading every element forces the whole tensor across.
+                    pair.append(tf.reduce_max(tf.identity(var.read_value())))
+            fetches.append((nbytes, pair))
+        init = tf.compat.v1.global_variables_initializer()
+    out = []
+    with tf.compat.v1.Session(target, graph=graph) as sess:
+        sess.run(init)
+        for nbytes, (remote, local) in fetches:
+            for op in (remote, local):
+                sess.run(op)  # warm-up
+            remote_times, local_times = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                sess.run(remote)
+                t1 = time.perf_counter()
+                sess.run(local)
+                remote_times.append(t1 - t0)
+                local_times.append(time.perf_counter() - t1)
+                if time.monotonic() > deadline:
+                    break
+            # Difference of medians: the cost the transfer adds to a step.
+            seconds = statistics.median(remote_times) - statistics.median(local_times)
+            out.append({"bytes": int(nbytes), "seconds": max(seconds, 1e-6), "repeats": len(remote_times)})
+            if time.monotonic() > deadline:
+                break
+    return out
+
+
+def calibrate(sizes=SIZES, repeats=15, command=""):
+    """Measure and fit; returns a :class:`TransferCalibration`."""
+    points = measure_transfers(sizes, repeats)
+    overhead, bandwidth = fit_line([p["bytes"] for p in points], [p["seconds"] for p in points])
+    return TransferCalibration(overhead, bandwidth, points, command, machine_description())

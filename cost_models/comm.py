@@ -1,0 +1,239 @@
+"""Communication model: point-to-point transfers, collectives and PS traffic.
+
+Every operation is a list of :class:`~cost_models.types.Phase`; phases run one
+after another and each occupies its link resources (``"<device>/fabric"``,
+``"<node>/nic<k>"``) for its whole duration, so the simulator can queue them
+FIFO per link to model contention.  Formulas: ``../shared/reference/hardware.md``
+("Cost formulas in common use").
+"""
+
+from __future__ import annotations
+
+from cost_models.types import Phase
+from autodist.errors import InputError
+
+# Fraction of a link's per-direction line rate that transfers and collectives
+# achieve, by link kind.
+#  - nvlink: nccl-tests all_reduce_perf busbw on 8-GPU nodes is ~370 of 450
+#    GB/s (H100, 0.82) and ~204 of 300 GB/s (A100, 0.68) (hardware.md,
+#    "Collective measurements"); one factor for both, their mean.
+#  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links").
+#  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
+#  - infiniband / roce: RDMA transfers run close to line rate; we assume 0.9
+#    until measured (no figure in hardware.md).
+#  - loopback: the TensorFlow gRPC calibration already measures achieved
+#    bandwidth, so it is used as is.
+LINK_EFFICIENCY = {
+    "nvlink": 0.75,
+    "pcie": 0.8,
+    "ethernet": 0.7,
+    "infiniband": 0.9,
+    "roce": 0.9,
+    "loopback": 1.0,
+}
+
+ALGORITHMS = ("ring", "hierarchical", "master")
+
+
+def gradient_bytes(variable):
+    """Bytes one replica sends to synchronise ``variable`` (a VariableInfo).
+
+    A sparse gradient moves only the touched rows (values plus int64 row
+    indices) when ``rows_touched`` is known; anything else moves the whole
+    variable.
+    """
+    if variable.sparse_gradient and variable.rows_touched is not None and variable.shape:
+        rows = max(int(variable.shape[0]), 1)
+        row_bytes = variable.bytes // rows
+        return int(min(variable.rows_touched, rows) * (row_bytes + 8))
+    return int(variable.bytes)
+
+
+class CommModel:
+    """Transfer and collective times on one cluster.
+
+    Parameters
+    ----------
+    resource_spec : autodist.resource_spec.ResourceSpec
+    calibration : cost_models.calibration.TransferCalibration or None
+        Measured TensorFlow transfers over loopback gRPC.  Its fitted
+        overhead is TensorFlow's fixed cost per transferred tensor or
+        collective launch on every path; transfers over a ``loopback`` fabric
+        take its measured curve.  Without one, only link latencies count.
+    """
+
+    def __init__(self, resource_spec, calibration=None):
+        self.resource_spec = resource_spec
+        self.calibration = calibration
+        self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
+
+    # -- links ---------------------------------------------------------------
+    def _link_kind(self, src, dst, path):
+        spec = self.resource_spec
+        if path.kind == "intra-node":
+            return spec.node_of(src).fabric.kind
+        node = spec.node_of(src)
+        return node.nics[node.nic_for(spec.device(src))].kind
+
+    def effective_path(self, src, dst):
+        """(bandwidth, latency, links) of the path ``src -> dst`` as achieved."""
+        path = self.resource_spec.path(src, dst)
+        if path.kind == "same-device":
+            return float("inf"), 0.0, ()
+        kind = self._link_kind(src, dst, path)
+        return path.bandwidth * LINK_EFFICIENCY.get(kind, 1.0), path.latency, path.links
+
+    # -- point to point ------------------------------------------------------
+    def transfer_phases(self, src_device, dst_device, nbytes):
+        """One tensor of ``nbytes`` from ``src_device`` to ``dst_device``.
+
+        latency + TensorFlow per-tensor overhead + bytes / achieved bandwidth;
+        no phase at all on the same device.
+        """
+        nbytes = _check_bytes(nbytes)
+        bandwidth, latency, links = self.effective_path(src_device, dst_device)
+        if not links:
+            return []
+        seconds = latency + self.per_tensor_overhead + nbytes / bandwidth
+        path = self.resource_spec.path(src_device, dst_device)
+        if self.calibration is not None and self._link_kind(src_device, dst_device, path) == "loopback":
+            seconds = max(seconds, latency + float(self.calibration.predict(nbytes)))
+        return [Phase(seconds, links)]
+
+    def ps_phases(self, worker_device, ps_device, nbytes):
+        """One push (or one pull) of ``nbytes`` between a worker and a PS.
+
+        Fan-in contention is not in the number: every worker's phase occupies
+        the server's NIC (or fabric port), so the simulator's FIFO queue on
+        that link serialises them.
+        """
+        return self.transfer_phases(worker_device, ps_device, nbytes)
+
+    # -- collectives ---------------------------------------------------------
+    def allreduce_phases(self, nbytes, devices, algorithm="ring"):
+        """Phases of one allreduce of ``nbytes`` over ``devices``.
+
+        A fused bucket is one allreduce of the bucket's summed bytes, so it
+        pays one launch overhead instead of one per tensor.
+        """
+        nbytes = _check_bytes(nbytes)
+        devices = list(dict.fromkeys(devices))
+        if algorithm not in ALGORITHMS:
+            raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
+        if len(devices) < 2:
+            return []
+        groups = self._by_node(devices)
+        if algorithm == "ring" or len(groups) == 1:
+            phases = self._ring(nbytes, devices)
+        elif algorithm == "hierarchical":
+            phases = self._hierarchical(nbytes, groups)
+        else:
+            phases = self._master(nbytes, groups)
+        first = phases[0]
+        phases[0] = Phase(first.seconds + self.per_tensor_overhead, first.links)
+        return [p for p in phases if p.seconds > 0 or p.links]
+
+    def allreduce_time(self, nbytes, devices, algorithm="ring"):
+        """Uncontended allreduce time: the sum of its phases."""
+        return sum(p.seconds for p in self.allreduce_phases(nbytes, devices, algorithm))
+
+    def bus_bandwidth(self, nbytes, devices, algorithm="ring"):
+        """nccl-tests bus bandwidth of the predicted allreduce, bytes/s.
+
+        busbw = algbw * 2(n-1)/n with algbw = nbytes / time.
+        """
+        n = len(devices)
+        return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
+
+    def _by_node(self, devices):
+        groups = {}
+        for name in devices:
+            groups.setdefault(self.resource_spec.device(name).node, []).append(name)
+        return list(groups.values())
+
+    def _ring_links(self, devices):
+        """Slowest achieved bandwidth, largest latency and all links of a ring."""
+        bandwidth, latency, links = float("inf"), 0.0, set()
+        for a, b in zip(devices, devices[1:] + devices[:1]):
+            bw, lat, ls = self.effective_path(a, b)
+            bandwidth, latency = min(bandwidth, bw), max(latency, lat)
+            links.update(ls)
+        return bandwidth, latency, tuple(sorted(links))
+
+    def _ring(self, nbytes, devices):
+        # reduce-scatter then all-gather: each (n-1)/n * S/B + (n-1) a.
+        n = len(devices)
+        bandwidth, latency, links = self._ring_links(devices)
+        half = (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
+        return [Phase(half, links), Phase(half, links)]
+
+    def _hierarchical(self, nbytes, groups):
+        # reduce-scatter inside each node, allreduce of each GPU's 1/G share
+        # between nodes over its NIC share, all-gather inside each node.
+        g = max(len(group) for group in groups)
+        intra = self._intra_phase(nbytes, groups, scatter=True)
+        inter = self._inter_node_allreduce(nbytes / g, groups)
+        return [intra, inter, intra]
+
+    def _master(self, nbytes, groups):
+        # reduce to the first device of each node, allreduce among those
+        # masters over their NICs, broadcast inside each node.
+        intra = self._intra_phase(nbytes, groups, scatter=False)
+        inter = self._inter_node_allreduce(nbytes, [[group[0]] for group in groups])
+        return [intra, inter, intra]
+
+    def _intra_phase(self, nbytes, groups, scatter):
+        """Reduce-scatter / all-gather (``scatter``) or pipelined reduce /
+        broadcast inside every node at once; the slowest node sets the time."""
+        seconds, links = 0.0, set()
+        for group in groups:
+            n = len(group)
+            if n < 2:
+                continue
+            bandwidth, latency, ls = self._ring_links(group)
+            volume = (n - 1) / n * nbytes if scatter else nbytes
+            seconds = max(seconds, volume / bandwidth + (n - 1) * latency)
+            links.update(ls)
+        return Phase(seconds, tuple(sorted(links)))
+
+    def _inter_node_allreduce(self, share, groups):
+        """Ring allreduce of ``share`` bytes among the nodes, every device of a
+        group running its own ring over its NIC (NIC bandwidth split among the
+        group's devices that share it)."""
+        spec = self.resource_spec
+        n = len(groups)
+        bandwidth, latency, links = float("inf"), 0.0, set()
+        for group in groups:
+            node = spec.node_of(group[0])
+            users = {}
+            for name in group:
+                users.setdefault(node.nic_for(spec.device(name)), []).append(name)
+            for k, names in users.items():
+                nic = node.nics[k]
+                share_bw = nic.bandwidth * LINK_EFFICIENCY.get(nic.kind, 1.0) / len(names)
+                bandwidth = min(bandwidth, share_bw)
+                latency = max(latency, 2 * nic.latency)
+                links.add(f"{node.name}/nic{k}")
+        seconds = 2 * (n - 1) / n * share / bandwidth + 2 * (n - 1) * latency
+        return Phase(seconds, tuple(sorted(links)))
+
+
+def link_busy(phase_lists):
+    """Seconds each link is busy when all ``phase_lists`` run (contention bound).
+
+    With FIFO queues on links, no schedule finishes before the busiest link
+    has carried all its phases; ``max(link_busy(...).values())`` bounds, for
+    example, a PS fan-in round from below.
+    """
+    busy = {}
+    for phases in phase_lists:
+        for phase in phases:
+            for link in phase.links:
+                busy[link] = busy.get(link, 0.0) + phase.seconds
+    return busy
+
+
+def _check_bytes(nbytes):
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes < 0:
+        raise InputError(f"nbytes must be a non-negative number, got {nbytes!r}")
+    return nbytes

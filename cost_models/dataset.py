@@ -1,0 +1,160 @@
+"""Measured op timings as compact rows (CSV, gzip-compressed).
+
+One row per (op, device): the raw features of cost_models.features, the
+device it ran on (``device_model``, ``device_kind``, ``peak_flops``,
+``memory_bandwidth``), where it came from (``origin``: ``micro`` for
+micro-benchmarks or the zoo model's name), the op name and the measured
+median ``seconds`` (empty for ops of a profiled step that ran no timed
+kernel: folded constants, fused-away ops).  Rows measured on a GPU are the
+same format with a GPU ``device_model``.
+
+A JSON sidecar holds the step-level measurements (per zoo model: measured
+step seconds, batch size, device) and a description of how the data was taken.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from autodist.errors import CostModelError
+from autodist.io import read_json, write_json_atomic
+from cost_models.features import NUMERIC_RAW, RAW_COLUMNS, to_arrays
+
+DEVICE_COLUMNS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth")
+COLUMNS = DEVICE_COLUMNS + ("origin", "op_name", "seconds") + RAW_COLUMNS
+META_FORMAT = "autodist.op_timings"
+
+
+@dataclass
+class Timings:
+    """Columns of a timing table (numpy arrays, one entry per row)."""
+
+    raw: dict
+    device_model: np.ndarray
+    device_kind: np.ndarray
+    peak_flops: np.ndarray
+    memory_bandwidth: np.ndarray
+    origin: np.ndarray
+    op_name: np.ndarray
+    seconds: np.ndarray
+
+    def __len__(self):
+        return len(self.seconds)
+
+    def subset(self, mask):
+        """The rows where ``mask`` is true."""
+        return Timings(
+            {k: v[mask] for k, v in self.raw.items()},
+            *(getattr(self, name)[mask] for name in ("device_model", "device_kind", "peak_flops",
+                                                       "memory_bandwidth", "origin", "op_name", "seconds")),
+        )
+
+    def timed(self):
+        """Rows with a measured time."""
+        return self.subset(np.isfinite(self.seconds) & (self.seconds > 0))
+
+    @classmethod
+    def concat(cls, parts):
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            raise CostModelError("no timing rows")
+        raw = {k: np.concatenate([p.raw[k] for p in parts]) for k in RAW_COLUMNS}
+        rest = [np.concatenate([getattr(p, name) for p in parts]) for name in
+                ("device_model", "device_kind", "peak_flops", "memory_bandwidth", "origin", "op_name", "seconds")]
+        return cls(raw, *rest)
+
+
+def make_rows(names, raw, device, origin, seconds):
+    """Timing rows for ops ``names`` with ``raw`` features measured on ``device``.
+
+    ``device`` is a dict with the DEVICE_COLUMNS keys; ``seconds`` holds NaN
+    for ops that were not timed.
+    """
+    n = len(names)
+    return Timings(
+        raw,
+        np.full(n, device["device_model"], dtype=object),
+        np.full(n, device["device_kind"], dtype=object),
+        np.full(n, float(device["peak_flops"])),
+        np.full(n, float(device["memory_bandwidth"])),
+        np.full(n, origin, dtype=object),
+        np.asarray(names, dtype=object),
+        np.asarray(seconds, dtype=np.float64),
+    )
+
+
+def write_timings(path, timings):
+    """Write rows as gzip-compressed CSV, atomically (fixed gzip mtime: same rows, same bytes)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for i in range(len(timings)):
+        row = []
+        for column in COLUMNS:
+            value = timings.raw[column][i] if column in timings.raw else getattr(timings, column)[i]
+            if isinstance(value, float):
+                value = "" if not np.isfinite(value) else repr(float(value))
+            row.append(value)
+        writer.writerow(row)
+    data = gzip.compress(buf.getvalue().encode(), mtime=0)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".tmp-{os.path.basename(path)}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_timings(path):
+    """Read rows written by :func:`write_timings` (any device)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader)
+            rows = list(reader)
+    except (OSError, EOFError, StopIteration) as exc:
+        raise CostModelError(f"cannot read timing data ({exc})", source=path) from None
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise CostModelError("missing column", source=path, field=missing[0])
+    cols = {c: [r[header.index(c)] for r in rows] for c in COLUMNS}
+
+    def floats(column):
+        try:
+            return [float(v) if v != "" else float("nan") for v in cols[column]]
+        except ValueError as exc:
+            raise CostModelError(f"bad number ({exc})", source=path, field=column) from None
+
+    raw = to_arrays({c: (floats(c) if c in NUMERIC_RAW else cols[c]) for c in RAW_COLUMNS})
+    return Timings(
+        raw,
+        np.asarray(cols["device_model"], dtype=object),
+        np.asarray(cols["device_kind"], dtype=object),
+        np.asarray(floats("peak_flops")),
+        np.asarray(floats("memory_bandwidth")),
+        np.asarray(cols["origin"], dtype=object),
+        np.asarray(cols["op_name"], dtype=object),
+        np.asarray(floats("seconds")),
+    )
+
+
+def write_meta(path, meta):
+    write_json_atomic(path, dict(meta, format=META_FORMAT))
+
+
+def read_meta(path):
+    meta = read_json(path)
+    if meta.get("format") != META_FORMAT:
+        raise CostModelError(f"not an op timings description (expected format {META_FORMAT!r})", source=path)
+    return meta
+

@@ -1,0 +1,167 @@
+"""Op-cost features per (op, device).
+
+Raw features describe an op alone (type, dtype, FLOPs, bytes, main sizes);
+device features add the device's peak FLOP/s and memory bandwidth and the
+roofline estimate ``max(FLOPs / peak, bytes / bandwidth)``.  The same raw
+columns are stored with every measured timing (see cost_models.dataset), so
+rows measured on any device, CPU or GPU, turn into the same design matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Columns that describe one op, whatever the device.
+RAW_COLUMNS = (
+    "op_type",
+    "dtype",
+    "flops",
+    "input_bytes",
+    "output_bytes",
+    "in0_elements",
+    "in1_elements",
+    "out0_elements",
+    "out_rank",
+    "n_inputs",
+    "out_last_dim",
+)
+NUMERIC_RAW = RAW_COLUMNS[2:]
+
+# Columns of the design matrix fed to the regressor; column 0 is categorical.
+FEATURES = (
+    "op_type",
+    "dtype_bytes",
+    "log_flops",
+    "log_input_bytes",
+    "log_output_bytes",
+    "log_in0_elements",
+    "log_in1_elements",
+    "log_out0_elements",
+    "out_rank",
+    "n_inputs",
+    "log_out_last_dim",
+    "log_peak_flops",
+    "log_memory_bandwidth",
+    "log_roofline_seconds",
+)
+
+DTYPE_BYTES = {
+    "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "half": 2, "float": 4, "double": 8,
+    "int8": 1, "uint8": 1, "int16": 2, "int32": 4, "int64": 8, "bool": 1, "complex64": 8,
+    "complex128": 16, "string": 8, "resource": 8, "variant": 8,
+}
+
+
+def _elements(shape):
+    """Elements of a static shape; 0 when unknown."""
+    if shape is None:
+        return 0
+    n = 1
+    for d in shape:
+        if d is None or d < 0:
+            return 0
+        n *= d
+    return n
+
+
+def op_raw_features(graph_item):
+    """Raw feature columns of every op of ``graph_item``.
+
+    Returns
+    -------
+    names : list of str
+        Op names in graph order.
+    raw : dict of column name -> numpy array
+        ``op_type`` and ``dtype`` are string arrays, the rest float64.
+    """
+    ops = list(graph_item.ops.values())
+    shapes = {op.name: op.output_shapes for op in ops}
+    rows = {c: [] for c in RAW_COLUMNS}
+    for op in ops:
+        inputs = op.data_inputs
+        in_shapes = []
+        input_bytes = 0
+        for tensor in inputs:
+            input_bytes += graph_item.tensor_bytes(tensor)
+            src, _, idx = tensor.rpartition(":")
+            out = shapes.get(src) or []
+            i = int(idx) if idx.isdigit() else 0
+            in_shapes.append(out[i] if i < len(out) else None)
+        out0 = op.output_shapes[0] if op.output_shapes else None
+        rows["op_type"].append(op.type)
+        rows["dtype"].append(op.output_dtypes[0] if op.output_dtypes else "")
+        rows["flops"].append(op.flops)
+        rows["input_bytes"].append(input_bytes)
+        rows["output_bytes"].append(op.total_output_bytes)
+        rows["in0_elements"].append(_elements(in_shapes[0]) if in_shapes else 0)
+        rows["in1_elements"].append(_elements(in_shapes[1]) if len(in_shapes) > 1 else 0)
+        rows["out0_elements"].append(_elements(out0))
+        rows["out_rank"].append(len(out0) if out0 is not None else -1)
+        rows["n_inputs"].append(len(inputs))
+        rows["out_last_dim"].append(out0[-1] if out0 else 0)
+    return [op.name for op in ops], to_arrays(rows)
+
+
+def to_arrays(rows):
+    """Column lists to arrays: strings for op_type/dtype, float64 otherwise."""
+    out = {}
+    for column in RAW_COLUMNS:
+        values = rows[column]
+        if column in ("op_type", "dtype"):
+            out[column] = np.asarray(values, dtype=object)
+        else:
+            out[column] = np.asarray(values, dtype=np.float64)
+    return out
+
+
+def device_peak(device, dtype="float32"):
+    """Peak FLOP/s of ``device`` for ``dtype`` (float32 when not listed)."""
+    peaks = device.peak_flops or {}
+    for key in (dtype, "float32"):
+        if key in peaks:
+            return float(peaks[key])
+    if peaks:
+        return float(max(peaks.values()))
+    raise ValueError(f"device {device.name!r} lists no peak_flops")
+
+
+def roofline_seconds(raw, peak_flops, memory_bandwidth):
+    """max(FLOPs / peak, (input + output bytes) / bandwidth), per row."""
+    data = raw["input_bytes"] + raw["output_bytes"]
+    return np.maximum(raw["flops"] / peak_flops, data / memory_bandwidth)
+
+
+def _log(x):
+    return np.log10(np.asarray(x, dtype=np.float64) + 1.0)
+
+
+def design_matrix(raw, peak_flops, memory_bandwidth):
+    """The regressor's input (object array, columns as in ``FEATURES``).
+
+    ``peak_flops`` and ``memory_bandwidth`` are scalars or per-row arrays.
+    """
+    n = len(raw["op_type"])
+    peak = np.broadcast_to(np.asarray(peak_flops, dtype=np.float64), (n,))
+    bandwidth = np.broadcast_to(np.asarray(memory_bandwidth, dtype=np.float64), (n,))
+    dtype_bytes = np.array([DTYPE_BYTES.get(str(d), 4) for d in raw["dtype"]], dtype=np.float64)
+    columns = [
+        raw["op_type"],
+        dtype_bytes,
+        _log(raw["flops"]),
+        _log(raw["input_bytes"]),
+        _log(raw["output_bytes"]),
+        _log(raw["in0_elements"]),
+        _log(raw["in1_elements"]),
+        _log(raw["out0_elements"]),
+        raw["out_rank"],
+        raw["n_inputs"],
+        _log(raw["out_last_dim"]),
+        np.log10(peak),
+        np.log10(bandwidth),
+        np.log10(roofline_seconds(raw, peak, bandwidth) + 1e-9),
+    ]
+    X = np.empty((n, len(FEATURES)), dtype=object)
+    for j, column in enumerate(columns):
+        X[:, j] = column
+    return X
+

@@ -1,0 +1,157 @@
+"""CostModel: op costs per device and the communication model, with provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from functools import lru_cache
+
+import numpy as np
+
+from autodist.errors import CostModelError
+from cost_models.calibration import TransferCalibration
+from cost_models.comm import CommModel
+from cost_models.features import design_matrix, device_peak, op_raw_features
+from cost_models.prior import prior_seconds
+from cost_models.types import OpCost
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+TIMINGS = os.path.join(DATA_DIR, "op_timings.csv.gz")
+TIMINGS_META = os.path.join(DATA_DIR, "op_timings.json")
+MODEL_PICKLE = os.path.join(DATA_DIR, "op_model.pkl")
+MODEL_META = os.path.join(DATA_DIR, "op_model.json")
+CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
+
+
+class UnknownOpTypeWarning(UserWarning):
+    """Some op types had neither learned data nor a prior: fallback costs used."""
+
+
+class CostModel:
+    """Predicts op times and builds communication models.
+
+    Parameters
+    ----------
+    op_model : cost_models.op_model.OpTimeRegressor or None
+        The fitted op-time model; ``None`` prices every op with the prior.
+    learned_devices : iterable of str
+        Device models (``DeviceSpec.model``) the op model was trained on; on
+        any other device the prior is used.
+    calibration : cost_models.calibration.TransferCalibration or None
+    """
+
+    def __init__(self, op_model=None, learned_devices=(), calibration=None):
+        self.op_model = op_model
+        self.learned_devices = frozenset(learned_devices if op_model is not None else ())
+        self.calibration = calibration
+
+    @classmethod
+    def default(cls):
+        """The shipped model: fitted op model on the shipped data plus the transfer calibration.
+
+        Loads without TensorFlow.  A pickle written by another scikit-learn
+        version is refitted from the shipped timings (a few seconds).
+        """
+        return _default_model()
+
+    @property
+    def id(self):
+        """A short content id for provenance: ``"costmodel-<hash>"``."""
+        h = hashlib.sha256()
+        if self.op_model is not None:
+            h.update(json.dumps(
+                {"params": self.op_model.get_params(), "types": self.op_model.op_types_,
+                 "devices": sorted(self.learned_devices)}, sort_keys=True).encode())
+            h.update(np.asarray(self.op_model.estimator_.predict(_probe_matrix(self.op_model))).tobytes())
+        if self.calibration is not None:
+            h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
+        return f"costmodel-{h.hexdigest()[:16]}"
+
+    def op_costs(self, graph_item, device):
+        """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
+
+        One vectorised predict per call.  Op types unknown to both the learned
+        model and the prior get the fallback cost (cost_models.prior) and are
+        counted in one :class:`UnknownOpTypeWarning` per call.
+
+        Returns
+        -------
+        dict of op name -> OpCost
+        """
+        names, raw = op_raw_features(graph_item)
+        if not names:
+            return {}
+        try:
+            peak = device_peak(device)
+        except ValueError as exc:
+            raise CostModelError(str(exc), field="peak_flops") from None
+        if not device.memory_bandwidth or device.memory_bandwidth <= 0:
+            raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
+        seconds, fallback = prior_seconds(raw, device.kind, peak, device.memory_bandwidth)
+        sources = np.where(fallback, "fallback", "prior").astype(object)
+        if self.op_model is not None and device.model in self.learned_devices:
+            learned = self.op_model.knows(raw["op_type"])
+            if learned.any():
+                rows = {k: v[learned] for k, v in raw.items()}
+                X = design_matrix(rows, peak, device.memory_bandwidth)
+                seconds = seconds.copy()
+                seconds[learned] = self.op_model.predict(X)
+                sources[learned] = "learned"
+        unknown = sources == "fallback"
+        if unknown.any():
+            types = sorted(set(raw["op_type"][unknown]))
+            warnings.warn(
+                f"{int(unknown.sum())} ops of {len(types)} unknown op types got the fallback cost: {', '.join(types)}",
+                UnknownOpTypeWarning,
+                stacklevel=2,
+            )
+        return {name: OpCost(float(s), str(src)) for name, s, src in zip(names, seconds, sources)}
+
+    def comm_model(self, resource_spec):
+        """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
+        return CommModel(resource_spec, self.calibration)
+
+
+def _probe_matrix(op_model):
+    """A fixed design matrix whose predictions fingerprint a fitted model."""
+    from cost_models.features import FEATURES
+
+    X = np.empty((len(op_model.op_types_), len(FEATURES)), dtype=object)
+    for i, t in enumerate(op_model.op_types_):
+        X[i, 0] = t
+        X[i, 1:] = [4.0] + [float(i % 7 + j) for j in range(len(FEATURES) - 2)]
+    return op_model._encode(X)
+
+
+def fit_default(timings):
+    """Fit the default op model on ``timings``; returns (model, learned device models)."""
+    from cost_models.op_model import OpTimeRegressor
+
+    timed = timings.timed()
+    if len(timed) == 0:
+        raise CostModelError("no timed rows to fit", source=TIMINGS)
+    X = design_matrix(timed.raw, timed.peak_flops, timed.memory_bandwidth)
+    model = OpTimeRegressor(**DEFAULT_PARAMS).fit(X, timed.seconds)
+    return model, sorted(set(timed.device_model))
+
+
+# Chosen by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
+DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "max_leaf_nodes": 31, "random_state": 0}
+
+
+@lru_cache(maxsize=1)
+def _default_model():
+    from cost_models.dataset import read_timings
+    from cost_models.op_model import load_model
+
+    calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
+    if not os.path.exists(TIMINGS):
+        return CostModel(calibration=calibration)
+    try:
+        op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
+        devices = meta["training_data"]["devices"]
+    except (CostModelError, KeyError):
+        op_model, devices = fit_default(read_timings(TIMINGS))
+    return CostModel(op_model, devices, calibration)

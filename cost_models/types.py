@@ -1,0 +1,32 @@
+"""Plain records the cost models hand to the simulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOURCES = ("learned", "prior", "fallback")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One stage of a transfer or collective.
+
+    Phases of one operation run one after another; each occupies all of its
+    ``links`` (ResourceSpec link resource names) for its whole ``seconds``.
+    """
+
+    seconds: float
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Predicted time of one op on one device and where the number came from.
+
+    ``source`` is ``"learned"`` (the fitted model, for op types and device
+    models it was trained on), ``"prior"`` (the roofline with per-op-type
+    efficiencies) or ``"fallback"`` (an op type neither knows).
+    """
+
+    seconds: float
+    source: str
