@@ -51,7 +51,11 @@ class LinkSpec:
 
 @dataclass
 class NodeSpec:
-    """One machine: its devices, the fabric between them and its NICs."""
+    """One machine: its devices, the fabric between them and its NICs.
+
+    ``host_link``, when given, joins the host CPU to the GPUs (PCIe); without
+    it a CPU device reaches the other devices over ``fabric``.
+    """
 
     name: str
     devices: list[DeviceSpec]
@@ -59,9 +63,26 @@ class NodeSpec:
     nics: list[LinkSpec] = field(default_factory=list)
     address: str = ""
     labels: dict = field(default_factory=dict)
+    host_link: LinkSpec | None = None
 
     def gpus(self):
         return [d for d in self.devices if d.kind == "GPU"]
+
+    def port_of(self, device):
+        """The link a device's bytes take inside this node (fabric or host link)."""
+        if device.kind == "CPU" and self.host_link is not None:
+            return self.host_link
+        return self.fabric
+
+    def devices_on_nic(self, k):
+        """The devices that send through NIC ``k`` (see :meth:`nic_for`)."""
+        return [d for d in self.devices if self.nics and self.nic_for(d) == k]
+
+    def gpus_per_nic(self):
+        """How many GPUs share one NIC (at most), 0 without GPUs or NICs."""
+        if not self.nics:
+            return 0
+        return max(sum(d.kind == "GPU" for d in self.devices_on_nic(k)) for k in range(len(self.nics)))
 
     def nic_for(self, device):
         """Index of the NIC a device sends through (round-robin over GPUs)."""
@@ -141,9 +162,10 @@ class ResourceSpec:
             return Path("same-device", (), float("inf"), 0.0)
         na, nb = self._nodes[a.node], self._nodes[b.node]
         if na is nb:
-            fabric = na.fabric
+            port_a, port_b = na.port_of(a), na.port_of(b)
             links = tuple(sorted((f"{a.name}/fabric", f"{b.name}/fabric")))
-            return Path("intra-node", links, fabric.bandwidth, fabric.latency)
+            bandwidth = min(port_a.bandwidth, port_b.bandwidth)
+            return Path("intra-node", links, bandwidth, max(port_a.latency, port_b.latency))
         nic_a = na.nics[na.nic_for(a)]
         nic_b = nb.nics[nb.nic_for(b)]
         links = tuple(sorted((f"{na.name}/nic{na.nic_for(a)}", f"{nb.name}/nic{nb.nic_for(b)}")))
@@ -151,8 +173,11 @@ class ResourceSpec:
         latency = nic_a.latency + nic_b.latency
         # Without GPUDirect RDMA a GPU's bytes also cross its host's PCIe.
         for node, dev, nic in ((na, a, nic_a), (nb, b, nic_b)):
-            if dev.kind == "GPU" and not nic.gpudirect and node.fabric.kind == "pcie":
-                bandwidth = min(bandwidth, node.fabric.bandwidth)
+            if dev.kind == "GPU" and not nic.gpudirect:
+                if node.host_link is not None:
+                    bandwidth = min(bandwidth, node.host_link.bandwidth)
+                elif node.fabric.kind == "pcie":
+                    bandwidth = min(bandwidth, node.fabric.bandwidth)
         return Path("inter-node", links, bandwidth, latency, rdma=nic_a.rdma and nic_b.rdma)
 
     def link_bandwidths(self):
@@ -160,7 +185,7 @@ class ResourceSpec:
         out = {}
         for node in self.nodes:
             for d in node.devices:
-                out[f"{d.name}/fabric"] = node.fabric.bandwidth
+                out[f"{d.name}/fabric"] = node.port_of(d).bandwidth
             for k, nic in enumerate(node.nics):
                 out[f"{node.name}/nic{k}"] = nic.bandwidth
         return out
@@ -191,6 +216,8 @@ class ResourceSpec:
             n["devices"] = [DeviceSpec(**d) for d in n["devices"]]
             n["fabric"] = LinkSpec(**n["fabric"])
             n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
+            if n.get("host_link") is not None:
+                n["host_link"] = LinkSpec(**n["host_link"])
             nodes.append(NodeSpec(**n))
         return cls(nodes, name=data.get("name", ""))
 
