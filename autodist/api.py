@@ -1,0 +1,70 @@
+"""The Python API: from a training job and a cluster to a Plan in one call."""
+
+from __future__ import annotations
+
+import os
+
+from autodist.errors import InputError
+
+
+def graph_of(source, script_args=()):
+    """A GraphItem from a GraphItem, a training script (``.py``) or a graph file."""
+    from autodist.graph.item import GraphItem
+
+    if isinstance(source, GraphItem):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise InputError(f"expected a GraphItem or a path, got {type(source).__name__}", field="source")
+    path = os.fspath(source)
+    if path.endswith(".py"):
+        from autodist.graph.capture import capture_script
+
+        return capture_script(path, script_args)
+    from autodist.graph.capture import load_graph
+
+    return load_graph(path)
+
+
+def cluster_of(cluster):
+    """A ResourceSpec from a ResourceSpec, a cluster file or a preset ``"NAME[:N]"``."""
+    from autodist.resource_spec import ResourceSpec, load_cluster
+
+    if isinstance(cluster, ResourceSpec):
+        return cluster
+    if not isinstance(cluster, (str, os.PathLike)):
+        raise InputError(f"expected a ResourceSpec, a file or a preset name, got {type(cluster).__name__}", field="cluster")
+    if os.path.exists(cluster):
+        return load_cluster(path=os.fspath(cluster))
+    return load_cluster(preset=str(cluster))
+
+
+def plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=()):
+    """Search the best placement of a training job on a cluster.
+
+    Parameters
+    ----------
+    source : GraphItem, or path of a training script (.py), graph.json, GraphDef or SavedModel
+    cluster : ResourceSpec, path of a cluster file, or a preset ``"NAME[:N]"``
+    seed : int
+        Seed of the search; same inputs and seed give the same plan.
+    budget_s : float
+        Search time budget in seconds.
+    progress : callable, optional
+        Passed to ``placement.optimize``.
+    script_args : sequence of str
+        Command-line arguments of a training script.
+
+    Returns
+    -------
+    autodist.plan.Plan
+    """
+    from cost_models import CostModel
+    from placement import optimize
+
+    from autodist.plan import Plan
+
+    graph_item = graph_of(source, script_args)
+    resource_spec = cluster_of(cluster)
+    cost_model = CostModel.default()
+    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress)
+    return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)
