@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import decimal
 import difflib
+import json
 import os
 import re
 from dataclasses import replace
@@ -173,16 +174,25 @@ def read_cluster_file(path):
 
 def parse_cluster(text, source="<cluster>", default_name="cluster"):
     """The :class:`ResourceSpec` described by cluster YAML ``text``."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"malformed YAML ({_yaml_problem(exc)})", source=source) from None
+    data = _load_text(text, source)
     if isinstance(data, dict) and data.get("format") == FORMAT:
         try:
             return ResourceSpec.from_dict(data, where=source)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"malformed resource spec ({exc})", source=source) from None
     return cluster_from_dict(data, source=source, default_name=default_name)
+
+
+def _load_text(text, source):
+    if text.lstrip().startswith("{"):
+        try:  # JSON first: YAML 1.1 reads JSON's 1e-06 as a string
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"malformed YAML ({_yaml_problem(exc)})", source=source) from None
 
 
 def _yaml_problem(exc):

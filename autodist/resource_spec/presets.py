@@ -352,7 +352,7 @@ def parse_preset_name(text, source=None):
     if not sep:
         return name, 1
     if not count.isdigit() or int(count) < 1:
-        raise InputError(f"node count must be a positive integer, got {count!r}", source=source or text)
+        raise InputError(f"node count must be a positive integer, got {text!r}", source=source, field="preset")
     return name, int(count)
 
 
@@ -370,10 +370,10 @@ def from_preset(text):
     name, count = parse_preset_name(text)
     if name == "local":
         if count != 1:
-            raise InputError("'local' is this one machine and takes no node count", source=f"preset {text!r}")
+            raise InputError(f"'local' is this one machine and takes no node count, got {text!r}", field="preset")
         from autodist.resource_spec.discovery import local_machine
 
         return local_machine()
-    preset = machine(name, source=f"preset {text!r}")
+    preset = machine(name, field="preset")
     nodes = [preset.node(n) for n in node_names(preset.node_prefix, count)]
     return ResourceSpec(nodes, name=f"{name}:{count}" if count > 1 else name)

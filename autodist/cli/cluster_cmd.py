@@ -1,0 +1,138 @@
+"""``autodist cluster show``: print a cluster's nodes, devices, links and totals."""
+
+import json
+import sys
+import warnings
+
+from autodist.resource_spec import add_cluster_arguments, cluster_from_args
+
+WIDTH = 100
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("cluster", help="describe a cluster (file, preset or Kubernetes)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    show = actions.add_parser(
+        "show",
+        help="print nodes, devices, links and totals",
+        description="autodist cluster show (CLUSTER_FILE | --preset NAME[:N] | --from-kubernetes) [--json]",
+    )
+    add_cluster_arguments(show, positional=True)
+    show.add_argument("--json", action="store_true", help="print the resource spec as JSON")
+    show.set_defaults(func=run_show)
+
+
+def run_show(args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = cluster_from_args(args)
+    for warning in caught:
+        print(f"autodist: warning: {warning.message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(spec.to_dict(), indent=1))
+    else:
+        print(format_cluster(spec))
+    return 0
+
+
+# -- text ------------------------------------------------------------------
+
+
+def format_cluster(spec):
+    """Text tables of ``spec`` that fit in 100 columns."""
+    lines = [f"cluster {spec.name or '(unnamed)'}: {len(spec.nodes)} node(s)", ""]
+    lines += _devices_table(spec) + [""] + _links_table(spec) + [""] + _totals(spec)
+    return "\n".join(line[:WIDTH].rstrip() for line in lines)
+
+
+def _table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in [header] + rows]
+
+
+def _tflops(device, dtype):
+    value = device.peak_flops.get(dtype)
+    return f"{value / 1e12:.3g}" if value else "?"
+
+
+def _device_rows(node):
+    """One row per run of identical devices: ``GPU:0-7  H100-SXM ...``."""
+    rows, run = [], []
+    for device in node.devices + [None]:
+        if run and (device is None or _figures(device) != _figures(run[0])):
+            first, last = run[0], run[-1]
+            span = f"{first.kind}:{first.index}" + (f"-{last.index}" if len(run) > 1 else "")
+            rows.append([
+                node.name, node.address or "-", span, first.model, len(run),
+                _tflops(first, "float32"), _tflops(first, "bfloat16"),
+                f"{first.memory_bytes / 1e9:.4g}" if first.memory_bytes else "?",
+                f"{first.memory_bandwidth / 1e9:.4g}" if first.memory_bandwidth else "?",
+            ])
+            run = []
+        if device is not None:
+            run.append(device)
+    return rows
+
+
+def _figures(device):
+    return device.kind, device.model, device.peak_flops, device.memory_bytes, device.memory_bandwidth
+
+
+def _devices_table(spec):
+    header = ["node", "address", "devices", "model", "n", "FP32 TF/s", "BF16 TF/s", "mem GB", "mem GB/s"]
+    rows = [row for node in spec.nodes for row in _device_rows(node)]
+    return ["devices"] + _table(header, rows)
+
+
+def _link_row(node, role, link, count, serves):
+    return [
+        node.name, role, link.kind, count, f"{link.bandwidth / 1e9:.4g}", f"{link.latency * 1e6:.3g}",
+        "yes" if link.rdma else "no", "yes" if link.gpudirect else "no", serves,
+    ]
+
+
+def _nic_runs(node):
+    """Runs of consecutive NICs with equal figures serving equally many devices."""
+    kind = "GPU" if node.gpus() else None
+    runs = []
+    for k, nic in enumerate(node.nics):
+        serves = sum(kind is None or d.kind == kind for d in node.devices_on_nic(k))
+        if runs and runs[-1][2] == nic and runs[-1][3] == serves:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k, nic, serves])
+    return [(f"nic{a}" + (f"-{b}" if b > a else ""), b - a + 1, nic, f"{n} {kind or 'device'}(s) each")
+            for a, b, nic, n in runs]
+
+
+def _links_table(spec):
+    header = ["node", "link", "kind", "n", "GB/s/dir", "lat us", "RDMA", "GPUDirect", "serves"]
+    rows = []
+    for node in spec.nodes:
+        rows.append(_link_row(node, "fabric", node.fabric, 1, f"{len(node.devices)} device(s)"))
+        if node.host_link is not None:
+            rows.append(_link_row(node, "host", node.host_link, 1, "CPU <-> GPUs"))
+        rows += [_link_row(node, name, nic, count, serves) for name, count, nic, serves in _nic_runs(node)]
+    return ["links (bandwidth per direction)"] + _table(header, rows)
+
+
+def _total_flops(devices, dtype):
+    values = [d.peak_flops[dtype] for d in devices if dtype in d.peak_flops]
+    return f"{sum(values) / 1e12:.4g} TFLOP/s" if values else "-"
+
+
+def _totals(spec):
+    gpus = spec.gpus()
+    compute = spec.compute_devices()
+    unknown = sum(not d.peak_flops for d in compute)
+    memory = sum(d.memory_bytes for d in compute)
+    nic = sum(n.nic_bandwidth() for n in spec.nodes)
+    note = f" ({unknown} device(s) with unknown FLOP/s)" if unknown else ""
+    return [
+        "totals",
+        f"  nodes {len(spec.nodes)}, GPUs {len(gpus)}, CPUs {len(spec.devices('CPU'))}; "
+        f"replicas run on {len(compute)} {compute[0].kind if compute else '-'} device(s)",
+        f"  peak FP32 {_total_flops(compute, 'float32')}, BF16 {_total_flops(compute, 'bfloat16')}{note}",
+        f"  {'GPU' if gpus else 'CPU'} memory {memory / 1e9:.4g} GB, NIC bandwidth {nic / 1e9:.4g} GB/s per direction",
+    ]
