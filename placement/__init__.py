@@ -1,0 +1,21 @@
+"""Placement: strategy space, step simulator, annealing search, baselines, bounds.
+
+Public API::
+
+    from placement import optimize, simulate, baselines, lower_bound
+
+``optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0,
+progress=None)`` returns a :class:`~placement.search.SearchResult`;
+``simulate(graph_item, resource_spec, strategy, cost_model)`` a
+:class:`~placement.simulator.SimResult`; ``baselines`` is the module of
+baseline strategies (``baselines.all_baselines(simulator)``).  Importing this
+package does not import TensorFlow.
+"""
+
+from placement import baselines
+from placement.baselines import Candidate
+from placement.bounds import lower_bound
+from placement.search import SearchResult, optimize
+from placement.simulator import SimResult, Simulator, simulate
+
+__all__ = ["Candidate", "SearchResult", "SimResult", "Simulator", "baselines", "lower_bound", "optimize", "simulate"]

@@ -1,0 +1,179 @@
+"""Baseline strategies the search starts from and is compared with.
+
+- ``greedy-ps``: every variable on one parameter server, chosen greedily by
+  bytes in variable order, as TensorFlow 1's GreedyLoadBalancingStrategy
+  (``tf.contrib.training``) and AutoDist's default PS strategy do; one PS
+  task per node.
+- ``ring`` / ``hierarchical``: every gradient allreduced with that
+  algorithm, fused into buckets in gradient-ready order.
+- ``parallax``: sparse gradients to greedy-balanced PS, dense gradients by
+  ring allreduce (Parallax, EuroSys 2019).
+- ``greedy-op-placer``: for models whose one-device replica does not fit
+  memory, one replica per node whose op groups are placed, in topological
+  order, on the device where each would finish first (TensorFlow's original
+  greedy placer), then synchronised by ring allreduce across nodes.
+
+All data-parallel baselines share :func:`data_parallel` and differ only in the
+per-variable sync rule they pass it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autodist.errors import PlacementError
+from autodist.strategy import Strategy, VarSync
+
+# Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD,
+# 64 MiB; horovod.readthedocs.io, "Tensor Fusion").
+FUSION_BYTES = 64 * 2**20
+
+
+@dataclass
+class Candidate:
+    """A named strategy with its simulated step."""
+
+    name: str
+    strategy: Strategy
+    simulation: object
+
+
+def ps_candidates(resource_spec):
+    """Where PS tasks may live: each node's first CPU, else its first device."""
+    out = []
+    for node in resource_spec.nodes:
+        cpus = [d for d in node.devices if d.kind == "CPU"]
+        devices = cpus or node.devices
+        if devices:
+            out.append(devices[0].name)
+    return out
+
+
+def ready_order(simulator):
+    """Trainable variable names in the order their gradients become ready."""
+    gradient_group = simulator.groups.gradient_group
+    return sorted(simulator.dense_bytes, key=lambda v: (gradient_group[v], v))
+
+
+def fused_buckets(simulator, names, limit=FUSION_BYTES):
+    """Bucket ids for ``names``: consecutive in ready order, at most ``limit`` bytes each."""
+    chosen = set(names)
+    buckets, bucket, filled = {}, 0, 0
+    for name in ready_order(simulator):
+        if name not in chosen:
+            continue
+        nbytes = simulator.dense_bytes[name]
+        if filled and filled + nbytes > limit:
+            bucket, filled = bucket + 1, 0
+        buckets[name] = bucket
+        filled += nbytes
+    return buckets
+
+
+def greedy_ps_tasks(simulator, names, tasks):
+    """Each variable, in variable order, to the PS task holding the fewest bytes."""
+    load = [0] * tasks
+    out = {}
+    for name in simulator.dense_bytes:
+        if name in names:
+            k = min(range(tasks), key=lambda t: (load[t], t))
+            out[name] = k
+            load[k] += simulator.sparse_bytes[name]
+    return out
+
+
+def data_parallel(simulator, ps_names=(), algorithm="ring"):
+    """One replica per compute device; ``ps_names`` on greedy PS, the rest allreduced."""
+    spec = simulator.resource_spec
+    replicas = [[d.name] for d in spec.compute_devices()]
+    if not replicas:
+        raise PlacementError(f"cluster {spec.name!r} has no compute device")
+    ps_names = set(ps_names)
+    ps_devices = ps_candidates(spec) if ps_names else []
+    tasks = greedy_ps_tasks(simulator, ps_names, len(ps_devices)) if ps_names else {}
+    buckets = fused_buckets(simulator, [v for v in simulator.dense_bytes if v not in ps_names])
+    sync = {}
+    for name in simulator.dense_bytes:
+        if name in ps_names:
+            sync[name] = VarSync("ps", ps_tasks=(tasks[name],))
+        else:
+            sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=buckets[name])
+    return Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
+
+
+def greedy_ps(simulator):
+    return data_parallel(simulator, ps_names=simulator.dense_bytes)
+
+
+def parallax(simulator):
+    sparse = [v.name for v in simulator.variables if v.sparse_gradient]
+    return data_parallel(simulator, ps_names=sparse, algorithm="ring")
+
+
+def greedy_op_placer(simulator):
+    """One replica per node; op groups placed where they would finish first."""
+    spec = simulator.resource_spec
+    compute = {d.name for d in spec.compute_devices()}
+    replicas = [[d.name for d in node.devices if d.name in compute] for node in spec.nodes]
+    replicas = [r for r in replicas if r]
+    width = min(len(r) for r in replicas)
+    replicas = [r[:width] for r in replicas]
+    first = replicas[0]
+    devices = [spec.device(d) for d in first]
+    costs = [simulator.device_costs(d)[0] for d in devices]
+    groups = simulator.groups
+    preds = groups.predecessors()
+    capacity = [d.memory_bytes for d in devices]
+    var_bytes = {}
+    for name, unit in simulator.var_unit.items():
+        var_bytes[unit] = var_bytes.get(unit, 0) + 2 * simulator.dense_bytes[name] + simulator.slot_bytes[name]
+    used = [0] * width
+    free = [0.0] * width
+    end = [0.0] * len(groups.groups)
+    slot_of_unit, slot_of_group = {}, []
+    for g, group in enumerate(groups.groups):
+        def finish(slot):
+            ready = 0.0
+            for p, nbytes in preds[g]:
+                arrive = end[p]
+                if slot_of_group[p] != slot:
+                    arrive += sum(ph.seconds for ph in simulator.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes))
+                ready = max(ready, arrive)
+            return max(ready, free[slot]) + costs[slot][g]
+
+        if group.unit not in slot_of_unit:
+            need = group.activation_bytes + var_bytes.get(group.unit, 0)
+            fitting = [s for s in range(width) if used[s] + need <= capacity[s]] or list(range(width))
+            slot_of_unit[group.unit] = min(fitting, key=lambda s: (finish(s), s))
+        slot = slot_of_unit[group.unit]
+        used[slot] += group.activation_bytes + (var_bytes.pop(group.unit, 0))
+        slot_of_group.append(slot)
+        end[g] = finish(slot)
+        free[slot] = end[g]
+    buckets = fused_buckets(simulator, list(simulator.dense_bytes))
+    sync = {name: VarSync("allreduce", algorithm="ring", bucket=buckets[name]) for name in simulator.dense_bytes}
+    return Strategy(replicas=replicas, sync=sync, group_slots=dict(sorted(slot_of_unit.items())))
+
+
+BASELINES = {
+    "greedy-ps": greedy_ps,
+    "ring": lambda sim: data_parallel(sim, algorithm="ring"),
+    "hierarchical": lambda sim: data_parallel(sim, algorithm="hierarchical"),
+    "parallax": parallax,
+}
+
+
+def all_baselines(simulator):
+    """Every applicable baseline, simulated: a list of :class:`Candidate`.
+
+    The model-parallel greedy op placer joins when no data-parallel baseline
+    fits device memory.
+    """
+    out = []
+    for name, build in BASELINES.items():
+        strategy = build(simulator)
+        out.append(Candidate(name, strategy, simulator.simulate(strategy)))
+    if not any(c.simulation.fits for c in out):
+        strategy = greedy_op_placer(simulator)
+        out.append(Candidate("greedy-op-placer", strategy, simulator.simulate(strategy)))
+    return out

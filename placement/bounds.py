@@ -1,0 +1,97 @@
+"""A lower bound on the step time no strategy with the given replicas can beat.
+
+``max(critical path, total work / devices, sync bound)``, every term in the
+simulator's own cost terms so that a simulated step never falls below it:
+
+- critical path: the longest chain of op groups, each at its cheapest
+  device model;
+- total work / devices: one replica's work at the cheapest model, times the
+  replicas, over the devices they use;
+- sync bound: for every variable, the critical path up to its gradient plus
+  the fastest way to synchronise that gradient alone and uncontended: the
+  best allreduce algorithm over the replicas, or a PS push and pull of one
+  shard, over any worker-PS path, for up to one shard per PS device.
+  Transfer time is affine in bytes (latency plus bytes over bandwidth), so
+  the fastest PS path is bounded from below by the smallest intercept plus
+  the smallest slope over all paths.
+"""
+
+from __future__ import annotations
+
+from placement.baselines import ps_candidates
+from placement.simulator import Simulator
+
+_PROBE_BYTES = 1 << 20
+
+
+def _path_signature(node):
+    return repr((node.fabric, node.nics, [d.kind for d in node.devices]))
+
+
+def _ps_affine(simulator):
+    """(smallest intercept, smallest slope) of one PS transfer over all paths."""
+    spec = simulator.resource_spec
+    comm = simulator.comm
+    representatives = {}
+    for node in spec.nodes:
+        representatives.setdefault(_path_signature(node), []).append(node)
+    nodes = [n for group in representatives.values() for n in group[:2]]
+    workers = [d.name for n in nodes for d in n.devices]
+    servers = [p for p in ps_candidates(spec) if spec.device(p).node in {n.name for n in nodes}]
+    intercept, slope = float("inf"), float("inf")
+    for w in workers:
+        for p in servers:
+            for src, dst in ((w, p), (p, w)):
+                t0 = sum(ph.seconds for ph in comm.ps_phases(src, dst, 0))
+                t1 = sum(ph.seconds for ph in comm.ps_phases(src, dst, _PROBE_BYTES))
+                intercept = min(intercept, t0)
+                slope = min(slope, max(0.0, (t1 - t0) / _PROBE_BYTES))
+    return intercept, slope
+
+
+def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slots=None, simulator=None):
+    """Seconds below which no step of a strategy with these replicas can run.
+
+    Parameters
+    ----------
+    replicas : list of list of str, optional
+        The strategy's replicas; default one per compute device.
+    group_slots : dict, optional
+        The strategy's op group slots (which device of a replica holds each
+        variable's gradient).
+    simulator : placement.simulator.Simulator, optional
+        Reused for its cached costs.
+
+    Returns
+    -------
+    float
+    """
+    sim = simulator or Simulator(graph_item, resource_spec, cost_model)
+    if replicas is None:
+        replicas = [[d.name] for d in resource_spec.compute_devices()]
+    group_slots = group_slots or {}
+    models = {}
+    for d in resource_spec.compute_devices():
+        models.setdefault(sim._model_key(d), d)
+    per_model = [sim.device_costs(d)[0] for d in models.values()]
+    cheapest = [min(costs[g] for costs in per_model) for g in range(len(sim.groups.groups))]
+
+    path = [0.0] * len(cheapest)
+    for g, preds in enumerate(sim.groups.predecessors()):
+        path[g] = cheapest[g] + max((path[p] for p, _ in preds), default=0.0)
+    critical = max(path, default=0.0)
+    used = {d for r in replicas for d in r}
+    work = sum(cheapest) * len(replicas) / max(len(used), 1)
+
+    sync = 0.0
+    if len(replicas) > 1 and sim.dense_bytes:
+        servers = len(ps_candidates(resource_spec))
+        intercept, slope = _ps_affine(sim) if servers else (float("inf"), 0.0)
+        for name, nbytes in sim.dense_bytes.items():
+            slot = group_slots.get(sim.var_unit[name], 0)
+            devices = [r[slot] for r in replicas]
+            allreduce = min(sim.comm.allreduce_time(nbytes, devices, a) for a in ("ring", "hierarchical", "master"))
+            shard = sim.sparse_bytes[name] / max(servers, 1)
+            ps = 2 * (intercept + slope * shard)
+            sync = max(sync, path[sim.groups.gradient_group[name]] + min(allreduce, ps))
+    return max(critical, work, sync)

@@ -1,0 +1,210 @@
+"""Coarsen a GraphItem's ops into op groups, so big graphs stay searchable.
+
+Two levels:
+
+- a *unit* is what a strategy places (``Strategy.group_slots`` keys): the ops
+  of one name scope (backward ops under ``gradient_tape/`` join the scope of
+  the forward op they differentiate), with a variable's handle and read ops
+  colocated with the op that consumes the value;
+- a *group* is what the simulator schedules: the ops of one unit in one pass
+  (forward or backward).  Contracting the op DAG onto (unit, pass) pairs can
+  close cycles; each strongly connected component becomes one group, and
+  units that share a component are merged, so groups form a DAG and every
+  group belongs to exactly one unit.
+
+Optimizer-update ops (phase ``"update"``) are not grouped: the simulator runs
+them after each variable's synchronisation (see ``placement.simulator``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+DEFAULT_MAX_UNITS = 512
+TAPE_PREFIX = "gradient_tape/"
+
+
+@dataclass
+class OpGroup:
+    """Ops of one unit in one pass, scheduled as a whole on one device."""
+
+    name: str
+    unit: str
+    ops: list = field(default_factory=list)
+    activation_bytes: int = 0  # forward outputs kept for the backward pass
+
+
+@dataclass
+class GroupGraph:
+    """The group DAG of one GraphItem.
+
+    ``groups`` are in topological order; ``edges`` maps ``(i, j)`` group
+    indices to the bytes flowing from group ``i`` to group ``j``;
+    ``gradient_group`` maps each trainable variable to the index of the group
+    whose end makes its gradient ready; ``update_ops`` lists the optimizer
+    ops the simulator charges per variable.
+    """
+
+    groups: list
+    edges: dict
+    units: list
+    gradient_group: dict
+    update_ops: list
+
+    def predecessors(self):
+        preds = [[] for _ in self.groups]
+        for (i, j), nbytes in self.edges.items():
+            preds[j].append((i, nbytes))
+        return preds
+
+    def successors(self):
+        succs = [[] for _ in self.groups]
+        for (i, j), nbytes in sorted(self.edges.items()):
+            succs[i].append((j, nbytes))
+        return succs
+
+    def unit_of_variable(self, name):
+        """The unit that holds a variable's gradient (and so its home device)."""
+        return self.groups[self.gradient_group[name]].unit
+
+
+def _scope_parts(op):
+    scope = op.scope if op.scope else op.name.rpartition("/")[0]
+    if scope.startswith(TAPE_PREFIX):
+        scope = scope[len(TAPE_PREFIX):]
+    return [p for p in scope.split("/") if p] or [op.name]
+
+
+def _choose_depth(ops, max_units):
+    """Deepest scope depth whose number of distinct keys stays <= max_units."""
+    parts = [_scope_parts(op) for op in ops]
+    best = 1
+    for depth in range(1, max((len(p) for p in parts), default=1) + 1):
+        keys = {"/".join(p[:depth]) for p in parts}
+        if len(keys) > max_units:
+            break
+        best = depth
+    return best
+
+
+def _colocate_variables(graph_item, unit_of):
+    """Move each variable's handle and read ops to the unit that consumes them."""
+    consumers = {}
+    for op in graph_item.ops.values():
+        for tensor in op.inputs:
+            src = tensor.lstrip("^").rpartition(":")[0] or tensor.lstrip("^")
+            consumers.setdefault(src, []).append(op.name)
+    for var in graph_item.variables.values():
+        reads = [r for r in var.read_ops if r in unit_of]
+        owned = set(reads) | {var.handle_op}
+        for read in reads:
+            users = [c for c in consumers.get(read, ()) if c not in owned and c in unit_of]
+            if users:
+                unit_of[read] = unit_of[users[0]]
+        if var.handle_op in unit_of and reads:
+            unit_of[var.handle_op] = unit_of[reads[0]]
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent = {}
+
+    def find(self, x):
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while x != root:
+            self.parent[x], x = root, self.parent.get(x, x)
+        return root
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            lo, hi = sorted((ra, rb))
+            self.parent[hi] = lo
+
+
+def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
+    """Coarsen ``graph_item`` into a :class:`GroupGraph`.
+
+    Parameters
+    ----------
+    graph_item : autodist.graph.item.GraphItem
+    max_units : int
+        Upper bound on placement units; the scope depth is the deepest that
+        stays under it.
+
+    Returns
+    -------
+    GroupGraph
+    """
+    ops = [op for op in graph_item.ops.values() if op.phase != "update"]
+    depth = _choose_depth(ops, max_units)
+    unit_of = {op.name: "/".join(_scope_parts(op)[:depth]) for op in ops}
+    _colocate_variables(graph_item, unit_of)
+    pass_of = {op.name: "backward" if op.phase == "backward" else "forward" for op in ops}
+
+    contracted = nx.DiGraph()
+    for op in ops:
+        contracted.add_node((unit_of[op.name], pass_of[op.name]))
+    op_edges = []
+    for op in ops:
+        dst = (unit_of[op.name], pass_of[op.name])
+        for tensor in op.inputs:
+            src_op, nbytes = graph_item._edge(tensor)
+            if src_op in unit_of and src_op != op.name:
+                src = (unit_of[src_op], pass_of[src_op])
+                op_edges.append((src_op, op.name, nbytes))
+                if src != dst:
+                    contracted.add_edge(src, dst)
+
+    merged = _UnionFind()
+    components = sorted(sorted(c) for c in nx.strongly_connected_components(contracted))
+    node_component = {}
+    for index, members in enumerate(components):
+        for node in members:
+            node_component[node] = index
+            merged.union(members[0][0], node[0])
+
+    condensed = nx.DiGraph()
+    condensed.add_nodes_from(range(len(components)))
+    for a, b in contracted.edges:
+        ca, cb = node_component[a], node_component[b]
+        if ca != cb:
+            condensed.add_edge(ca, cb)
+    order = list(nx.lexicographical_topological_sort(condensed, key=lambda c: components[c]))
+    position = {c: i for i, c in enumerate(order)}
+
+    groups = []
+    for c in order:
+        members = components[c]
+        unit = merged.find(members[0][0])
+        label = "+".join(f"{u}:{p}" for u, p in members)
+        groups.append(OpGroup(name=label, unit=unit))
+    group_of = {}
+    for op in ops:
+        g = position[node_component[(unit_of[op.name], pass_of[op.name])]]
+        group_of[op.name] = g
+        groups[g].ops.append(op.name)
+        if op.phase == "forward":
+            groups[g].activation_bytes += op.total_output_bytes
+
+    edges = {}
+    for src_op, dst_op, nbytes in op_edges:
+        i, j = group_of[src_op], group_of[dst_op]
+        if i != j:
+            edges[(i, j)] = edges.get((i, j), 0) + nbytes
+
+    gradient_group = {}
+    for var in graph_item.trainable_variables():
+        producers = [graph_item._edge(t)[0] for t in var.gradients]
+        indices = [group_of[p] for p in producers if p in group_of]
+        if not indices:
+            indices = [group_of[r] for r in var.read_ops if r in group_of]
+        gradient_group[var.name] = max(indices) if indices else len(groups) - 1
+
+    units = sorted({g.unit for g in groups})
+    update_ops = [op.name for op in graph_item.ops.values() if op.phase == "update"]
+    return GroupGraph(groups, edges, units, gradient_group, update_ops)

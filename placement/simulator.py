@@ -1,0 +1,490 @@
+"""Event-driven simulation of one training step under a Strategy.
+
+What one step does, as simulated:
+
+1. **Compute.**  Each replica runs its op groups (``placement.grouping``) in
+   dependency order; a device runs the groups that are ready on it in the
+   order they became ready (ties by topological index).  A tensor crossing
+   devices inside a replica costs its ``CommModel.transfer_phases``, queued
+   FIFO on that replica's links.
+2. **Synchronisation.**  A variable's gradient is ready when its gradient
+   group ends; its sync starts then, so it overlaps the rest of the backward
+   pass.  Allreduce: the gradients of one fusion bucket go as one collective
+   once the bucket's last gradient is ready.  PS: every worker pushes each
+   shard, the PS applies the update when all pushes of that shard are in,
+   then every worker pulls it.  Every phase of every transfer is queued FIFO
+   (by request time) on each link resource it occupies, which models
+   contention on NVLink/PCIe ports, NICs and PS servers.
+3. **Updates.**  After an allreduce, each replica device applies the
+   optimizer update of the bucket's variables (after its own compute);
+   a PS applies its shards' updates one at a time.
+
+The step ends when the last compute, update or pull ends.
+
+Costs: op seconds come from ``cost_model.op_costs`` (once per device model);
+optimizer-update ops are charged to their variable (its own and its slots'
+update ops) plus a byte-proportional share of unattributed update ops.
+
+Incremental evaluation: replicas whose devices have the same model and whose
+groups sit on the same slots have identical compute schedules, so a schedule
+is computed once per *replica class* and cached, keyed by the device models
+(one-device replicas) or the devices and group slots (model parallel).  A
+move that changes only synchronisation (method, shard, partition, algorithm,
+bucket, PS count) hits that cache and re-simulates only the communication,
+whose cost is a few events per variable and node.  PS traffic of the workers
+of one class on one node is aggregated into one transfer of their summed
+bytes: the workers share the node's NIC, so FIFO serialises them anyway.
+Phase lists from the CommModel are cached too.  ``tests/test_simulator*``
+checks that the cached result equals a fresh simulation.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from cost_models.comm import gradient_bytes
+from placement.grouping import group_ops
+
+# Work units charged per simulate() call besides its events: the fixed
+# bookkeeping (buckets, memory) costs about as much as this many events.
+PER_SIMULATION_WORK = 20
+
+
+@dataclass
+class SimResult:
+    """The simulated step.
+
+    ``step_time``: seconds from the step's start to its last event;
+    ``compute_time``: when the slowest replica finishes forward and backward;
+    ``exposed_comm_time``: ``step_time - compute_time`` (sync and updates not
+    hidden behind compute); ``link_busy`` / ``device_busy``: seconds each
+    resource is occupied; ``memory``: peak bytes per device; ``memory_limit``:
+    each used device's capacity; ``events``: ``(name, category, resource,
+    start, end)`` tuples of one replica per class plus every transfer.
+    """
+
+    step_time: float
+    compute_time: float
+    exposed_comm_time: float
+    link_busy: dict
+    device_busy: dict
+    memory: dict
+    memory_limit: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    replicas: int = 1
+
+    @property
+    def over_memory(self):
+        """Devices whose memory use exceeds their capacity, with the excess bytes."""
+        return {d: used - self.memory_limit[d] for d, used in self.memory.items() if used > self.memory_limit[d]}
+
+    @property
+    def fits(self):
+        return not self.over_memory
+
+    @property
+    def time_per_batch(self):
+        """Step time per replica batch: comparable across replica counts."""
+        return self.step_time / self.replicas
+
+    def to_dict(self):
+        return {
+            "step_time": self.step_time,
+            "compute_time": self.compute_time,
+            "exposed_comm_time": self.exposed_comm_time,
+            "replicas": self.replicas,
+            "link_busy": dict(sorted(self.link_busy.items())),
+            "device_busy": dict(sorted(self.device_busy.items())),
+            "memory": dict(sorted(self.memory.items())),
+        }
+
+    def to_chrome_trace(self):
+        """The timeline in Chrome trace format (``chrome://tracing``, Perfetto)."""
+        resources = sorted({e[2] for e in self.events})
+        tid = {r: i for i, r in enumerate(resources)}
+        trace = [
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": tid[r], "args": {"name": r}} for r in resources
+        ]
+        for name, category, resource, start, end in self.events:
+            trace.append(
+                {
+                    "name": name,
+                    "cat": category,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": tid[resource],
+                    "ts": start * 1e6,
+                    "dur": (end - start) * 1e6,
+                }
+            )
+        return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+
+@dataclass
+class _Schedule:
+    """The compute schedule of one replica class (slot-indexed)."""
+
+    end: float
+    slot_end: dict
+    slot_busy: dict
+    gradient_ready: dict
+    events: list
+
+
+class _LinkQueue:
+    """FIFO occupation of link resources by phases."""
+
+    def __init__(self):
+        self.free = {}
+        self.busy = {}
+
+    def occupy(self, links, ready, seconds):
+        start = ready
+        for link in links:
+            t = self.free.get(link, 0.0)
+            if t > start:
+                start = t
+        end = start + seconds
+        for link in links:
+            self.free[link] = end
+            self.busy[link] = self.busy.get(link, 0.0) + seconds
+        return start, end
+
+
+class Simulator:
+    """Simulates strategies of one job on one cluster, caching what it can.
+
+    Parameters
+    ----------
+    graph_item : autodist.graph.item.GraphItem
+    resource_spec : autodist.resource_spec.ResourceSpec
+    cost_model : cost_models.CostModel
+    groups : placement.grouping.GroupGraph, optional
+        Precomputed grouping of ``graph_item``.
+    """
+
+    def __init__(self, graph_item, resource_spec, cost_model, groups=None):
+        self.graph_item = graph_item
+        self.resource_spec = resource_spec
+        self.cost_model = cost_model
+        self.groups = groups if groups is not None else group_ops(graph_item)
+        self.comm = cost_model.comm_model(resource_spec)
+        self.variables = [v for v in graph_item.trainable_variables()]
+        self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
+        self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
+        slot_bytes = {}
+        for s in graph_item.slot_variables():
+            slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
+        self.slot_bytes = {v.name: slot_bytes.get(v.name, 0) for v in self.variables}
+        self.var_unit = {v.name: self.groups.unit_of_variable(v.name) for v in self.variables}
+        self._preds = self.groups.predecessors()
+        self._unit_index = {u: i for i, u in enumerate(self.groups.units)}
+        self._group_unit = [self._unit_index[g.unit] for g in self.groups.groups]
+        self._costs = {}
+        self._schedules = {}
+        self._phases = {}
+        self.work = 0  # events processed so far: a machine-independent effort count
+
+    # -- costs -----------------------------------------------------------
+    @staticmethod
+    def _model_key(device):
+        return (device.kind, device.model)
+
+    def device_costs(self, device):
+        """(group seconds list, update seconds per variable) on ``device``'s model."""
+        key = self._model_key(device)
+        if key not in self._costs:
+            op_costs = self.cost_model.op_costs(self.graph_item, device)
+            seconds = {name: c.seconds for name, c in op_costs.items()}
+            group_seconds = [sum(seconds.get(o, 0.0) for o in g.ops) for g in self.groups.groups]
+            self._costs[key] = (group_seconds, self._update_costs(seconds))
+        return self._costs[key]
+
+    def _update_costs(self, seconds):
+        variables = self.graph_item.variables
+        own = {}
+        attributed = set()
+        for v in self.variables:
+            names = set(v.update_ops)
+            for slot in v.slots:
+                if slot in variables:
+                    names.update(variables[slot].update_ops)
+            names &= set(self.groups.update_ops)
+            attributed |= names
+            own[v.name] = sum(seconds.get(o, 0.0) for o in sorted(names))
+        rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
+        total = sum(self.dense_bytes.values()) or 1
+        return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
+
+    def _phase_list(self, key, make):
+        phases = self._phases.get(key)
+        if phases is None:
+            phases = self._phases[key] = make()
+        return phases
+
+    # -- compute ---------------------------------------------------------
+    def _schedule(self, replica, slots, trace):
+        devices = [self.resource_spec.device(d) for d in replica]
+        if len(replica) == 1:
+            key = (self._model_key(devices[0]),)
+        else:
+            key = (tuple(replica), slots)
+        cached = self._schedules.get(key)
+        if cached is not None and (cached.events or not trace):
+            return cached
+        schedule = self._run_compute(replica, devices, slots, trace)
+        self._schedules[key] = schedule
+        return schedule
+
+    def _run_compute(self, replica, devices, slots, trace):
+        groups = self.groups.groups
+        n = len(groups)
+        costs = [self.device_costs(d)[0] for d in devices]
+        slot_of = [slots[self._group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
+        remaining = [len(p) for p in self._preds]
+        succs = self.groups.successors()
+        ready_at = [0.0] * n
+        end = [0.0] * n
+        free = {}
+        busy = {}
+        links = _LinkQueue()
+        events = []
+        heap = [(0.0, g) for g in range(n) if remaining[g] == 0]
+        heapq.heapify(heap)
+        while heap:
+            ready, g = heapq.heappop(heap)
+            slot = slot_of[g]
+            start = max(ready, free.get(slot, 0.0))
+            finish = start + costs[slot][g]
+            free[slot] = finish
+            busy[slot] = busy.get(slot, 0.0) + costs[slot][g]
+            end[g] = finish
+            if trace:
+                events.append((groups[g].name, "compute", replica[slot], start, finish))
+            for h, nbytes in succs[g]:
+                arrive = finish
+                if slot_of[h] != slot:
+                    src, dst = replica[slot], replica[slot_of[h]]
+                    phases = self._phase_list(("xfer", src, dst, nbytes), lambda: self.comm.transfer_phases(src, dst, nbytes))
+                    for phase in phases:
+                        t0, arrive = links.occupy(phase.links, arrive, phase.seconds)
+                        if trace:
+                            events.append((f"{groups[g].name}->{groups[h].name}", "activation", "+".join(phase.links), t0, arrive))
+                if arrive > ready_at[h]:
+                    ready_at[h] = arrive
+                remaining[h] -= 1
+                if remaining[h] == 0:
+                    heapq.heappush(heap, (ready_at[h], h))
+        self.work += n
+        gradient_ready = {v: end[g] for v, g in self.groups.gradient_group.items()}
+        return _Schedule(max(end, default=0.0), free, busy, gradient_ready, events)
+
+    # -- one step ----------------------------------------------------------
+    def simulate(self, strategy, trace=False, overlap=True):
+        """Simulate one step of ``strategy``.
+
+        Parameters
+        ----------
+        strategy : autodist.strategy.Strategy
+        trace : bool
+            Keep the timeline events (for ``SimResult.to_chrome_trace``).
+        overlap : bool
+            If False, synchronisation waits for the end of compute (a what-if
+            that shows how much overlap gains).
+
+        Returns
+        -------
+        SimResult
+        """
+        spec = self.resource_spec
+        self.work += PER_SIMULATION_WORK + len(strategy.sync) + len(strategy.replicas)
+        slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
+        classes = {}
+        for replica in strategy.replicas:
+            schedule = self._schedule(list(replica), slots, trace)
+            classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
+        classes = list(classes.values())
+        var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
+        compute_time = max(s.end for s, _ in classes)
+
+        def ready_time(schedule, var):
+            return schedule.gradient_ready[var] if overlap else schedule.end
+
+        links = _LinkQueue()
+        events = []
+        finish = [compute_time]
+        upd_free = {}
+        upd_busy = {}
+        busy = {}
+        for c, (schedule, _) in enumerate(classes):
+            for slot, t in schedule.slot_end.items():
+                upd_free[(c, slot)] = t
+        heap = []
+        seq = 0
+
+        def submit(t, phases, label, on_done):
+            nonlocal seq
+            if not phases:
+                on_done(t)
+                return
+            heapq.heappush(heap, (t, seq, 0, phases, label, on_done))
+            seq += 1
+
+        # allreduce buckets: (algorithm, bucket, slot) -> variables
+        buckets = {}
+        ps_vars = []
+        for name in sorted(strategy.sync):
+            s = strategy.sync[name]
+            if s.method == "allreduce":
+                buckets.setdefault((s.algorithm, s.bucket, var_slot[name]), []).append(name)
+            else:
+                ps_vars.append(name)
+
+        for (algorithm, bucket, slot), names in sorted(buckets.items()):
+            devices = tuple(r[slot] for r in strategy.replicas)
+            nbytes = sum(self.dense_bytes[v] for v in names)
+            ready = max(ready_time(s, v) for s, _ in classes for v in names)
+            phases = self._phase_list(
+                ("ar", devices, algorithm, nbytes),
+                lambda: self.comm.allreduce_phases(nbytes, list(devices), algorithm),
+            )
+
+            def applied(t, names=names, slot=slot):
+                for c, (schedule, members) in enumerate(classes):
+                    model_costs = self.device_costs(spec.device(members[0][slot]))[1]
+                    start = max(t, upd_free[(c, slot)])
+                    stop = start + sum(model_costs[v] for v in names)
+                    upd_free[(c, slot)] = stop
+                    upd_busy[(c, slot)] = upd_busy.get((c, slot), 0.0) + stop - start
+                    finish.append(stop)
+                    if trace:
+                        events.append((f"update bucket {bucket}", "update", members[0][slot], start, stop))
+
+            submit(ready, phases, f"allreduce {algorithm} bucket {bucket}", applied)
+
+        # PS: worker groups per (class, slot): (representative device, count) per node
+        worker_groups = {}
+        ps_free = {}
+        for name in ps_vars:
+            s = strategy.sync[name]
+            slot = var_slot[name]
+            for c, (schedule, members) in enumerate(classes):
+                if (c, slot) not in worker_groups:
+                    by_node = {}
+                    for r in members:
+                        by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
+                    worker_groups[(c, slot)] = [(devs[0], len(devs)) for _, devs in sorted(by_node.items())]
+            shards = s.shards
+            push_bytes = -(-self.sparse_bytes[name] // shards)
+            for i, task in enumerate(s.ps_tasks):
+                ps_device = strategy.ps_devices[task]
+                targets = [(c, dev, count) for c in range(len(classes)) for dev, count in worker_groups[(c, slot)]]
+                pending = [len(targets)]
+
+                def pushed(t, name=name, ps_device=ps_device, targets=targets, pending=pending, shards=shards, nbytes=push_bytes, i=i):
+                    pending[0] -= 1
+                    if pending[0]:
+                        return
+                    cost = self.device_costs(spec.device(ps_device))[1][name] / shards
+                    start = max(t, ps_free.get(ps_device, 0.0))
+                    stop = start + cost
+                    ps_free[ps_device] = stop
+                    busy[ps_device] = busy.get(ps_device, 0.0) + cost
+                    if trace:
+                        events.append((f"update {name}/{i}", "update", ps_device, start, stop))
+                    for _, dev, count in targets:
+                        phases = self._phase_list(
+                            ("ps", ps_device, dev, count * nbytes),
+                            lambda dev=dev, count=count: self.comm.ps_phases(ps_device, dev, count * nbytes),
+                        )
+                        submit(stop, phases, f"pull {name}/{i}", finish.append)
+
+                for c, dev, count in targets:
+                    phases = self._phase_list(
+                        ("ps", dev, ps_device, count * push_bytes),
+                        lambda dev=dev, count=count: self.comm.ps_phases(dev, ps_device, count * push_bytes),
+                    )
+                    submit(ready_time(classes[c][0], name), phases, f"push {name}/{i}", pushed)
+
+        while heap:
+            t, _, index, phases, label, on_done = heapq.heappop(heap)
+            phase = phases[index]
+            start, end = links.occupy(phase.links, t, phase.seconds)
+            self.work += 1
+            if trace:
+                events.append((label, "sync", "+".join(phase.links) or "local", start, end))
+            if index + 1 < len(phases):
+                heapq.heappush(heap, (end, seq, index + 1, phases, label, on_done))
+                seq += 1
+            else:
+                on_done(end)
+
+        step_time = max(max(finish), max(upd_free.values(), default=0.0), max(ps_free.values(), default=0.0))
+        for c, (schedule, members) in enumerate(classes):
+            for slot, seconds in schedule.slot_busy.items():
+                seconds += upd_busy.get((c, slot), 0.0)
+                for r in members:
+                    busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
+        memory = self.memory(strategy, slots)
+        limit = {d: spec.device(d).memory_bytes for d in memory}
+        for schedule, members in classes:
+            if trace:
+                events.extend(schedule.events)
+        return SimResult(
+            step_time=step_time,
+            compute_time=compute_time,
+            exposed_comm_time=max(0.0, step_time - compute_time),
+            link_busy=links.busy,
+            device_busy=busy,
+            memory=memory,
+            memory_limit=limit,
+            events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
+            replicas=len(strategy.replicas),
+        )
+
+    # -- memory ------------------------------------------------------------
+    def memory(self, strategy, slots=None):
+        """Peak bytes per device: parameters, optimizer slots, gradients, activations.
+
+        A replica device holds the activations of its groups (forward outputs
+        kept for backward), every gradient its groups produce and, for
+        allreduce variables, the variable and its optimizer slots.  A PS
+        device holds its shards of the variables and of their slots.
+        """
+        if slots is None:
+            slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
+        per_slot = {}
+        for g, group in enumerate(self.groups.groups):
+            slot = slots[self._group_unit[g]]
+            per_slot[slot] = per_slot.get(slot, 0) + group.activation_bytes
+        ps_bytes = {}
+        for name, s in strategy.sync.items():
+            slot = strategy.group_slots.get(self.var_unit[name], 0)
+            if s.method == "allreduce":
+                held = 2 * self.dense_bytes[name] + self.slot_bytes[name]
+            else:
+                held = self.sparse_bytes[name]
+                share = -(-(self.dense_bytes[name] + self.slot_bytes[name]) // s.shards)
+                for task in s.ps_tasks:
+                    dev = strategy.ps_devices[task]
+                    ps_bytes[dev] = ps_bytes.get(dev, 0) + share
+            per_slot[slot] = per_slot.get(slot, 0) + held
+        memory = {}
+        for replica in strategy.replicas:
+            for slot, dev in enumerate(replica):
+                memory[dev] = memory.get(dev, 0) + per_slot.get(slot, 0)
+        for dev, nbytes in ps_bytes.items():
+            memory[dev] = memory.get(dev, 0) + nbytes
+        return memory
+
+
+def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
+    """Simulate one training step of ``strategy`` (see :class:`Simulator`).
+
+    Returns
+    -------
+    SimResult
+        With its timeline, exportable by ``to_chrome_trace()``.
+    """
+    return Simulator(graph_item, resource_spec, cost_model).simulate(strategy, trace=True, overlap=overlap)

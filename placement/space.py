@@ -1,0 +1,186 @@
+"""The strategy space: local moves that keep a Strategy valid.
+
+Each move changes one decision and returns a short label (for statistics):
+
+- ``flip``: a variable from PS to allreduce or back;
+- ``shard``: one shard of a PS variable to another PS task;
+- ``partition``: a PS variable's shard count up or down by one (at most one
+  shard per PS task, at most one per row of the split axis);
+- ``algorithm``: a whole fusion bucket to another allreduce algorithm;
+- ``bucket``: an allreduce variable to the neighbouring bucket or a new one;
+- ``group``: an op group unit to another device of its replica (model
+  parallelism; only when replicas span several devices);
+- ``ps_count``: add a PS task (on a node without one, taking half the
+  shards of the busiest task) or remove the last one (its shards move to
+  the others).
+
+The replicas themselves are fixed during a search: every candidate compared
+by step time processes the same batches.
+"""
+
+from __future__ import annotations
+
+from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
+from placement.baselines import ps_candidates
+
+MOVES = ("flip", "shard", "partition", "algorithm", "bucket", "group", "ps_count")
+
+
+def copy_strategy(strategy):
+    """A copy that moves may change without touching ``strategy`` (VarSync is frozen)."""
+    return Strategy(
+        replicas=strategy.replicas,
+        sync=dict(strategy.sync),
+        ps_devices=list(strategy.ps_devices),
+        group_slots=dict(strategy.group_slots),
+    )
+
+
+class StrategySpace:
+    """Applies random valid moves to strategies of one job on one cluster.
+
+    Parameters
+    ----------
+    simulator : placement.simulator.Simulator
+        For variable sizes, shapes and op group units.
+    rng : random.Random
+        The only source of randomness (seeded by the caller).
+    """
+
+    def __init__(self, simulator, rng):
+        self.rng = rng
+        self.variables = sorted(simulator.dense_bytes)
+        self.bytes = simulator.sparse_bytes
+        shapes = {v.name: v.shape for v in simulator.variables}
+        self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
+        self.units = list(simulator.groups.units)
+        self.candidates = ps_candidates(simulator.resource_spec)
+
+    def applicable(self, strategy):
+        moves = ["flip", "algorithm", "bucket"]
+        if any(s.method == "ps" for s in strategy.sync.values()):
+            moves += ["shard", "partition"]
+        if self.candidates:
+            moves.append("ps_count")
+        if len(strategy.replicas[0]) > 1 and self.units:
+            moves.append("group")
+        return moves
+
+    def move(self, strategy):
+        """Apply one random move to ``strategy`` in place; return its label."""
+        name = self.rng.choice(self.applicable(strategy))
+        getattr(self, f"_{name}")(strategy)
+        return name
+
+    # -- helpers -----------------------------------------------------------
+    def _pick(self, strategy, method):
+        names = [v for v in self.variables if strategy.sync[v].method == method]
+        return self.rng.choice(names) if names else None
+
+    def _task_load(self, strategy):
+        load = [0] * len(strategy.ps_devices)
+        for name, s in strategy.sync.items():
+            if s.method == "ps":
+                for task in s.ps_tasks:
+                    load[task] += self.bytes[name] // s.shards
+        return load
+
+    def _ensure_ps(self, strategy):
+        if not strategy.ps_devices:
+            strategy.ps_devices.append(self.candidates[0])
+
+    # -- moves -------------------------------------------------------------
+    def _flip(self, strategy):
+        name = self.rng.choice(self.variables)
+        s = strategy.sync[name]
+        if s.method == "allreduce" and self.candidates:
+            self._ensure_ps(strategy)
+            load = self._task_load(strategy)
+            task = min(range(len(load)), key=lambda t: (load[t], t))
+            strategy.sync[name] = VarSync("ps", ps_tasks=(task,))
+        elif s.method == "ps":
+            used = sorted({(x.algorithm, x.bucket) for x in strategy.sync.values() if x.method == "allreduce"})
+            if used:
+                algorithm, bucket = self.rng.choice(used)
+            else:
+                algorithm, bucket = self.rng.choice(ALLREDUCE_ALGORITHMS), 0
+            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket)
+
+    def _shard(self, strategy):
+        name = self._pick(strategy, "ps")
+        s = strategy.sync[name]
+        free = [t for t in range(len(strategy.ps_devices)) if t not in s.ps_tasks]
+        if not free:
+            return
+        tasks = list(s.ps_tasks)
+        tasks[self.rng.randrange(len(tasks))] = self.rng.choice(free)
+        strategy.sync[name] = VarSync("ps", ps_tasks=tuple(tasks), axis=s.axis)
+
+    def _partition(self, strategy):
+        name = self._pick(strategy, "ps")
+        s = strategy.sync[name]
+        tasks = list(s.ps_tasks)
+        limit = min(len(strategy.ps_devices), self.max_shards[name])
+        grow = self.rng.random() < 0.5
+        if (grow or len(tasks) == 1) and len(tasks) < limit:
+            load = self._task_load(strategy)
+            free = [t for t in range(len(load)) if t not in tasks]
+            tasks.append(min(free, key=lambda t: (load[t], t)))
+        elif len(tasks) > 1:
+            tasks.pop(self.rng.randrange(len(tasks)))
+        strategy.sync[name] = VarSync("ps", ps_tasks=tuple(tasks), axis=s.axis)
+
+    def _algorithm(self, strategy):
+        name = self._pick(strategy, "allreduce")
+        if name is None:
+            return
+        s = strategy.sync[name]
+        algorithm = self.rng.choice([a for a in ALLREDUCE_ALGORITHMS if a != s.algorithm])
+        for other, x in strategy.sync.items():
+            if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
+                strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket)
+
+    def _bucket(self, strategy):
+        name = self._pick(strategy, "allreduce")
+        if name is None:
+            return
+        s = strategy.sync[name]
+        top = max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
+        bucket = max(0, min(top + 1, s.bucket + self.rng.choice((-1, 1))))
+        strategy.sync[name] = VarSync("allreduce", algorithm=s.algorithm, bucket=bucket)
+
+    def _group(self, strategy):
+        unit = self.rng.choice(self.units)
+        width = len(strategy.replicas[0])
+        slot = strategy.group_slots.get(unit, 0)
+        strategy.group_slots[unit] = self.rng.choice([k for k in range(width) if k != slot])
+
+    def _ps_count(self, strategy):
+        unused = [c for c in self.candidates if c not in strategy.ps_devices]
+        if unused and (len(strategy.ps_devices) < 2 or self.rng.random() < 0.5):
+            self._add_ps(strategy, unused[0])
+        elif len(strategy.ps_devices) >= 2:
+            self._remove_last_ps(strategy)
+
+    def _add_ps(self, strategy, device):
+        strategy.ps_devices.append(device)
+        new = len(strategy.ps_devices) - 1
+        load = self._task_load(strategy)
+        busiest = max(range(new), key=lambda t: (load[t], -t)) if new else None
+        holders = [v for v in self.variables if strategy.sync[v].method == "ps" and busiest in strategy.sync[v].ps_tasks]
+        for name in holders[::2]:
+            s = strategy.sync[name]
+            tasks = tuple(new if t == busiest else t for t in s.ps_tasks)
+            strategy.sync[name] = VarSync("ps", ps_tasks=tasks, axis=s.axis)
+
+    def _remove_last_ps(self, strategy):
+        last = len(strategy.ps_devices) - 1
+        strategy.ps_devices.pop()
+        for name in self.variables:
+            s = strategy.sync[name]
+            if s.method != "ps" or last not in s.ps_tasks:
+                continue
+            kept = [t for t in s.ps_tasks if t != last]
+            if not kept:
+                kept = [self.rng.randrange(last)]
+            strategy.sync[name] = VarSync("ps", ps_tasks=tuple(kept), axis=s.axis)
