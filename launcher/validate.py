@@ -88,7 +88,8 @@ def crd_schema(api_version, kind):
     path = os.path.join(schemas_dir(), filename)
     try:
         with open(path, encoding="utf-8") as fh:
-            crd = yaml.safe_load(fh)
+            # the C loader when PyYAML has it: these files are ~10k lines
+            crd = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except OSError as exc:
         raise LaunchError(f"cannot read CRD schema ({exc.strerror}); set {SCHEMAS_ENV}", source=path) from None
     version = api_version.rpartition("/")[2]

@@ -1,0 +1,193 @@
+"""Kubernetes manifests of real plans: strict schema checks, replicas, RDMA vs sockets, TF_CONFIG."""
+
+import copy
+
+import pytest
+
+from autodist.errors import InputError, LaunchError
+from launcher.manifests import build_manifests
+from launcher.options import EmitOptions
+from launcher.tf_config import operator_cluster_spec, task_environments
+from launcher.validate import check_custom_resource, crd_schema, validate_objects
+from tests.test_plan_fixtures import allreduce_rdma_plan, allreduce_socket_plan, ps_plan  # noqa: F401  (fixtures)
+
+
+def by_kind(objects):
+    return {o["kind"]: o for o in objects}
+
+
+def env_of(container):
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def only_container(replica):
+    (container,) = replica["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("fmt", ["tfjob", "mpijob"])
+@pytest.mark.parametrize("gang", [None, "volcano", "coscheduling"])
+def test_allreduce_manifests_pass_strict_validation(allreduce_rdma_plan, fmt, gang):
+    objects = build_manifests(allreduce_rdma_plan, fmt, EmitOptions(gang=gang, namespace="ml"))
+    kinds = [o["kind"] for o in objects]
+    assert kinds == ["ConfigMap"] + (["PodGroup"] if gang else []) + [{"tfjob": "TFJob", "mpijob": "MPIJob"}[fmt]]
+    # validate again explicitly: the returned objects are exactly what passed
+    assert validate_objects(copy.deepcopy(objects)) == objects
+    job = objects[-1]
+    replicas = job["spec"].get("tfReplicaSpecs") or job["spec"]["mpiReplicaSpecs"]
+    members = sum(r["replicas"] for r in replicas.values())
+    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == members
+    if gang:
+        group = by_kind(objects)["PodGroup"]
+        assert group["spec"]["minMember"] == members
+        assert group["spec"]["minResources"]["nvidia.com/gpu"] == "16"
+
+
+def test_ps_plan_gives_chief_worker_and_ps_replicas(ps_plan):
+    tfjob = by_kind(build_manifests(ps_plan, "tfjob"))["TFJob"]
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in specs.items()} == {"Chief": 1, "Worker": 2, "PS": 2}
+    for replica in specs.values():
+        container = only_container(replica)
+        assert container["name"] == "tensorflow"
+        assert container["command"] == ["autodist", "worker", "--plan", "/etc/autodist/plan.json"]
+        assert not any(k.startswith("NCCL_") for k in env_of(container))
+    assert only_container(specs["Worker"])["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert "resources" not in only_container(specs["PS"])
+    ps_nodes = specs["PS"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    hosts = ps_nodes["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
+    assert hosts["key"] == "kubernetes.io/hostname" and hosts["values"] == sorted(t["node"] for t in ps_plan.tasks_of("ps"))
+
+
+def test_ps_plan_cannot_be_an_mpijob(ps_plan):
+    with pytest.raises(LaunchError, match="allreduce plans only"):
+        build_manifests(ps_plan, "mpijob")
+
+
+def test_allreduce_on_rdma_cluster_one_pod_per_node_with_rdma_settings(allreduce_rdma_plan):
+    objects = build_manifests(allreduce_rdma_plan, "tfjob", EmitOptions(rdma_resource="rdma/hca_shared_devices_a"))
+    specs = by_kind(objects)["TFJob"]["spec"]["tfReplicaSpecs"]
+    assert list(specs) == ["Worker"]
+    worker = specs["Worker"]
+    assert worker["replicas"] == len(allreduce_rdma_plan.resource_spec.nodes)
+    pod = worker["template"]["spec"]
+    container = only_container(worker)
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/hca_shared_devices_a": 1}
+    assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    env = env_of(container)
+    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_HCA"] == "mlx5"
+    assert env["NCCL_NET_GDR_LEVEL"] == "PHB"  # the DGX preset has GPUDirect RDMA
+    assert "NCCL_IB_GID_INDEX" not in env  # InfiniBand, not RoCE
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
+    objects = build_manifests(allreduce_socket_plan, "tfjob", EmitOptions(socket_ifname="eth0"))
+    container = only_container(by_kind(objects)["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"])
+    env = env_of(container)
+    assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]) <= 64
+    assert "NCCL_IB_HCA" not in env and "securityContext" not in container
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+
+
+def test_mpijob_is_hierarchical_horovod(allreduce_rdma_plan):
+    mpijob = by_kind(build_manifests(allreduce_rdma_plan, "mpijob"))["MPIJob"]
+    spec = mpijob["spec"]
+    assert spec["slotsPerWorker"] == 8
+    assert {k: v["replicas"] for k, v in spec["mpiReplicaSpecs"].items()} == {"Launcher": 1, "Worker": 2}
+    launcher = only_container(spec["mpiReplicaSpecs"]["Launcher"])
+    assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
+    assert "resources" not in launcher  # the launcher holds no GPU and no RDMA device
+    env = env_of(launcher)
+    assert env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert int(env["HOROVOD_FUSION_THRESHOLD"]) == max(b["bytes"] for b in allreduce_rdma_plan.collectives["buckets"])
+    for name in env:
+        if name.startswith(("NCCL_", "HOROVOD_")):
+            assert launcher["command"][launcher["command"].index(name) - 1] == "-x"
+
+
+@pytest.mark.parametrize("plan_fixture", ["ps_plan", "allreduce_rdma_plan"])
+def test_tf_config_agrees_with_manifest_replicas(request, plan_fixture):
+    plan = request.getfixturevalue(plan_fixture)
+    tfjob = by_kind(build_manifests(plan, "tfjob", EmitOptions(namespace="team-a")))["TFJob"]
+    expected = operator_cluster_spec(tfjob)
+    envs = task_environments(plan, namespace="team-a")
+    assert len(envs) == sum(r["replicas"] for r in tfjob["spec"]["tfReplicaSpecs"].values())
+    import json
+
+    for (job, index), env in envs.items():
+        config = json.loads(env["TF_CONFIG"])
+        assert config["cluster"] == expected
+        assert config["task"] == {"type": job, "index": index}
+        assert index < tfjob["spec"]["tfReplicaSpecs"][job.capitalize() if job != "ps" else "PS"]["replicas"]
+
+
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        (("spec", "tfReplicaSpecs", "Worker", "template", "spec", "containers", 0, "gpuCount"), 8),
+        (("spec", "runPolicy", "schedulingPolicy", "minMembers"), 2),
+        (("spec", "tfReplicaSpecs", "Worker", "replica"), 2),
+    ],
+)
+def test_validator_rejects_unknown_fields(allreduce_rdma_plan, path, value):
+    objects = build_manifests(allreduce_rdma_plan, "tfjob")
+    broken = copy.deepcopy(objects)
+    node = broken[-1]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(LaunchError, match=f"'{path[-1]}' was unexpected"):
+        validate_objects(broken)
+
+
+def test_validator_checks_pod_templates_and_operator_rules(allreduce_rdma_plan, ps_plan):
+    objects = build_manifests(allreduce_rdma_plan, "tfjob")
+    wrong_type = copy.deepcopy(objects)
+    wrong_type[-1]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "x"
+    with pytest.raises(LaunchError, match="containerPort"):
+        validate_objects(wrong_type)
+    renamed = copy.deepcopy(objects)
+    renamed[-1]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
+    with pytest.raises(LaunchError, match="no container named 'tensorflow'"):
+        validate_objects(renamed)
+    two_chiefs = copy.deepcopy(build_manifests(ps_plan, "tfjob"))
+    two_chiefs[-1]["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] = 2
+    with pytest.raises(LaunchError, match="at most 1"):
+        validate_objects(two_chiefs)
+    mpi = copy.deepcopy(build_manifests(allreduce_rdma_plan, "mpijob"))
+    mpi[-1]["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Always"
+    with pytest.raises(LaunchError, match="restartPolicy 'Always' is not allowed"):
+        validate_objects(mpi)
+
+
+def test_crd_conversion_follows_sources_md():
+    schema = crd_schema("kubeflow.org/v1", "TFJob")
+    assert schema["properties"]["metadata"] == {"type": "object"}
+    assert schema["additionalProperties"] is False
+    replica = schema["properties"]["spec"]["properties"]["tfReplicaSpecs"]["additionalProperties"]
+    limits = replica["properties"]["template"]["properties"]["spec"]["properties"]["containers"]["items"]
+    limits = limits["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+    assert limits["anyOf"] == [{"type": "integer"}, {"type": "string"}]
+    podgroup = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
+    check_custom_resource({**podgroup, "spec": {"minMember": 2}})
+    with pytest.raises(LaunchError, match="minMember"):
+        check_custom_resource({**podgroup, "spec": {"minMember": "two"}})
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (EmitOptions(image="Not An Image"), "not a valid container image"),
+        (EmitOptions(namespace="Team_A"), "--namespace: 'Team_A' is not a DNS-1123 label"),
+        (EmitOptions(name="9lives"), "--name: '9lives' is not a DNS-1035 label"),
+        (EmitOptions(name="a" * 60), "too long"),
+    ],
+)
+def test_bad_options_fail_before_building(allreduce_rdma_plan, options, message):
+    with pytest.raises(InputError, match=message):
+        build_manifests(allreduce_rdma_plan, "tfjob", options)
