@@ -52,7 +52,7 @@ def test_ps_plan_has_chief_workers_and_ps_tasks(ps_plan, embedding_graph):
 
 
 def test_prediction_and_provenance_come_from_the_simulation(allreduce_socket_plan, mlp_graph):
-    from placement.simulator import simulate
+    from placement import simulate
 
     plan = allreduce_socket_plan
     sim = simulate(mlp_graph, plan.resource_spec, plan.strategy, cost_model())
@@ -74,7 +74,7 @@ def test_device_strings_use_task_local_indices(mlp_graph):
     # Two replicas on the upper GPUs of each node: the pod sees them as GPU:0 and GPU:1.
     replicas = [[f"{n.name}/GPU:{i}"] for n in spec.nodes for i in (6, 7)]
     strategy = Strategy(replicas, {v.name: VarSync("allreduce") for v in mlp_graph.trainable_variables()})
-    from placement.simulator import simulate
+    from placement import simulate
 
     plan = Plan.from_strategy(mlp_graph, spec, strategy, simulate(mlp_graph, spec, strategy, cost_model()), "cm", 0)
     node1 = spec.nodes[1].name
@@ -147,7 +147,7 @@ def test_round_trip_property(mlp_graph, data):
                 bucket=data.draw(st.integers(0, 3)),
             )
     strategy = Strategy(replicas, sync, ps_devices=cpus[:ps_count])
-    from placement.simulator import simulate
+    from placement import simulate
 
     prediction = simulate(mlp_graph, spec, strategy, cost_model())
     seed = data.draw(st.integers(0, 2**31))

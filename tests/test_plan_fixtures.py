@@ -51,7 +51,7 @@ def ps_strategy(graph_item, resource_spec):
 
 def build_plan(graph_item, preset, kind, seed=0):
     """A plan of the real graph on a preset with a hand-built ``kind`` strategy, simulated for real."""
-    from placement.simulator import simulate
+    from placement import simulate
 
     resource_spec = cluster(preset)
     strategy = (ps_strategy if kind == "ps" else allreduce_strategy)(graph_item, resource_spec)

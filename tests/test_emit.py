@@ -1,0 +1,226 @@
+"""`autodist emit` and `autodist plan --emit-k8s`: files, bad input, submission.
+
+No real Kubernetes API server runs here.  Submission is tested against a
+small fake API server on 127.0.0.1 that records the requests the official
+client sends and answers 201; it checks what we send, not what a cluster does.
+"""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+
+from autodist.cli import main
+from tests.test_plan_fixtures import allreduce_rdma_plan, ps_plan  # noqa: F401  (fixtures)
+
+
+def run_cli(*argv):
+    """Run ``autodist`` in-process; returns its exit status (output goes to capsys)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in argv])
+    return exit_info.value.code
+
+
+@pytest.fixture
+def plan_file(tmp_path, allreduce_rdma_plan):
+    path = tmp_path / "plan.json"
+    allreduce_rdma_plan.save(path)
+    return path
+
+
+@pytest.fixture
+def ps_plan_file(tmp_path, ps_plan):
+    path = tmp_path / "ps-plan.json"
+    ps_plan.save(path)
+    return path
+
+
+def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
+    out = tmp_path / "k8s"
+    assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano", "--namespace", "ml", "--name", "bert-run") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
+    assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml"}
+    config_map = yaml.safe_load((out / "configmap.yaml").read_text())
+    assert json.loads(config_map["data"]["plan.json"]) == json.loads(plan_file.read_text())
+    group = yaml.safe_load((out / "podgroup.yaml").read_text())
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["spec"]["minMember"] == 2
+    assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
+
+
+def test_emit_to_stdout_is_deterministic(plan_file, capsys):
+    assert run_cli("emit", plan_file, "--format", "mpijob") == 0
+    first = capsys.readouterr().out
+    assert run_cli("emit", plan_file, "--format", "mpijob") == 0
+    assert capsys.readouterr().out == first
+    assert [d["kind"] for d in yaml.safe_load_all(first)] == ["ConfigMap", "MPIJob"]
+
+
+def _bad_version(path):
+    data = json.loads(path.read_text())
+    data["version"] = 7
+    path.write_text(json.dumps(data))
+    return r"plan.json: version: unsupported plan version 7"
+
+
+def _missing_device(path):
+    data = json.loads(path.read_text())
+    data["tasks"][0]["devices"][3] = "node-5/GPU:3"
+    path.write_text(json.dumps(data))
+    return r"plan.json: tasks\[0\].devices\[3\]: device 'node-5/GPU:3' is not in the plan's cluster"
+
+
+@pytest.mark.parametrize(
+    "edit_plan, extra, message",
+    [
+        (_bad_version, [], None),
+        (_missing_device, [], None),
+        (None, ["--image", "Bad Image!"], "--image: 'Bad Image!' is not a valid container image reference"),
+        (None, ["--namespace", "Not_A_Label"], "--namespace: 'Not_A_Label' is not a DNS-1123 label"),
+        (None, ["--namespace", "x" * 64], "is not a DNS-1123 label"),
+        (None, ["--name", "Job.Name"], "--name: 'Job.Name' is not a DNS-1035 label"),
+        (None, ["--dry-run"], "--dry-run needs --submit"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path, plan_file, capsys, edit_plan, extra, message):
+    import re
+
+    if edit_plan is not None:
+        message = edit_plan(plan_file)
+    out = tmp_path / "k8s"
+    assert run_cli("emit", plan_file, "-o", out, *extra) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autodist: error: ")
+    assert re.search(message, lines[0]), lines[0]
+    assert not out.exists()
+
+
+def test_mpijob_of_a_ps_plan_is_refused(tmp_path, ps_plan_file, capsys):
+    out = tmp_path / "k8s"
+    assert run_cli("emit", ps_plan_file, "--format", "mpijob", "-o", out) == 2
+    assert "allreduce plans only" in capsys.readouterr().err
+    assert not out.exists()
+
+
+class _FakeApiServer(ThreadingHTTPServer):
+    """Records every request; answers POSTs 201 with the posted object."""
+
+    def __init__(self):
+        self.requests = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        url = urlparse(self.path)
+        self.server.requests.append({"path": url.path, "query": parse_qs(url.query), "body": body})
+        data = json.dumps(body).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def _kubeconfig(tmp_path, server_url):
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": server_url}}],
+        "users": [{"name": "tester", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
+        "current-context": "fake",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def fake_api_server():
+    server = _FakeApiServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_submit_posts_every_object_in_order(tmp_path, ps_plan_file, fake_api_server, capsys, dry_run):
+    kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{fake_api_server.server_port}")
+    flags = ["--submit", "--kubeconfig", kubeconfig] + (["--dry-run"] if dry_run else [])
+    assert run_cli("emit", ps_plan_file, "--namespace", "team-a", "--gang", "coscheduling", *flags) == 0
+    requests = fake_api_server.requests
+    assert [r["path"] for r in requests] == [
+        "/api/v1/namespaces/team-a/configmaps",
+        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups",
+        "/apis/kubeflow.org/v1/namespaces/team-a/tfjobs",
+    ]
+    for r in requests:
+        assert r["query"].get("fieldValidation") == ["Strict"]
+        assert r["query"].get("dryRun") == (["All"] if dry_run else None)
+    assert requests[-1]["body"]["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
+    word = "validated (dry run)" if dry_run else "created"
+    assert capsys.readouterr().out.splitlines()[-1] == f"TFJob/embedding {word}"
+
+
+def test_unreachable_cluster_is_one_line(tmp_path, plan_file, capsys):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{port}")
+    assert run_cli("emit", plan_file, "--submit", "--dry-run", "--kubeconfig", kubeconfig) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"autodist: error: cannot reach the Kubernetes API server at http://127.0.0.1:{port}")
+
+
+def test_missing_kubeconfig_is_one_line(tmp_path, plan_file, capsys):
+    assert run_cli("emit", plan_file, "--submit", "--kubeconfig", tmp_path / "nope") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "no usable Kubernetes credentials" in err[0]
+
+
+def test_plan_command_searches_and_emits(tmp_path, mlp_graph, capsys):
+    graph = tmp_path / "graph.json"
+    mlp_graph.save(graph)
+    plan_path, out = tmp_path / "plan.json", tmp_path / "k8s"
+    argv = ["plan", graph, "--preset", "dgx-h100:2", "-o", plan_path, "--budget", "0.5", "--emit-k8s", out]
+    assert run_cli(*argv) == 0
+    captured = capsys.readouterr()
+    assert "searching [" in captured.err and "100%" in captured.err
+    from autodist.plan import Plan
+
+    plan = Plan.load(plan_path)
+    assert plan.provenance["graph_hash"] == mlp_graph.content_hash()
+    assert plan.prediction["baselines"] and plan.prediction["lower_bound"] <= plan.prediction["step_time"]
+    tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
+    replicas = {k.lower(): v["replicas"] for k, v in tfjob["spec"]["tfReplicaSpecs"].items()}
+    assert replicas == {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps") if plan.tasks_of(job)}
+    first = plan_path.read_bytes()
+    assert run_cli(*argv) == 0
+    assert plan_path.read_bytes() == first  # same inputs and seed, same bytes
+
+
+def test_plan_command_bad_namespace_fails_before_search(tmp_path, mlp_graph, capsys):
+    graph = tmp_path / "graph.json"
+    mlp_graph.save(graph)
+    plan_path = tmp_path / "plan.json"
+    argv = ["plan", graph, "--preset", "dgx-h100:2", "-o", plan_path, "--emit-k8s", tmp_path / "k8s", "--namespace", "A_B"]
+    assert run_cli(*argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["autodist: error: --namespace: 'A_B' is not a DNS-1123 label "
+                                         "(lowercase letters, digits and '-', starting with a letter or digit, "
+                                         "ending alphanumeric, at most 63 characters)"]
+    assert not plan_path.exists() and not (tmp_path / "k8s").exists()
