@@ -137,7 +137,7 @@ def test_explicit_unknown_gpu_and_units(tmp_path):
             fabric: pcie-gen4
         """))
     spec = load_cluster(path=str(path))
-    assert spec.name == "custom" and spec.nodes[0].name == "10.0.0.5"
+    assert spec.name == "custom" and spec.nodes[0].name == spec.nodes[0].address == "10.0.0.5"
     first, third = spec.device("10.0.0.5/GPU:0"), spec.device("10.0.0.5/GPU:2")
     assert first.peak_flops == {"float32": 20e12, "bfloat16": 0.4e15}
     assert first.memory_bytes == 96 * 2**30 and first.memory_bandwidth == 3e12

@@ -254,7 +254,7 @@ def _read_node_group(reader, entry, field):
 
     group = []
     for node_name, address in zip(names, addresses):
-        node = base.node(node_name, address) if base else NodeSpec(node_name, [], None)
+        node = base.node(node_name, address) if base else NodeSpec(node_name, [], None, address=address)
         for kind, builders in devices.items():
             others = [d for d in node.devices if d.kind != kind]
             node.devices = others + [build(node_name) for build in builders]
