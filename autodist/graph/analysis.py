@@ -146,8 +146,8 @@ def analyse_variables(ops, handles):
     ops : dict
         Op name -> OpInfo, phases already assigned.
     handles : dict
-        Handle op name -> dict with ``name``, ``shape``, ``dtype``, ``bytes``
-        and ``trainable`` (facts from the variable itself).
+        Handle op name -> dict with ``name``, ``shape``, ``dtype``, ``bytes``,
+        ``trainable`` and optionally ``model_weight`` (default: trainable).
 
     Returns
     -------
@@ -174,6 +174,7 @@ def analyse_variables(ops, handles):
             dtype=facts["dtype"],
             bytes=int(facts["bytes"]),
             trainable=bool(facts["trainable"]),
+            model_weight=bool(facts.get("model_weight", facts["trainable"])),
             handle_op=handle_op,
             read_ops=reads,
             update_ops=updates,

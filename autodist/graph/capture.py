@@ -79,14 +79,8 @@ def _batch_size(specs):
     return 0
 
 
-def _optimizer_name(python_fn, variables):
-    """Class name of the Keras optimizer the step uses.
-
-    Looks at the objects the function closes over or names as globals; else
-    falls back on the Keras 3 naming ``<optimizer>/iteration``.
-    """
-    import keras
-
+def _referenced_objects(python_fn):
+    """Objects a step function closes over, names as globals, or is bound to."""
     fn = inspect.unwrap(python_fn)
     objects = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_full(c)]
     code = getattr(fn, "__code__", None)
@@ -95,6 +89,16 @@ def _optimizer_name(python_fn, variables):
     bound = getattr(python_fn, "__self__", None)
     if bound is not None:
         objects.append(bound)
+    return objects
+
+
+def _optimizer_name(objects, variables):
+    """Class name of the Keras optimizer among ``objects``.
+
+    Falls back on the Keras 3 naming of optimizer state, ``<optimizer>/iteration``.
+    """
+    import keras
+
     for obj in objects:
         if isinstance(obj, keras.optimizers.Optimizer):
             return type(obj).__name__
@@ -107,6 +111,18 @@ def _optimizer_name(python_fn, variables):
     return ""
 
 
+def _model_weight_names(objects):
+    """Names of the ``tf.Variable``s behind the weights of the Keras models among ``objects``."""
+    import keras
+
+    names = set()
+    for obj in objects:
+        if isinstance(obj, keras.Model):
+            for weight in obj.weights:
+                names.add(variable_facts(getattr(weight, "value", weight))["name"])
+    return names
+
+
 def _cell_full(cell):
     try:
         cell.cell_contents
@@ -115,8 +131,12 @@ def _cell_full(cell):
     return True
 
 
-def item_from_graph(graph, variables, job):
-    """GraphItem of a traced ``FuncGraph`` whose captures include ``variables``."""
+def item_from_graph(graph, variables, job, model_weights=None):
+    """GraphItem of a traced ``FuncGraph`` whose captures include ``variables``.
+
+    ``model_weights`` names the model's own variables; without it, the
+    trainable ones.
+    """
     import tensorflow as tf
 
     ops = {op.name: op for op in op_infos(graph)}
@@ -125,7 +145,10 @@ def item_from_graph(graph, variables, job):
     handles = {}
     for external, internal in graph.captures:
         if internal.dtype == tf.resource and id(external) in by_handle:
-            handles[internal.op.name] = variable_facts(by_handle[id(external)])
+            facts = variable_facts(by_handle[id(external)])
+            if model_weights is not None:
+                facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
+            handles[internal.op.name] = facts
     return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
 
 
@@ -153,15 +176,16 @@ def _trace(traced, args, kwargs, model_name, source, optimizer=None, input_shape
         named.update({k: v for k, v in ((k, _shapes_of(s)) for k, s in kwspecs.items()) if v is not None})
         input_shapes = named
     variables = concrete.graph.variables
+    objects = _referenced_objects(traced.python_function)
     job = JobInfo(
         model_name=model_name,
         batch_size=_batch_size((specs, kwspecs)),
         input_shapes=input_shapes,
-        optimizer=optimizer or _optimizer_name(traced.python_function, variables),
+        optimizer=optimizer or _optimizer_name(objects, variables),
         tf_version=tf.__version__,
         source=source,
     )
-    return item_from_graph(concrete.graph, variables, job)
+    return item_from_graph(concrete.graph, variables, job, _model_weight_names(objects) or None)
 
 
 def _as_tf_function(fn):

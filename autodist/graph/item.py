@@ -66,7 +66,9 @@ class VariableInfo:
     ``handle_op`` is the op that yields the variable's resource handle in the
     step graph.  ``gradients`` are tensor names; for a sparse gradient they
     are the IndexedSlices (values, indices) tensors.  ``slot_of`` names the
-    trainable variable an optimizer slot belongs to.
+    trainable variable an optimizer slot belongs to.  ``model_weight`` is True
+    for the model's own weights, trainable or not (e.g. BatchNorm moving
+    statistics), and False for optimizer and metric state.
     """
 
     name: str
@@ -83,6 +85,7 @@ class VariableInfo:
     slots: list[str] = field(default_factory=list)
     slot_of: str | None = None
     rows_touched: int | None = None
+    model_weight: bool = False
 
 
 @dataclass
@@ -167,6 +170,10 @@ class GraphItem:
 
     def parameter_bytes(self):
         return sum(v.bytes for v in self.trainable_variables())
+
+    def model_weights(self):
+        """The model's own weights, trainable or not (what ``keras.Model.count_params`` counts)."""
+        return [v for v in self.variables.values() if v.model_weight]
 
     def parameter_count(self):
         total = 0

@@ -1,0 +1,6 @@
+"""Inception-v3 (keras.applications, weights=None) on synthetic ImageNet-sized images, model.fit."""
+
+from keras_app import train
+
+if __name__ == "__main__":
+    train("InceptionV3", 299, __doc__, batch_size=8)

@@ -1,0 +1,45 @@
+"""Shared pieces of the zoo scripts: command-line options and synthetic data.
+
+Every zoo script trains offline on random data (fixed seed) so that it runs
+anywhere; ``--steps`` and ``--batch-size`` size the run.
+"""
+
+import argparse
+
+import numpy as np
+
+
+def parse_args(description, batch_size, steps=2, argv=None):
+    """Parse ``--steps`` and ``--batch-size`` (plus ``--seed``)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=steps, help="training steps to run")
+    parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch size")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.batch_size < 1:
+        parser.error("--steps and --batch-size must be positive")
+    return args
+
+
+def images(n, shape, classes, seed=0):
+    """``n`` random images of ``shape`` (float32 in [0, 1)) and integer labels."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, *shape), dtype=np.float32)
+    y = rng.integers(0, classes, size=(n,), dtype=np.int32)
+    return x, y
+
+
+def tokens(n, seq_len, vocab, seed=0):
+    """``n`` random token sequences of ``seq_len`` ids below ``vocab`` (int32)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab, size=(n, seq_len), dtype=np.int32)
+
+
+def ids(n, columns, rows, seed=0):
+    """``n`` rows of ``columns`` categorical ids below ``rows`` (int32)."""
+    return tokens(n, columns, rows, seed)
+
+
+def binary_labels(n, seed=0):
+    rng = np.random.default_rng(seed + 1)
+    return rng.integers(0, 2, size=(n, 1)).astype(np.float32)
