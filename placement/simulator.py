@@ -323,12 +323,12 @@ class Simulator:
         heap = []
         seq = 0
 
-        def submit(t, phases, label, on_done):
+        def submit(t, phases, label, on_done, atomic=False):
             nonlocal seq
             if not phases:
                 on_done(t)
                 return
-            heapq.heappush(heap, (t, seq, 0, phases, label, on_done))
+            heapq.heappush(heap, (t, seq, 0, phases, label, on_done, atomic))
             seq += 1
 
         # allreduce buckets: (algorithm, bucket, slot) -> variables
@@ -350,7 +350,7 @@ class Simulator:
                 lambda: self.comm.allreduce_phases(nbytes, list(devices), algorithm),
             )
 
-            def applied(t, names=names, slot=slot):
+            def applied(t, names=names, slot=slot, bucket=bucket):
                 for c, (schedule, members) in enumerate(classes):
                     model_costs = self.device_costs(spec.device(members[0][slot]))[1]
                     start = max(t, upd_free[(c, slot)])
@@ -361,7 +361,7 @@ class Simulator:
                     if trace:
                         events.append((f"update bucket {bucket}", "update", members[0][slot], start, stop))
 
-            submit(ready, phases, f"allreduce {algorithm} bucket {bucket}", applied)
+            submit(ready, phases, f"allreduce {algorithm} bucket {bucket}", applied, atomic=True)
 
         # PS: worker groups per (class, slot): (representative device, count) per node
         worker_groups = {}
@@ -408,14 +408,18 @@ class Simulator:
                     submit(ready_time(classes[c][0], name), phases, f"push {name}/{i}", pushed)
 
         while heap:
-            t, _, index, phases, label, on_done = heapq.heappop(heap)
-            phase = phases[index]
-            start, end = links.occupy(phase.links, t, phase.seconds)
-            self.work += 1
-            if trace:
-                events.append((label, "sync", "+".join(phase.links) or "local", start, end))
-            if index + 1 < len(phases):
-                heapq.heappush(heap, (end, seq, index + 1, phases, label, on_done))
+            t, _, index, phases, label, on_done, atomic = heapq.heappop(heap)
+            # a collective runs its phases back to back (one NCCL stream);
+            # separate transfers queue phase by phase
+            last = len(phases) if atomic else index + 1
+            end = t
+            for phase in phases[index:last]:
+                start, end = links.occupy(phase.links, end, phase.seconds)
+                self.work += 1
+                if trace:
+                    events.append((label, "sync", "+".join(phase.links) or "local", start, end))
+            if last < len(phases):
+                heapq.heappush(heap, (end, seq, last, phases, label, on_done, atomic))
                 seq += 1
             else:
                 on_done(end)

@@ -1,0 +1,124 @@
+"""The step simulator on real captured graphs with the shipped cost model."""
+
+import json
+import random
+
+import pytest
+
+from autodist.resource_spec import load_cluster
+from autodist.strategy import Strategy, VarSync
+from placement import Simulator, baselines, simulate
+from placement.space import StrategySpace, copy_strategy
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+@pytest.fixture(scope="module")
+def ethernet():
+    """Two g4dn.12xlarge nodes (4 T4 on PCIe each, 50 GbE): communication matters."""
+    return load_cluster(preset="g4dn.12xlarge:2")
+
+
+def per_variable_buckets(strategy, algorithm="ring"):
+    sync = {name: VarSync("allreduce", algorithm=algorithm, bucket=i) for i, name in enumerate(sorted(strategy.sync))}
+    return Strategy(replicas=strategy.replicas, sync=sync)
+
+
+def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_model):
+    sim = Simulator(embedding_graph, ethernet, cost_model)
+    strategy = per_variable_buckets(baselines.data_parallel(sim))
+    overlapped = sim.simulate(strategy)
+    serial = sim.simulate(strategy, overlap=False)
+    assert overlapped.compute_time == serial.compute_time
+    assert overlapped.step_time < serial.step_time
+    assert overlapped.exposed_comm_time < serial.exposed_comm_time
+    # gradients become ready at different times of the backward pass
+    ready = sim._schedule(strategy.replicas[0], (), False).gradient_ready
+    assert len(set(ready.values())) > 1
+
+
+def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, ethernet, cost_model):
+    sim = Simulator(mlp_graph, ethernet, cost_model)
+    base = baselines.greedy_ps(sim)
+    kernels = sorted(v for v in sim.dense_bytes if v.endswith("kernel"))
+    assert len(base.ps_devices) == 2 and len(kernels) == 2
+
+    def placed(tasks):
+        sync = dict(base.sync)
+        for name, task in zip(kernels, tasks):
+            sync[name] = VarSync("ps", ps_tasks=(task,))
+        return Strategy(replicas=base.replicas, sync=sync, ps_devices=base.ps_devices)
+
+    shared = sim.simulate(placed((0, 0)))
+    spread = sim.simulate(placed((0, 1)))
+    # the same bytes move in both; on one server they queue on its links
+    assert shared.step_time > spread.step_time
+
+
+def test_memory_accounts_parameters_slots_gradients_and_activations(mlp_graph, ethernet, cost_model):
+    sim = Simulator(mlp_graph, ethernet, cost_model)
+    params = mlp_graph.parameter_bytes()
+    slots = sum(v.bytes for v in mlp_graph.slot_variables() if v.slot_of in sim.dense_bytes)
+    activations = sum(op.total_output_bytes for op in mlp_graph.ops.values() if op.phase == "forward")
+    assert slots == 2 * params  # Adam: momentum and velocity
+
+    allreduce = sim.simulate(baselines.data_parallel(sim))
+    for replica in baselines.data_parallel(sim).replicas:
+        assert allreduce.memory[replica[0]] == activations + 2 * params + slots
+
+    ps_strategy = baselines.greedy_ps(sim)
+    ps = sim.simulate(ps_strategy)
+    worker = ps_strategy.replicas[0][0]
+    assert ps.memory[worker] == activations + params
+    on_servers = sum(ps.memory[d] for d in ps_strategy.ps_devices)
+    assert params + slots <= on_servers <= params + slots + len(sim.dense_bytes) * len(ps_strategy.ps_devices)
+    assert ps.fits and all(ps.memory[d] <= ps.memory_limit[d] for d in ps.memory)
+
+
+def test_sparse_gradient_sends_only_touched_rows_to_ps(embedding_graph, ethernet, cost_model):
+    sim = Simulator(embedding_graph, ethernet, cost_model)
+    table = next(v for v in embedding_graph.trainable_variables() if v.sparse_gradient)
+    assert sim.sparse_bytes[table.name] < table.bytes
+    strategy = baselines.parallax(sim)
+    assert strategy.sync[table.name].method == "ps"
+    assert all(s.method == "allreduce" for n, s in strategy.sync.items() if n != table.name)
+    dense = Strategy(replicas=strategy.replicas, sync={n: VarSync("allreduce") for n in strategy.sync})
+    assert sim.simulate(strategy).step_time < sim.simulate(dense).step_time
+
+
+def test_same_inputs_same_result(mlp_graph, ethernet, cost_model):
+    sim = Simulator(mlp_graph, ethernet, cost_model)
+    strategy = baselines.parallax(sim)
+    a = simulate(mlp_graph, ethernet, strategy, cost_model)
+    b = simulate(mlp_graph, ethernet, strategy, cost_model)
+    assert json.dumps(a.to_dict()) == json.dumps(b.to_dict())
+    assert json.dumps(a.to_chrome_trace()) == json.dumps(b.to_chrome_trace())
+
+
+def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, cost_model):
+    cached = Simulator(embedding_graph, ethernet, cost_model)
+    space = StrategySpace(cached, random.Random(3))
+    strategy = baselines.greedy_ps(cached)
+    for _ in range(40):
+        strategy = copy_strategy(strategy)
+        space.move(strategy)
+        strategy.validate(embedding_graph, ethernet)
+        fresh = Simulator(embedding_graph, ethernet, cost_model).simulate(strategy)
+        assert cached.simulate(strategy).to_dict() == fresh.to_dict()
+
+
+def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, cost_model):
+    sim = Simulator(mlp_graph, ethernet, cost_model)
+    result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim), cost_model)
+    trace = result.to_chrome_trace()
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["cat"] for e in events} == {"compute", "sync", "update"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+    end = max(e["ts"] + e["dur"] for e in events)
+    assert end == pytest.approx(result.step_time * 1e6)
+    json.dumps(trace)
