@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -89,8 +90,9 @@ def test_paths_on_dgx_h100():
     assert same.kind == "same-device" and same.links == ()
     intra = spec.path("node-0/GPU:0", "node-0/GPU:7")
     assert intra.kind == "intra-node" and intra.bandwidth == 450e9 and not intra.rdma
+    assert intra.medium == "nvlink"
     host = spec.path("node-0/CPU:0", "node-0/GPU:7")
-    assert host.bandwidth == 63e9  # CPU <-> GPU over PCIe Gen5, not NVLink
+    assert host.bandwidth == 63e9 and host.medium == "pcie"  # CPU <-> GPU over PCIe Gen5, not NVLink
     inter = spec.path("node-0/GPU:2", "node-1/GPU:5")
     assert inter.kind == "inter-node" and inter.rdma
     assert inter.links == ("node-0/nic2", "node-1/nic5")
@@ -122,6 +124,7 @@ def test_pcie_caps_a_nic_without_gpudirect(tmp_path):
     spec = load_cluster(path=str(path))
     gpu_path = spec.path("box-0/GPU:0", "box-1/GPU:1")
     assert gpu_path.rdma and gpu_path.bandwidth == 15.75e9  # PCIe Gen3 below 25 GB/s RoCE
+    assert gpu_path.medium == "pcie"
     assert spec.nodes[0].nics[0].latency == 1.5e-6  # the kind's default
 
 
@@ -183,6 +186,30 @@ def test_cpu_local_needs_no_tensorflow():
 def test_local_machine_reports_this_host():
     import os
 
-    spec = load_cluster(preset="local")
+    from autodist.resource_spec.discovery import DiscoveryWarning
+
+    with pytest.warns(DiscoveryWarning, match="memory bandwidth unknown"):
+        spec = load_cluster(preset="local")
     cpu = spec.device("local/CPU:0")
     assert cpu.memory_bytes > 0 and spec.nodes[0].labels["cpus"] == str(os.cpu_count())
+    assert cpu.peak_flops["float32"] > 0
+
+
+CLUSTER_FILES = sorted((Path(__file__).resolve().parent.parent / "benchmarks" / "clusters").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=[p.name for p in CLUSTER_FILES])
+def test_example_cluster_files_load_and_dump_back(path, capsys):
+    spec = load_cluster(path=str(path))
+    assert spec.name == path.stem
+    code, out, err = run_cli(["cluster", "show", str(path), "--yaml"], capsys)
+    assert code == 0 and err == "" and parse_cluster(out) == spec
+
+
+def test_example_files_match_what_they_say():
+    clusters = Path(__file__).resolve().parent.parent / "benchmarks" / "clusters"
+    assert load_cluster(path=str(clusters / "cpu-local-2.yaml")) == load_cluster(preset="cpu-local:2")
+    lab = load_cluster(path=str(clusters / "lab-mixed.yaml"))
+    assert [n.address for n in lab.nodes] == ["10.0.1.10", "10.0.1.11", "10.0.2.7", "10.0.3.2"]
+    t4_to_dgx = lab.path("t4box/GPU:0", "dgx-1/GPU:4")
+    assert t4_to_dgx.bandwidth == 12.5e9 and t4_to_dgx.rdma and t4_to_dgx.medium == "roce"

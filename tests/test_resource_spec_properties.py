@@ -94,4 +94,4 @@ def test_path_symmetric_and_within_its_slowest_link(doc, data):
             continue
         assert forward.links and all(link in link_bandwidths for link in forward.links)
         assert 0 < forward.bandwidth <= min(link_bandwidths[link] for link in forward.links)
-        assert forward.latency > 0
+        assert forward.latency > 0 and forward.medium in LINK_KINDS

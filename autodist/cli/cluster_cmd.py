@@ -16,10 +16,12 @@ def register(subparsers):
     show = actions.add_parser(
         "show",
         help="print nodes, devices, links and totals",
-        description="autodist cluster show (CLUSTER_FILE | --preset NAME[:N] | --from-kubernetes) [--json]",
+        description="autodist cluster show (CLUSTER_FILE | --preset NAME[:N] | --from-kubernetes) [--json | --yaml]",
     )
     add_cluster_arguments(show, positional=True)
-    show.add_argument("--json", action="store_true", help="print the resource spec as JSON")
+    formats = show.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="print the resource spec as JSON")
+    formats.add_argument("--yaml", action="store_true", help="print it as an editable cluster.yaml")
     show.set_defaults(func=run_show)
 
 
@@ -31,6 +33,10 @@ def run_show(args):
         print(f"autodist: warning: {warning.message}", file=sys.stderr)
     if args.json:
         print(json.dumps(spec.to_dict(), indent=1))
+    elif args.yaml:
+        from autodist.resource_spec.cluster_file import dump_cluster
+
+        print(dump_cluster(spec), end="")
     else:
         print(format_cluster(spec))
     return 0

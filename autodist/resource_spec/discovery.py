@@ -271,10 +271,14 @@ def local_machine(detect_gpus=True):
     """This machine as one node ``local``: its CPUs, memory and (via TensorFlow) GPUs.
 
     TensorFlow is imported only when an NVIDIA driver is present
-    (``/proc/driver/nvidia``); peak FLOP/s of the CPU are left unknown.
+    (``/proc/driver/nvidia``).  The CPU's peak FLOP/s is an upper-bound
+    estimate from /proc/cpuinfo; its memory bandwidth is unknown (a warning
+    says so: the measured ``cpu-local`` preset has one).
     """
     cores = os.cpu_count() or 1
-    cpu = DeviceSpec("local/CPU:0", "CPU", "cpu", {}, _meminfo_total(), 0.0, node="local", index=0)
+    peak = _cpu_peak_flops(cores)
+    _warn("local CPU: memory bandwidth unknown (the cpu-local preset has measured figures)")
+    cpu = DeviceSpec("local/CPU:0", "CPU", "cpu", peak, _meminfo_total(), 0.0, node="local", index=0)
     gpus = _local_gpus() if detect_gpus and os.path.exists("/proc/driver/nvidia") else []
     if gpus:
         known = [presets.find_device_model(g.model) for g in gpus]
@@ -284,6 +288,27 @@ def local_machine(detect_gpus=True):
         fabric, host_link = presets.LINK_PRESETS["loopback-local"], None
     node = NodeSpec("local", [cpu] + gpus, fabric, labels={"cpus": str(cores)}, host_link=host_link)
     return ResourceSpec([node], name="local")
+
+
+def _cpu_peak_flops(cores):
+    """{"float32": ..., "float64": ...}: logical CPUs x clock x FLOP per cycle, or {} if unreadable.
+
+    FLOP per cycle per core, float32: 64 with AVX-512 (two FMA units), 32 with
+    AVX2 and FMA, 8 otherwise (SSE); see presets for the arithmetic.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            info = fh.read()
+    except OSError:
+        return {}
+    clocks = [float(line.split(":")[1]) for line in info.splitlines() if line.startswith("cpu MHz")]
+    flag_lines = [line.split(":")[1].split() for line in info.splitlines() if line.startswith("flags")]
+    if not clocks or not flag_lines:
+        return {}
+    flags = set(flag_lines[0])
+    per_cycle = 64 if "avx512f" in flags else 32 if {"avx2", "fma"} <= flags else 8
+    fp32 = cores * max(clocks) * 1e6 * per_cycle
+    return {"float32": fp32, "float64": fp32 / 2}
 
 
 def _meminfo_total():

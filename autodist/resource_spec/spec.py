@@ -103,6 +103,8 @@ class Path:
 
     ``links`` are the link resources a transfer occupies, all at once;
     ``bandwidth`` is the slowest of them, ``latency`` their sum.
+    ``medium`` is the link kind that sets the bandwidth (one of
+    ``LINK_KINDS``; empty on the same device).
     """
 
     kind: str  # "same-device" | "intra-node" | "inter-node"
@@ -110,6 +112,7 @@ class Path:
     bandwidth: float
     latency: float
     rdma: bool = False
+    medium: str = ""
 
 
 class ResourceSpec:
@@ -162,23 +165,24 @@ class ResourceSpec:
             return Path("same-device", (), float("inf"), 0.0)
         na, nb = self._nodes[a.node], self._nodes[b.node]
         if na is nb:
-            port_a, port_b = na.port_of(a), na.port_of(b)
+            slow = min(na.port_of(a), na.port_of(b), key=lambda link: (link.bandwidth, link.kind))
             links = tuple(sorted((f"{a.name}/fabric", f"{b.name}/fabric")))
-            bandwidth = min(port_a.bandwidth, port_b.bandwidth)
-            return Path("intra-node", links, bandwidth, max(port_a.latency, port_b.latency))
+            latency = max(na.port_of(a).latency, na.port_of(b).latency)
+            return Path("intra-node", links, slow.bandwidth, latency, medium=slow.kind)
         nic_a = na.nics[na.nic_for(a)]
         nic_b = nb.nics[nb.nic_for(b)]
         links = tuple(sorted((f"{na.name}/nic{na.nic_for(a)}", f"{nb.name}/nic{nb.nic_for(b)}")))
-        bandwidth = min(nic_a.bandwidth, nic_b.bandwidth)
         latency = nic_a.latency + nic_b.latency
+        candidates = [nic_a, nic_b]
         # Without GPUDirect RDMA a GPU's bytes also cross its host's PCIe.
         for node, dev, nic in ((na, a, nic_a), (nb, b, nic_b)):
             if dev.kind == "GPU" and not nic.gpudirect:
                 if node.host_link is not None:
-                    bandwidth = min(bandwidth, node.host_link.bandwidth)
+                    candidates.append(node.host_link)
                 elif node.fabric.kind == "pcie":
-                    bandwidth = min(bandwidth, node.fabric.bandwidth)
-        return Path("inter-node", links, bandwidth, latency, rdma=nic_a.rdma and nic_b.rdma)
+                    candidates.append(node.fabric)
+        slow = min(candidates, key=lambda link: (link.bandwidth, link.kind))
+        return Path("inter-node", links, slow.bandwidth, latency, rdma=nic_a.rdma and nic_b.rdma, medium=slow.kind)
 
     def link_bandwidths(self):
         """Every link resource name with its bandwidth (bytes/s)."""
@@ -211,14 +215,19 @@ class ResourceSpec:
         if data.get("version") != VERSION:
             raise InputError(f"unsupported version {data.get('version')!r}", source=where, field="version")
         nodes = []
-        for n in data["nodes"]:
-            n = dict(n)
-            n["devices"] = [DeviceSpec(**d) for d in n["devices"]]
-            n["fabric"] = LinkSpec(**n["fabric"])
-            n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
-            if n.get("host_link") is not None:
-                n["host_link"] = LinkSpec(**n["host_link"])
-            nodes.append(NodeSpec(**n))
+        for i, n in enumerate(data.get("nodes") or []):
+            try:
+                n = dict(n)
+                n["devices"] = [DeviceSpec(**d) for d in n["devices"]]
+                n["fabric"] = LinkSpec(**n["fabric"])
+                n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
+                if n.get("host_link") is not None:
+                    n["host_link"] = LinkSpec(**n["host_link"])
+                nodes.append(NodeSpec(**n))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InputError(f"malformed node ({type(exc).__name__}: {exc})", source=where, field=f"nodes[{i}]") from None
+        if not nodes:
+            raise InputError("no nodes", source=where, field="nodes")
         return cls(nodes, name=data.get("name", ""))
 
     def __eq__(self, other):
