@@ -1,0 +1,102 @@
+"""``placement report``: show what autodist would do with a job, how fast, and why."""
+
+import json
+
+from autodist.errors import InputError
+
+FORMATS = ("text", "markdown", "json")
+
+
+def register(subparsers):
+    from autodist.resource_spec import add_cluster_arguments
+
+    p = subparsers.add_parser(
+        "report",
+        help="what autodist would do with a job on a cluster, how fast, and why",
+        description="Plan a job (or read a plan) and report the predicted step time against every "
+        "baseline, the bottleneck, the pods and the largest variables.",
+    )
+    p.add_argument("source", help="train.py, graph.json (or .pb/.pbtxt/SavedModel), or plan.json")
+    add_cluster_arguments(p)
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--timeline", metavar="TRACE_JSON", help="write the simulated step as a Chrome trace")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    p.add_argument("--compare", metavar="PLAN_JSON", help="another plan to compare with")
+    p.add_argument("script_args", nargs="*", help="arguments of train.py (after --)")
+    p.set_defaults(func=run)
+
+
+def _is_plan_file(path):
+    if not path.endswith(".json"):
+        return False
+    from autodist.io import read_json
+    from autodist.plan import FORMAT
+
+    data = read_json(path)
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def _cluster_given(args):
+    return bool(args.cluster or args.preset or args.from_kubernetes)
+
+
+def _from_plan_file(args):
+    from autodist.plan import Plan
+    from autodist.resource_spec import cluster_from_args
+
+    plan = Plan.load(args.source)
+    if args.timeline:
+        raise InputError("--timeline needs the job's graph: give train.py or graph.json, not a plan", field="--timeline")
+    if _cluster_given(args):
+        spec = cluster_from_args(args)
+        if spec.content_hash() != plan.resource_spec.content_hash():
+            raise InputError(
+                f"the plan was made for cluster {plan.resource_spec.name!r}, not {spec.name!r}; "
+                "plan again for this cluster, or leave out the cluster option",
+                source=args.source,
+            )
+    return plan, None, None
+
+
+def _from_job(args):
+    from cost_models import CostModel
+    from placement import optimize
+
+    from autodist.api import graph_of
+    from autodist.cli.progress import SearchProgress
+    from autodist.plan import Plan
+    from autodist.resource_spec import cluster_from_args
+
+    if not _cluster_given(args):
+        raise InputError("give the cluster: --cluster FILE, --preset NAME[:N] or --from-kubernetes")
+    if args.budget <= 0:
+        raise InputError(f"must be positive, got {args.budget}", field="--budget")
+    spec = cluster_from_args(args)
+    graph_item = graph_of(args.source, args.script_args)
+    cost_model = CostModel.default()
+    result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
+    plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
+    return plan, graph_item, result
+
+
+def run(args):
+    from autodist.io import write_json_atomic
+    from autodist.plan import Plan
+    from autodist.report import build_report, render
+
+    if _is_plan_file(args.source):
+        plan, graph_item, result = _from_plan_file(args)
+        plan_file = args.source
+    else:
+        plan, graph_item, result = _from_job(args)
+        plan_file = None
+    other = Plan.load(args.compare) if args.compare else None
+    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=args.budget if result else None)
+    if args.timeline:
+        write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
+    if args.format == "json":
+        print(json.dumps(doc, indent=1))
+    else:
+        print(render(doc, args.format), end="")
+    return 0

@@ -1,0 +1,300 @@
+"""The report as one plain document (the JSON format; text and markdown render it).
+
+Everything comes from a :class:`~autodist.plan.Plan` (tasks, variables,
+prediction, cluster) plus, when a search just ran, the search result's
+baseline simulations and statistics.  Numbers are SI (seconds, bytes); the
+renderers convert at the edge.
+"""
+
+from __future__ import annotations
+
+FORMAT = "autodist.report"
+VERSION = 1
+
+LARGEST_VARIABLES = 10
+GREEDY = "greedy-ps"
+
+
+def _per_sample(step_time, batch_size, replicas):
+    return batch_size * replicas / step_time if step_time > 0 and batch_size else None
+
+
+def _ratio(slow, fast):
+    return slow / fast if slow and fast else None
+
+
+def _job(plan, graph_item):
+    summary = plan.to_dict()["graph"]
+    sparse = sorted(v["name"] for v in plan.to_dict()["variables"] if v.get("sparse"))
+    return {
+        "model_name": summary["model_name"],
+        "batch_size": summary["batch_size"],
+        "optimizer": summary["optimizer"],
+        "ops": summary["ops"],
+        "trainable_variables": summary["trainable_variables"],
+        "parameters": graph_item.parameter_count() if graph_item is not None else None,
+        "parameter_bytes": summary["parameter_bytes"],
+        "flops_per_step": summary["flops"],
+        "sparse_variables": sparse,
+    }
+
+
+def _link_dict(link):
+    return {
+        "kind": link.kind,
+        "bandwidth": link.bandwidth,
+        "latency": link.latency,
+        "rdma": link.rdma,
+        "gpudirect": link.gpudirect,
+    }
+
+
+def _cluster(spec):
+    """Nodes grouped by identical hardware, with totals."""
+    groups = {}
+    for node in spec.nodes:
+        models = {}
+        for d in node.devices:
+            models[d.model] = models.get(d.model, 0) + 1
+        devices = ", ".join(f"{n}x {m}" for m, n in sorted(models.items()))
+        nics = [_link_dict(n) for n in node.nics]
+        key = (devices, repr(_link_dict(node.fabric)), repr(nics))
+        group = groups.setdefault(
+            key, {"nodes": [], "devices": devices, "fabric": _link_dict(node.fabric), "nics": nics}
+        )
+        group["nodes"].append(node.name)
+    inter = [n for node in spec.nodes for n in node.nics]
+    return {
+        "name": spec.name,
+        "nodes": len(spec.nodes),
+        "gpus": len(spec.gpus()),
+        "cpus": len(spec.devices("CPU")),
+        "rdma": len(spec.nodes) > 1 and bool(inter) and all(n.rdma for n in inter),
+        "node_groups": list(groups.values()),
+    }
+
+
+def _baselines(plan, candidates, batch_size, replicas):
+    """Every baseline with its breakdown (from the search) or its stored step time."""
+    if candidates:
+        return [
+            {
+                "name": c.name,
+                "step_time": c.simulation.step_time,
+                "samples_per_s": _per_sample(c.simulation.step_time, batch_size, len(c.strategy.replicas)),
+                "compute_time": c.simulation.compute_time,
+                "exposed_comm_time": c.simulation.exposed_comm_time,
+            }
+            for c in candidates
+        ]
+    stored = plan.to_dict()["prediction"].get("baselines", {})
+    return [
+        {
+            "name": name,
+            "step_time": t,
+            "samples_per_s": _per_sample(t, batch_size, replicas),
+            "compute_time": None,
+            "exposed_comm_time": None,
+        }
+        for name, t in stored.items()
+    ]
+
+
+def _ps_role(plan, link):
+    """How much of the PS-held bytes sit on the node behind ``link``."""
+    node = link.rsplit("/", 1)[0]
+    data = plan.to_dict()
+    ps_nodes = {t["index"]: t["node"] for t in data["tasks"] if t["job"] == "ps"}
+    total = held = 0
+    tasks = set()
+    for var in data["variables"]:
+        if var["method"] != "ps":
+            continue
+        shard_bytes = var["bytes"] / len(var["shards"])
+        for shard in var["shards"]:
+            total += shard_bytes
+            if ps_nodes.get(shard["ps_task"]) == node:
+                held += shard_bytes
+                tasks.add(shard["ps_task"])
+    if not held:
+        return None
+    names = ", ".join(str(t) for t in sorted(tasks))
+    if len(tasks) > 1:
+        return f"the PS tasks {names} on {node} hold {held / total:.0%} of the PS bytes"
+    return f"the PS task {names} on {node} holds {held / total:.0%} of the PS bytes"
+
+
+def _bottleneck(plan, prediction):
+    """The busiest link and device, and one sentence a person can act on."""
+    step = prediction["step_time"]
+    links = prediction["link_busy"]
+    devices = prediction["device_busy"]
+    link = max(links.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    device = max(devices.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    exposed = prediction["exposed_comm_time"] / step if step else 0.0
+    out = {
+        "busiest_link": None,
+        "busiest_device": None,
+        "exposed_comm_fraction": exposed,
+        "bound_by": "communication" if exposed > 0.2 else "compute",
+    }
+    if link:
+        total = sum(links.values())
+        out["busiest_link"] = {
+            "resource": link[0],
+            "busy_time": link[1],
+            "busy_fraction": link[1] / step if step else 0.0,
+            "share_of_link_time": link[1] / total if total else 0.0,
+        }
+    if device:
+        out["busiest_device"] = {
+            "resource": device[0],
+            "busy_time": device[1],
+            "busy_fraction": device[1] / step if step else 0.0,
+        }
+    out["sentence"] = _sentence(plan, out)
+    return out
+
+
+def _sentence(plan, b):
+    link, device = b["busiest_link"], b["busiest_device"]
+    if b["bound_by"] == "communication" and link:
+        role = _ps_role(plan, link["resource"]) if "/nic" in link["resource"] else None
+        where = f"; {role}" if role else ""
+        return (
+            f"Communication-bound: {b['exposed_comm_fraction']:.0%} of the step waits on transfers. "
+            f"The busiest link is {link['resource']}, busy {link['busy_fraction']:.0%} of the step "
+            f"({link['share_of_link_time']:.0%} of all link time){where}. "
+            "Faster links there, or fewer bytes crossing it, would shorten the step."
+        )
+    if device:
+        return (
+            f"Compute-bound: {device['resource']} computes {device['busy_fraction']:.0%} of the step and only "
+            f"{b['exposed_comm_fraction']:.0%} of the step waits on communication. "
+            "More or faster devices, not faster links, would shorten the step."
+        )
+    return "No device or link activity was simulated."
+
+
+def _pods(plan):
+    pods = {}
+    for task in plan.to_dict()["tasks"]:
+        pods.setdefault(task["node"], []).append(
+            {"job": task["job"], "index": task["index"], "devices": task["devices"]}
+        )
+    return [{"node": node, "tasks": tasks} for node, tasks in pods.items()]
+
+
+def _largest_variables(plan):
+    data = plan.to_dict()
+    ps_devices = data["strategy"]["ps_devices"]
+    rows = []
+    for var in sorted(data["variables"], key=lambda v: (-v["bytes"], v["name"]))[:LARGEST_VARIABLES]:
+        if var["method"] == "ps":
+            tasks = sorted({s["ps_task"] for s in var["shards"]})
+            where = ", ".join(f"ps:{t} ({ps_devices[t].split('/')[0]})" for t in tasks[:2])
+            where += f" +{len(tasks) - 2} more" if len(tasks) > 2 else ""
+            how = f"PS, {len(var['shards'])} shard{'s' if len(var['shards']) > 1 else ''}"
+        else:
+            where = "every replica"
+            how = f"allreduce {var['algorithm']}, bucket {var['bucket']}"
+        rows.append({"name": var["name"], "bytes": var["bytes"], "sync": how, "where": where})
+    return rows
+
+
+def _compare(plan, other, batch_size, replicas):
+    """The other plan's stored prediction beside this plan's, and what differs."""
+    mine = {v["name"]: v for v in plan.to_dict()["variables"]}
+    theirs = {v["name"]: v for v in other.to_dict()["variables"]}
+    differing = sorted(
+        n for n in mine.keys() & theirs.keys() if mine[n].get("method") != theirs[n].get("method")
+        or mine[n].get("algorithm") != theirs[n].get("algorithm")
+        or mine[n].get("shards") != theirs[n].get("shards")
+    )
+    step = other.to_dict()["prediction"]["step_time"]
+    other_replicas = len(other.strategy.replicas)
+    this = plan.to_dict()["prediction"]["step_time"]
+    return {
+        "plan": other.where,
+        "name": other.to_dict()["name"],
+        "step_time": step,
+        "samples_per_s": _per_sample(step, batch_size, other_replicas),
+        "speedup_of_this_plan": _ratio(step / other_replicas, this / replicas),
+        "same_graph": other.to_dict()["provenance"]["graph_hash"] == plan.to_dict()["provenance"]["graph_hash"],
+        "same_cluster": other.to_dict()["provenance"]["cluster_hash"] == plan.to_dict()["provenance"]["cluster_hash"],
+        "variables_with_other_sync": len(differing),
+    }
+
+
+def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=None, budget_s=None):
+    """The report document.
+
+    Parameters
+    ----------
+    plan : autodist.plan.Plan
+        The chosen plan (fresh from a search, or loaded from a file).
+    graph_item : GraphItem, optional
+        The job's graph, when at hand (adds the parameter count).
+    search : placement.SearchResult, optional
+        When a search just ran: its baselines' breakdowns and its statistics.
+    other_plan : autodist.plan.Plan, optional
+        A plan to compare with (``--compare``).
+    plan_file : str, optional
+        Where the chosen plan was read from or written to.
+    budget_s : float, optional
+        The search budget that was given.
+
+    Returns
+    -------
+    dict
+        A document valid against ``autodist/schemas/report.schema.json``.
+    """
+    data = plan.to_dict()
+    prediction = data["prediction"]
+    batch = data["graph"]["batch_size"]
+    replicas = len(plan.strategy.replicas)
+    step = prediction["step_time"]
+    baselines = _baselines(plan, search.candidates if search else (), batch, replicas)
+    per_batch = {b["name"]: b["step_time"] / replicas for b in baselines}
+    if search:
+        per_batch = {c.name: c.simulation.step_time / len(c.strategy.replicas) for c in search.candidates}
+    best = min(per_batch.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
+    lower = prediction.get("lower_bound")
+    stats = search.stats if search else None
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "job": _job(plan, graph_item),
+        "cluster": _cluster(plan.resource_spec),
+        "plan": {
+            "name": data["name"],
+            "file": plan_file,
+            "step_time": step,
+            "samples_per_s": _per_sample(step, batch, replicas),
+            "compute_time": prediction["compute_time"],
+            "exposed_comm_time": prediction["exposed_comm_time"],
+            "replicas": replicas,
+            "ps_tasks": len(plan.strategy.ps_devices),
+            "speedup_over_greedy_ps": _ratio(per_batch.get(GREEDY), step / replicas),
+            "best_baseline": best[0],
+            "speedup_over_best_baseline": _ratio(best[1], step / replicas),
+        },
+        "baselines": baselines,
+        "lower_bound": lower,
+        "gap_to_lower_bound": (step / lower - 1.0) if lower else None,
+        "bottleneck": _bottleneck(plan, prediction),
+        "pods": _pods(plan),
+        "largest_variables": _largest_variables(plan),
+        "search": None
+        if stats is None
+        else {
+            "seconds": stats["seconds"],
+            "moves_tried": stats["moves_tried"],
+            "moves_accepted": stats["moves_accepted"],
+            "started_from": stats.get("start"),
+            "seed": data["provenance"]["seed"],
+            "budget_s": budget_s,
+        },
+        "compare": None if other_plan is None else _compare(plan, other_plan, batch, replicas),
+        "provenance": data["provenance"],
+    }

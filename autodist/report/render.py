@@ -1,0 +1,219 @@
+"""Text and markdown renderings of a report document.
+
+Both renderers walk the same sections; only the table and heading styles
+differ.  Text fits a 100-column terminal: long cells are shortened in the
+middle (``abc..xyz``) so names stay recognisable.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+WIDTH = 100
+
+
+def ms(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:.2f} ms"
+
+
+def size(nbytes):
+    if nbytes is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def rate(bytes_per_s):
+    return f"{bytes_per_s / 1e9:.1f} GB/s"
+
+
+def count(n):
+    if n is None:
+        return "-"
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
+
+
+def factor(x):
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def percent(x):
+    return "-" if x is None else f"{x:.0%}"
+
+
+def _shorten(text, width):
+    if len(text) <= width:
+        return text
+    keep = max(width - 2, 0)
+    return (text[: keep // 2] + ".." + text[len(text) - (keep - keep // 2) :])[:width]
+
+
+def table(header, rows, markdown=False, width=WIDTH):
+    """Rows of strings as a table; in text mode, the widest column shrinks to fit ``width``."""
+    rows = [[str(c) for c in row] for row in rows]
+    if markdown:
+        cells = lambda r: "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |"  # noqa: E731
+        return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        widest = widths.index(max(widths))
+        widths[widest] -= 1
+    line = lambda r: "  ".join(_shorten(c, w).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def _paragraph(text, markdown):
+    return text if markdown else textwrap.fill(text, WIDTH)
+
+
+def _heading(title, markdown):
+    return f"## {title}" if markdown else f"{title}\n{'=' * len(title)}"
+
+
+def _job(doc, md):
+    job = doc["job"]
+    rows = [
+        ["model", job["model_name"] or "-"],
+        ["batch size", str(job["batch_size"])],
+        ["optimizer", job["optimizer"] or "-"],
+        ["ops", str(job["ops"])],
+        ["parameters", f"{count(job['parameters'])} ({size(job['parameter_bytes'])})"],
+        ["FLOPs per step", count(job["flops_per_step"])],
+        ["sparse variables", ", ".join(job["sparse_variables"]) or "none"],
+    ]
+    return table(["job", ""], rows, md)
+
+
+LINK_NAMES = {"infiniband": "IB", "ethernet": "Ethernet", "roce": "RoCE", "nvlink": "NVLink", "pcie": "PCIe"}
+
+
+def _link(link):
+    text = f"{LINK_NAMES.get(link['kind'], link['kind'])} {rate(link['bandwidth'])}"
+    if link["rdma"]:
+        text += " RDMA" + ("+GDR" if link["gpudirect"] else "")
+    return text
+
+
+def _cluster(doc, md):
+    c = doc["cluster"]
+    rows = []
+    for g in c["node_groups"]:
+        nics = g["nics"]
+        nic_text = f"{len(nics)}x {_link(nics[0])}" if nics else "none"
+        nodes = g["nodes"][0] if len(g["nodes"]) == 1 else f"{len(g['nodes'])} nodes ({g['nodes'][0]}..)"
+        rows.append([nodes, g["devices"], _link(g["fabric"]), nic_text])
+    head = (
+        f"Cluster {c['name'] or '-'}: {c['nodes']} nodes, {c['gpus']} GPUs, {c['cpus']} CPUs; "
+        f"RDMA between nodes: {'yes' if c['rdma'] else 'no'}."
+    )
+    legend = "\n\nGDR: GPUDirect RDMA." if any(n["gpudirect"] for g in c["node_groups"] for n in g["nics"]) else ""
+    return head + "\n\n" + table(["nodes", "devices", "inside a node", "NICs"], rows, md) + legend
+
+
+def _comparison(doc, md):
+    p = doc["plan"]
+    rows = [
+        [
+            f"autodist ({p['name']})",
+            ms(p["step_time"]),
+            count(p["samples_per_s"]),
+            ms(p["compute_time"]),
+            ms(p["exposed_comm_time"]),
+            "1.00x",
+        ]
+    ]
+    for b in sorted(doc["baselines"], key=lambda b: (b["step_time"], b["name"])):
+        ratio = b["samples_per_s"] / p["samples_per_s"] if b["samples_per_s"] and p["samples_per_s"] else None
+        rows.append(
+            [b["name"], ms(b["step_time"]), count(b["samples_per_s"]), ms(b["compute_time"]),
+             ms(b["exposed_comm_time"]), factor(ratio)]
+        )
+    if doc["compare"]:
+        o = doc["compare"]
+        rows.append([f"compared: {o['name']}", ms(o["step_time"]), count(o["samples_per_s"]), "-", "-",
+                     factor(1 / o["speedup_of_this_plan"] if o["speedup_of_this_plan"] else None)])
+    lines = [
+        table(["plan", "step", "samples/s", "compute", "exposed comm", "throughput"], rows, md),
+        "",
+        _paragraph(
+            f"{p['replicas']} replicas, {p['ps_tasks']} PS tasks. Speed-up over greedy PS: "
+            f"{factor(p['speedup_over_greedy_ps'])}; over the best baseline ({p['best_baseline'] or '-'}): "
+            f"{factor(p['speedup_over_best_baseline'])}. Lower bound {ms(doc['lower_bound'])}, "
+            f"gap to it {percent(doc['gap_to_lower_bound'])}.",
+            md,
+        ),
+    ]
+    if doc["compare"]:
+        o = doc["compare"]
+        note = "" if o["same_graph"] and o["same_cluster"] else " (made for a different graph or cluster)"
+        lines += ["", _paragraph(
+            f"Compared plan {o['plan']}{note}: {o['variables_with_other_sync']} variables synchronised "
+            f"differently; this plan is {factor(o['speedup_of_this_plan'])} its throughput.", md)]
+    return "\n".join(lines)
+
+
+def _bottleneck(doc, md):
+    b = doc["bottleneck"]
+    rows = []
+    if b["busiest_link"]:
+        link = b["busiest_link"]
+        rows.append(["busiest link", link["resource"], ms(link["busy_time"]), percent(link["busy_fraction"])])
+    if b["busiest_device"]:
+        dev = b["busiest_device"]
+        rows.append(["busiest device", dev["resource"], ms(dev["busy_time"]), percent(dev["busy_fraction"])])
+    text = _paragraph(b["sentence"], md)
+    return text + ("\n\n" + table(["", "resource", "busy", "of the step"], rows, md) if rows else "")
+
+
+def _pods(doc, md):
+    rows = []
+    for pod in doc["pods"]:
+        for t in pod["tasks"]:
+            devices = t["devices"]
+            shown = ", ".join(devices) if len(devices) <= 2 else f"{devices[0]} .. {devices[-1]} ({len(devices)})"
+            rows.append([pod["node"], f"{t['job']}:{t['index']}", shown or "(CPU only)"])
+    return table(["node", "task", "devices"], rows, md)
+
+
+def _variables(doc, md):
+    rows = [[v["name"], size(v["bytes"]), v["sync"], v["where"]] for v in doc["largest_variables"]]
+    return table(["variable", "size", "sync", "where"], rows, md)
+
+
+def _search(doc, md):
+    s = doc["search"]
+    if s is None:
+        return "Read from a plan file; no search ran."
+    return _paragraph(
+        f"Searched {s['seconds']:.1f} s (seed {s['seed']}): {s['moves_tried']} moves tried, "
+        f"{s['moves_accepted']} accepted, starting from the {s['started_from']} baseline.",
+        md,
+    )
+
+
+SECTIONS = (
+    ("Job", _job),
+    ("Cluster", _cluster),
+    ("Plan and baselines (predicted)", _comparison),
+    ("Where the time goes", _bottleneck),
+    ("Pods", _pods),
+    ("Largest variables", _variables),
+    ("Search", _search),
+)
+
+
+def render(doc, fmt="text"):
+    """The report as text (100 columns) or markdown."""
+    md = fmt == "markdown"
+    parts = []
+    if md:
+        parts.append(f"# autodist placement report: {doc['job']['model_name'] or 'job'}")
+    for title, section in SECTIONS:
+        parts.append(_heading(title, md))
+        parts.append(section(doc, md))
+    return "\n\n".join(parts) + "\n"

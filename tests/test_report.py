@@ -1,0 +1,184 @@
+"""``placement report`` on real captured graphs, every preset, the real cost model and search."""
+
+import json
+import re
+
+import jsonschema
+import pytest
+from markdown_it import MarkdownIt
+
+from autodist.cli import placement_main
+from autodist.report import schema
+from autodist.report.render import WIDTH, ms
+from autodist.resource_spec.presets import MACHINES
+
+NODES = {"cpu-local": 2}
+PRESETS = [f"{name}:{NODES.get(name, 4)}" for name in MACHINES]
+BUDGET = "0.3"
+
+
+def placement(capsys, *argv):
+    """Run the real ``placement`` CLI in-process; returns (status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exit_info:
+        placement_main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+@pytest.fixture(scope="module")
+def mlp_file(tmp_path_factory, mlp_graph):
+    path = tmp_path_factory.mktemp("report") / "mlp.json"
+    mlp_graph.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def embedding_file(tmp_path_factory, embedding_graph):
+    path = tmp_path_factory.mktemp("report") / "embedding.json"
+    embedding_graph.save(path)
+    return path
+
+
+def _flat(text):
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_text_report_on_every_preset_fits_100_columns(capsys, mlp_file, embedding_file, preset):
+    for graph in (mlp_file, embedding_file):
+        status, out, err = placement(capsys, "report", graph, "--preset", preset, "--budget", BUDGET)
+        assert status == 0, err
+        assert max(len(line) for line in out.splitlines()) <= WIDTH
+        for heading in ("Job", "Cluster", "Plan and baselines (predicted)", "Where the time goes", "Pods"):
+            assert f"\n{heading}\n" in f"\n{out}"
+        assert "greedy-ps" in out and "ring" in out
+
+
+def test_json_validates_and_agrees_with_text(capsys, embedding_file):
+    args = ("report", embedding_file, "--preset", "dgx-a100:2", "--budget", BUDGET, "--seed", "3")
+    status, out, err = placement(capsys, *args, "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema())
+    status, text, err = placement(capsys, *args)
+    assert status == 0, err
+
+    # Same seed, same search: the text shows the very numbers of the JSON.
+    plan_row = next(line for line in text.splitlines() if line.startswith("autodist ("))
+    assert ms(doc["plan"]["step_time"]) in plan_row
+    for baseline in doc["baselines"]:
+        row = next(line for line in text.splitlines() if line.startswith(baseline["name"] + " "))
+        assert ms(baseline["step_time"]) in row
+    assert _flat(doc["bottleneck"]["sentence"]) in _flat(text)
+    assert f"{doc['plan']['speedup_over_greedy_ps']:.2f}x" in text
+    assert f"{doc['search']['moves_tried']} moves tried" in text
+    assert {b["name"] for b in doc["baselines"]} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
+    assert doc["job"]["sparse_variables"] == [v for v in doc["job"]["sparse_variables"] if "embedding" in v]
+    assert doc["job"]["sparse_variables"], "the embedding's gradient is sparse"
+
+
+def test_schema_rejects_a_document_missing_a_field(capsys, mlp_file):
+    status, out, _ = placement(capsys, "report", mlp_file, "--preset", "dgx-h100:1", "--budget", BUDGET, "--format", "json")
+    doc = json.loads(out)
+    del doc["plan"]["step_time"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema())
+
+
+def test_markdown_renders_tables(capsys, mlp_file):
+    status, out, err = placement(
+        capsys, "report", mlp_file, "--preset", "p3.16xlarge:2", "--budget", BUDGET, "--format", "markdown"
+    )
+    assert status == 0, err
+    tokens = MarkdownIt("commonmark").enable("table").parse(out)
+    tables = [t for t in tokens if t.type == "table_open"]
+    assert len(tables) >= 5
+    html = MarkdownIt("commonmark").enable("table").render(out)
+    for header in ("plan", "step", "samples/s", "compute", "exposed comm", "variable", "node"):
+        assert f"<th>{header}</th>" in html
+    assert "<td>greedy-ps</td>" in html
+
+
+def test_timeline_is_a_chrome_trace(capsys, tmp_path, mlp_file):
+    trace_file = tmp_path / "trace.json"
+    status, _, err = placement(
+        capsys, "report", mlp_file, "--preset", "dgx-h100:2", "--budget", BUDGET, "--timeline", trace_file
+    )
+    assert status == 0, err
+    trace = json.loads(trace_file.read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert any("/GPU:" in n and "/fabric" not in n for n in names), "a track per device"
+    assert any("/nic" in n or "/fabric" in n for n in names), "a track per link"
+    assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+
+
+def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
+    from autodist.api import plan
+
+    first = tmp_path / "first.json"
+    other = tmp_path / "other.json"
+    plan(mlp_graph, "dgx-h100:2", seed=0, budget_s=0.3).save(first)
+    plan(mlp_graph, "p3.16xlarge:2", seed=1, budget_s=0.3).save(other)
+
+    status, out, err = placement(capsys, "report", first, "--format", "json", "--compare", other)
+    assert status == 0, err
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema())
+    assert doc["search"] is None and doc["plan"]["file"] == str(first)
+    assert doc["compare"]["same_graph"] and not doc["compare"]["same_cluster"]
+    stored = json.loads(first.read_text())["prediction"]
+    assert doc["plan"]["step_time"] == stored["step_time"]
+
+    status, text, err = placement(capsys, "report", first, "--preset", "dgx-h100:2", "--compare", other)
+    assert status == 0, err
+    assert "Read from a plan file" in text and "Compared plan" in text
+
+
+def _one_line_error(capsys, *argv):
+    status, out, err = placement(capsys, *argv)
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("placement: error:"), err
+    return lines[0]
+
+
+def test_bad_input_one_line_exit_2(capsys, tmp_path, mlp_file, mlp_graph):
+    from autodist.api import plan
+
+    missing = tmp_path / "missing.json"
+    assert "missing.json" in _one_line_error(capsys, "report", missing, "--preset", "dgx-h100:1")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text("{ not json")
+    assert "corrupt.json" in _one_line_error(capsys, "report", corrupt, "--preset", "dgx-h100:1")
+    assert "dgx-h900" in _one_line_error(capsys, "report", mlp_file, "--preset", "dgx-h900:1")
+    assert "--cluster" in _one_line_error(capsys, "report", mlp_file)
+    assert "--budget" in _one_line_error(capsys, "report", mlp_file, "--preset", "dgx-h100:1", "--budget", "0")
+
+    plan_file = tmp_path / "plan.json"
+    plan(mlp_graph, "dgx-h100:1", budget_s=0.2).save(plan_file)
+    assert "--timeline" in _one_line_error(capsys, "report", plan_file, "--timeline", tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    assert "cluster" in _one_line_error(capsys, "report", plan_file, "--preset", "dgx-a100:1")
+    assert "nope.json" in _one_line_error(capsys, "report", plan_file, "--compare", tmp_path / "nope.json")
+    assert re.search(r"version", _one_line_error(capsys, "report", _plan_of_version(tmp_path, plan_file, 99)))
+
+
+def _plan_of_version(tmp_path, plan_file, version):
+    data = json.loads(plan_file.read_text())
+    data["version"] = version
+    path = tmp_path / f"plan-v{version}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.slow
+def test_report_on_resnet50_every_preset(capsys, tmp_path, resnet50_graph):
+    path = tmp_path / "resnet50.json"
+    resnet50_graph.save(path)
+    for preset in PRESETS:
+        status, out, err = placement(capsys, "report", path, "--preset", preset, "--budget", "0.2", "--format", "json")
+        assert status == 0, f"{preset}: {err}"
+        doc = json.loads(out)
+        jsonschema.validate(doc, schema())
+        assert doc["plan"]["step_time"] >= doc["lower_bound"] * (1 - 1e-9)
