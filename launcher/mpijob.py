@@ -46,7 +46,7 @@ def build_mpijob(plan, options, job_name):
     if plan.has_ps():
         raise LaunchError("an MPIJob runs allreduce plans only; this plan has PS tasks (emit a TFJob)", source=plan.where)
     workers = plan.tasks_of("worker")
-    slots = max(gpus_per_task(plan, workers), 1)
+    slots = max(gpus_per_task(plan, workers, uniform=True), 1)
     horovod = horovod_environment(plan)
     launcher = pod_template(
         plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, nccl=True, extra_env=horovod

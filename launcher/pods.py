@@ -28,6 +28,20 @@ SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-sche
 
 # RoCE v2 over IPv4 is GID index 3 on ConnectX adapters with the default GID table.
 ROCE_GID_INDEX = "3"
+# AWS EFA: RDMA over Ethernet through libfabric (the aws-ofi-nccl plugin), one
+# device-plugin resource per adapter (aws-efa-k8s-device-plugin).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+
+def rdma_fabric(plan):
+    """``"infiniband"``, ``"roce"`` or ``"efa"`` (RDMA NICs of kind ethernet); None without RDMA."""
+    collectives = plan.collectives
+    if collectives["inter_node"] != "rdma":
+        return None
+    kinds = set(collectives["inter_node_link_kinds"])
+    if kinds == {"ethernet"}:
+        return "efa"
+    return "roce" if "roce" in kinds else "infiniband"
 
 
 def plan_config_map_name(job_name):
@@ -49,15 +63,21 @@ def nccl_environment(plan, options):
     (their product may not exceed 64).
     """
     collectives = plan.collectives
-    transport = collectives["inter_node"]
+    fabric = rdma_fabric(plan)
     env = {"NCCL_SOCKET_IFNAME": options.socket_ifname}
-    if transport == "rdma":
+    if fabric == "efa":
+        # aws-ofi-nccl README: FI_PROVIDER=efa selects EFA; FI_EFA_USE_DEVICE_RDMA=1
+        # lets it read and write GPU memory directly (GPUDirect RDMA).
+        env["FI_PROVIDER"] = "efa"
+        if collectives["gpudirect_rdma"]:
+            env["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    elif fabric:
         env["NCCL_IB_DISABLE"] = "0"
         env["NCCL_IB_HCA"] = options.ib_hca
         env["NCCL_NET_GDR_LEVEL"] = "PHB" if collectives["gpudirect_rdma"] else "LOC"
-        if "roce" in collectives["inter_node_link_kinds"]:
+        if fabric == "roce":
             env["NCCL_IB_GID_INDEX"] = ROCE_GID_INDEX
-    elif transport == "socket":
+    elif collectives["inter_node"] == "socket":
         env["NCCL_IB_DISABLE"] = "1"
         # Several threads and sockets per peer: one TCP stream rarely fills a fast NIC.
         env["NCCL_SOCKET_NTHREADS"] = "4"
@@ -80,16 +100,25 @@ def _one_pod_per_node(job_name, role):
     return {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": selector, "topologyKey": HOSTNAME_LABEL}]}
 
 
-def gpus_per_task(plan, tasks):
-    """The GPU count all ``tasks`` share; a replica spec has one template for all."""
-    counts = {sum(plan.resource_spec.device(d).kind == "GPU" for d in t["devices"]) for t in tasks}
-    if len(counts) > 1:
-        raise LaunchError(
-            f"{tasks[0]['job']} tasks hold different GPU counts {sorted(counts)}; "
-            "one replica template cannot request them all",
-            source=plan.where,
-        )
-    return counts.pop() if counts else 0
+def gpus_per_task(plan, tasks, uniform=False):
+    """GPUs each pod of ``tasks`` requests.
+
+    One replica template serves all the tasks, so each pod asks for the most
+    any task holds (a task with fewer leaves the rest idle; its devices are
+    numbered from 0 all the same).  Every planned node must have that many;
+    with ``uniform`` (MPI slots) every task must hold exactly as many.
+    """
+    spec = plan.resource_spec
+    counts = [sum(spec.device(d).kind == "GPU" for d in t["devices"]) for t in tasks]
+    most = max(counts, default=0)
+    if uniform and len(set(counts)) > 1:
+        raise LaunchError(f"{tasks[0]['job']} tasks hold different GPU counts {sorted(set(counts))}", source=plan.where)
+    for t in tasks:
+        if len(spec.node(t["node"]).gpus()) < most:
+            raise LaunchError(
+                f"node {t['node']!r} has fewer than the {most} GPUs every {t['job']} pod requests", source=plan.where
+            )
+    return most
 
 
 def pod_template(plan, options, job_name, role, tasks, command, container_name, port=None, nccl=False, extra_env=None):
@@ -115,11 +144,14 @@ def pod_template(plan, options, job_name, role, tasks, command, container_name, 
         More environment variables.
     """
     gpus = gpus_per_task(plan, tasks)
-    rdma = nccl and gpus > 0 and plan.collectives["inter_node"] == "rdma"
+    fabric = rdma_fabric(plan) if nccl and gpus else None
+    rdma = fabric is not None
     limits = {}
     if gpus:
         limits[GPU_RESOURCE] = gpus
-    if rdma:
+    if fabric == "efa":
+        limits[EFA_RESOURCE] = max(len(plan.resource_spec.node(t["node"]).nics) for t in tasks)
+    elif rdma:
         limits[options.rdma_resource] = 1
     env = [{"name": "AUTODIST_PLAN", "value": PLAN_PATH}]
     if nccl:

@@ -191,3 +191,64 @@ def test_crd_conversion_follows_sources_md():
 def test_bad_options_fail_before_building(allreduce_rdma_plan, options, message):
     with pytest.raises(InputError, match=message):
         build_manifests(allreduce_rdma_plan, "tfjob", options)
+
+
+def _roce_cluster():
+    """The DGX preset with its InfiniBand NICs swapped for 200 GbE RoCE (no GPUDirect)."""
+    from dataclasses import replace
+
+    from autodist.resource_spec import ResourceSpec
+    from autodist.resource_spec.presets import LINK_PRESETS
+    from tests.test_plan_fixtures import cluster
+
+    base = cluster("dgx-h100:2")
+    nodes = [replace(n, nics=[LINK_PRESETS["roce-200g"]] * len(n.nics)) for n in base.nodes]
+    return ResourceSpec(nodes, name="dgx-h100-roce:2")
+
+
+def _allreduce_plan(graph_item, resource_spec, replicas=None):
+    from placement import simulate
+
+    from autodist.plan import Plan
+    from tests.test_plan_fixtures import allreduce_strategy, cost_model
+
+    strategy = allreduce_strategy(graph_item, resource_spec)
+    if replicas is not None:
+        strategy.replicas = replicas
+    prediction = simulate(graph_item, resource_spec, strategy, cost_model())
+    return Plan.from_strategy(graph_item, resource_spec, strategy, prediction, cost_model().id, 0)
+
+
+def test_roce_cluster_gets_gid_index_and_no_gpudirect(mlp_graph):
+    plan = _allreduce_plan(mlp_graph, _roce_cluster())
+    container = only_container(by_kind(build_manifests(plan, "tfjob"))["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"])
+    env = env_of(container)
+    assert env["NCCL_IB_GID_INDEX"] == "3" and env["NCCL_IB_DISABLE"] == "0"
+    assert env["NCCL_NET_GDR_LEVEL"] == "LOC"
+    assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+
+
+def test_efa_cluster_gets_libfabric_settings(mlp_graph):
+    from tests.test_plan_fixtures import cluster
+
+    plan = _allreduce_plan(mlp_graph, cluster("p4d.24xlarge:2"))
+    assert plan.collectives["inter_node"] == "rdma"
+    container = only_container(by_kind(build_manifests(plan, "mpijob"))["MPIJob"]["spec"]["mpiReplicaSpecs"]["Worker"])
+    env = env_of(container)
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "NCCL_IB_HCA" not in env
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+
+
+def test_uneven_gpu_counts_request_the_most_in_tfjob_but_not_mpijob(mlp_graph):
+    from tests.test_plan_fixtures import cluster
+
+    spec = cluster("p3.16xlarge:2")
+    replicas = [[f"{spec.nodes[0].name}/GPU:{i}"] for i in range(8)] + [[f"{spec.nodes[1].name}/GPU:{i}"] for i in range(4)]
+    plan = _allreduce_plan(mlp_graph, spec, replicas)
+    worker = by_kind(build_manifests(plan, "tfjob"))["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
+    assert only_container(worker)["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert plan.device_string(f"{spec.nodes[1].name}/GPU:3") == "/job:worker/task:1/device:GPU:3"
+    with pytest.raises(LaunchError, match=r"different GPU counts \[4, 8\]"):
+        build_manifests(plan, "mpijob")
