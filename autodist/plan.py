@@ -16,6 +16,10 @@ server, a separate CPU-only chief task (on the first worker's node) runs the
 training loop, because TensorFlow's ParameterServerStrategy needs a
 coordinator that is neither a worker nor a PS.
 
+Op groups: ``op_groups`` maps each op group the strategy moves off a
+replica's first device to its device in every replica; every other op runs on
+its replica's first device.
+
 Device strings: inside a task, devices of one kind are numbered from 0 in the
 order the task lists them (a Kubernetes pod sees its granted GPUs as GPU:0 ..
 GPU:n-1), so ``"node-1/GPU:3"`` becomes ``/job:worker/task:1/device:GPU:1``
@@ -76,18 +80,49 @@ def layout_tasks(strategy, resource_spec):
     return tasks + ps
 
 
-def _variable_entries(graph_item, strategy):
-    """Per variable: its synchronisation and, for PS, each shard's PS task."""
+def task_device_strings(task, resource_spec):
+    """Logical device -> TensorFlow device string, for the devices of one task.
+
+    Devices of one kind are numbered from 0 in the order the task lists them.
+    """
+    out, seen = {}, {}
+    for dev in task["devices"]:
+        kind = resource_spec.device(dev).kind
+        out[dev] = f"/job:{task['job']}/task:{task['index']}/device:{kind}:{seen.get(kind, 0)}"
+        seen[kind] = seen.get(kind, 0) + 1
+    return out
+
+
+def _device_assignments(tasks, resource_spec):
+    return [
+        {"device": dev, "job": t["job"], "task": t["index"], "tf_device": tf}
+        for t in tasks
+        for dev, tf in task_device_strings(t, resource_spec).items()
+    ]
+
+
+def _variable_entries(graph_item, strategy, tasks, resource_spec):
+    """Per variable: its synchronisation and location (each PS shard's task and device)."""
+    ps_tasks = [t for t in tasks if t["job"] == "ps"]
     out = []
     for name, sync in sorted(strategy.sync.items()):
         var = graph_item.variables[name]
         entry = {"name": name, "bytes": var.bytes, "method": sync.method, "sparse": var.sparse_gradient}
         if sync.method == "ps":
             entry["axis"] = sync.axis
-            entry["shards"] = [{"shard": i, "ps_task": t} for i, t in enumerate(sync.ps_tasks)]
+            entry["shards"] = [
+                {
+                    "shard": i,
+                    "ps_task": t,
+                    "device": strategy.ps_devices[t],
+                    "tf_device": task_device_strings(ps_tasks[t], resource_spec)[strategy.ps_devices[t]],
+                }
+                for i, t in enumerate(sync.ps_tasks)
+            ]
         else:
             entry["algorithm"] = sync.algorithm
             entry["bucket"] = sync.bucket
+            entry["location"] = "mirrored on every replica"
         out.append(entry)
     return out
 
@@ -213,7 +248,8 @@ class Plan:
             "graph": _graph_summary(graph_item),
             "tasks": tasks,
             "strategy": strategy.to_dict(),
-            "variables": _variable_entries(graph_item, strategy),
+            "device_assignments": _device_assignments(tasks, resource_spec),
+            "variables": _variable_entries(graph_item, strategy, tasks, resource_spec),
             "op_groups": {g: strategy.devices_of(g) for g in sorted(strategy.group_slots)},
             "collectives": _collectives(graph_item, resource_spec, strategy, tasks),
             "prediction": _prediction(prediction, lower_bound, candidates),
@@ -338,19 +374,20 @@ class Plan:
         -------
         str, e.g. ``"/job:worker/task:1/device:GPU:3"``.
         """
-        kind = self.resource_spec.device(logical_device).kind
+        self.resource_spec.device(logical_device)
         for task in self.tasks:
             if (job is None or task["job"] == job) and logical_device in task["devices"]:
-                same_kind = [d for d in task["devices"] if self.resource_spec.device(d).kind == kind]
-                local = same_kind.index(logical_device)
-                return f"/job:{task['job']}/task:{task['index']}/device:{kind}:{local}"
+                return task_device_strings(task, self.resource_spec)[logical_device]
         raise InputError(f"device {logical_device!r} belongs to no task of the plan", source=self.where)
 
     def variable_devices(self, name):
         """TensorFlow device strings of a variable's shards (PS) or its replicas (allreduce)."""
         sync = self.strategy.sync[name]
         if sync.method == "ps":
-            return [self.device_string(self.strategy.ps_devices[t], job="ps") for t in sync.ps_tasks]
+            return [
+                task_device_strings(self.task("ps", t), self.resource_spec)[self.strategy.ps_devices[t]]
+                for t in sync.ps_tasks
+            ]
         return [self.device_string(replica[0], job="worker") for replica in self.strategy.replicas]
 
     def cluster_spec(self, addresses=None, namespace=None, port=DEFAULT_PORT):

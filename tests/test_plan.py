@@ -197,3 +197,13 @@ def test_job_name_for_model_names():
     assert job_name_for("3d-unet") == "d-unet"
     assert job_name_for("") == "autodist-job"
     assert job_name_for("a" * 80) == "a" * 40
+
+
+def test_device_assignments_and_variable_locations(ps_plan):
+    assignments = ps_plan.to_dict()["device_assignments"]
+    assert len(assignments) == sum(len(t["devices"]) for t in ps_plan.tasks)
+    for a in assignments:
+        assert ps_plan.device_string(a["device"], job=a["job"]) == a["tf_device"]
+    for entry in ps_plan.variables:
+        assert [s["tf_device"] for s in entry["shards"]] == ps_plan.variable_devices(entry["name"])
+        assert [s["device"] for s in entry["shards"]] == [ps_plan.strategy.ps_devices[s["ps_task"]] for s in entry["shards"]]

@@ -3,39 +3,8 @@
 from __future__ import annotations
 
 import shlex
-import sys
 
 from autodist.errors import InputError
-
-
-class ProgressBar:
-    """A bar on a stream, drawn as ``placement.optimize`` reports progress.
-
-    On a terminal one line is redrawn at every percent; elsewhere (a log
-    file, a pipe) a new line is written every quarter.
-    """
-
-    def __init__(self, stream=None, width=30):
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.step = 1 if self.stream.isatty() else 25
-        self._shown = -1
-
-    def __call__(self, fraction, best_step_time):
-        percent = int(round(100 * max(0.0, min(1.0, fraction))))
-        if percent // self.step == self._shown // self.step and self._shown >= 0:
-            return
-        self._shown = percent
-        filled = self.width * percent // 100
-        bar = "#" * filled + "." * (self.width - filled)
-        start, end = ("\r", "") if self.step == 1 else ("", "\n")
-        self.stream.write(f"{start}searching [{bar}] {percent:3d}%  best {best_step_time * 1e3:.3f} ms/step{end}")
-        self.stream.flush()
-
-    def close(self):
-        if self._shown >= 0 and self.step == 1:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def register(subparsers):
@@ -66,6 +35,7 @@ def summary(plan):
 def run(args):
     from autodist.api import graph_of
     from autodist.api import plan as make_plan
+    from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args
     from autodist.resource_spec import cluster_from_args
 
@@ -75,11 +45,7 @@ def run(args):
         options_from_args(args)  # bad manifest options fail before the search
     resource_spec = cluster_from_args(args)
     graph_item = graph_of(args.source, shlex.split(args.script_args))
-    bar = ProgressBar()
-    try:
-        plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=bar)
-    finally:
-        bar.close()
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
     objects = manifests_for(plan, args) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")
