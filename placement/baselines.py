@@ -10,8 +10,9 @@
   ring allreduce (Parallax, EuroSys 2019).
 - ``greedy-op-placer``: for models whose one-device replica does not fit
   memory, one replica per node whose op groups are placed, in topological
-  order, on the device where each would finish first (TensorFlow's original
-  greedy placer), then synchronised by ring allreduce across nodes.
+  order, on the device where each would finish first and that still has
+  room (TensorFlow's original greedy placer), synchronised through greedy
+  PS so that GPUs hold no weights or optimizer slots.
 
 All data-parallel baselines share :func:`data_parallel` and differ only in the
 per-variable sync rule they pass it.
@@ -126,7 +127,7 @@ def greedy_op_placer(simulator):
     capacity = [d.memory_bytes for d in devices]
     var_bytes = {}
     for name, unit in simulator.var_unit.items():
-        var_bytes[unit] = var_bytes.get(unit, 0) + 2 * simulator.dense_bytes[name] + simulator.slot_bytes[name]
+        var_bytes[unit] = var_bytes.get(unit, 0) + simulator.sparse_bytes[name]
     used = [0] * width
     free = [0.0] * width
     end = [0.0] * len(groups.groups)
@@ -150,9 +151,10 @@ def greedy_op_placer(simulator):
         slot_of_group.append(slot)
         end[g] = finish(slot)
         free[slot] = end[g]
-    buckets = fused_buckets(simulator, list(simulator.dense_bytes))
-    sync = {name: VarSync("allreduce", algorithm="ring", bucket=buckets[name]) for name in simulator.dense_bytes}
-    return Strategy(replicas=replicas, sync=sync, group_slots=dict(sorted(slot_of_unit.items())))
+    strategy = greedy_ps(simulator)
+    strategy.replicas = replicas
+    strategy.group_slots = dict(sorted(slot_of_unit.items()))
+    return strategy
 
 
 BASELINES = {

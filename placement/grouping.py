@@ -70,16 +70,21 @@ class GroupGraph:
         return self.groups[self.gradient_group[name]].unit
 
 
-def _scope_parts(op):
+def _scope_parts(op, scope_of):
+    """Name-scope components of ``op``; a gradient op takes its forward op's scope.
+
+    TensorFlow names a gradient op ``gradient_tape/<forward op>/<grad op>``,
+    so the scope after the prefix is the forward op's name.
+    """
     scope = op.scope if op.scope else op.name.rpartition("/")[0]
     if scope.startswith(TAPE_PREFIX):
         scope = scope[len(TAPE_PREFIX):]
+        scope = scope_of.get(scope, scope.rpartition("/")[0] or scope)
     return [p for p in scope.split("/") if p] or [op.name]
 
 
-def _choose_depth(ops, max_units):
+def _choose_depth(parts, max_units):
     """Deepest scope depth whose number of distinct keys stays <= max_units."""
-    parts = [_scope_parts(op) for op in ops]
     best = 1
     for depth in range(1, max((len(p) for p in parts), default=1) + 1):
         keys = {"/".join(p[:depth]) for p in parts}
@@ -141,8 +146,10 @@ def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
     GroupGraph
     """
     ops = [op for op in graph_item.ops.values() if op.phase != "update"]
-    depth = _choose_depth(ops, max_units)
-    unit_of = {op.name: "/".join(_scope_parts(op)[:depth]) for op in ops}
+    scope_of = {op.name: op.scope if op.scope else op.name.rpartition("/")[0] for op in graph_item.ops.values()}
+    parts = {op.name: _scope_parts(op, scope_of) for op in ops}
+    depth = _choose_depth(parts.values(), max_units)
+    unit_of = {name: "/".join(p[:depth]) for name, p in parts.items()}
     _colocate_variables(graph_item, unit_of)
     pass_of = {op.name: "backward" if op.phase == "backward" else "forward" for op in ops}
 

@@ -42,22 +42,22 @@ def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_mode
     assert len(set(ready.values())) > 1
 
 
-def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, ethernet, cost_model):
-    sim = Simulator(mlp_graph, ethernet, cost_model)
-    base = baselines.greedy_ps(sim)
-    kernels = sorted(v for v in sim.dense_bytes if v.endswith("kernel"))
-    assert len(base.ps_devices) == 2 and len(kernels) == 2
+def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
+    spec = load_cluster(preset="g4dn.12xlarge:3")
+    sim = Simulator(mlp_graph, spec, cost_model)
+    server = baselines.ps_candidates(spec)[0]
+    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.dense_bytes}
 
-    def placed(tasks):
-        sync = dict(base.sync)
-        for name, task in zip(kernels, tasks):
-            sync[name] = VarSync("ps", ps_tasks=(task,))
-        return Strategy(replicas=base.replicas, sync=sync, ps_devices=base.ps_devices)
+    def workers(*nodes):
+        replicas = [[f"{spec.nodes[n].name}/GPU:0"] for n in nodes]
+        return sim.simulate(Strategy(replicas=replicas, sync=sync, ps_devices=[server]))
 
-    shared = sim.simulate(placed((0, 0)))
-    spread = sim.simulate(placed((0, 1)))
-    # the same bytes move in both; on one server they queue on its links
-    assert shared.step_time > spread.step_time
+    one = workers(1)
+    two = workers(1, 2)  # both push over the server node's NIC
+    nic = f"{spec.nodes[0].name}/nic0"
+    assert two.compute_time == one.compute_time
+    assert two.link_busy[nic] == pytest.approx(2 * one.link_busy[nic])
+    assert two.step_time > one.step_time
 
 
 def test_memory_accounts_parameters_slots_gradients_and_activations(mlp_graph, ethernet, cost_model):

@@ -1,0 +1,103 @@
+"""Annealing search and baselines on real captured graphs with the shipped cost model."""
+
+import json
+
+import pytest
+
+from autodist.resource_spec import ResourceSpec, load_cluster
+from placement import Simulator, baselines, lower_bound, optimize
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+def with_gpu_memory(spec, nbytes):
+    """A copy of ``spec`` whose GPUs hold ``nbytes`` each."""
+    tight = ResourceSpec.from_dict(spec.to_dict())
+    for device in tight.gpus():
+        device.memory_bytes = int(nbytes)
+    return tight
+
+
+def footprint(graph_item):
+    params = graph_item.parameter_bytes()
+    slots = sum(v.bytes for v in graph_item.slot_variables())
+    activations = sum(op.total_output_bytes for op in graph_item.ops.values() if op.phase == "forward")
+    return activations, params, slots
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100:2", "g4dn.12xlarge:2", "cpu-2s-25g:2"])
+def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_model, preset):
+    spec = load_cluster(preset=preset)
+    result = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
+    best = min(c.simulation.step_time for c in result.candidates)
+    assert {c.name for c in result.candidates} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
+    assert result.simulation.step_time <= best
+    assert result.lower_bound <= result.simulation.step_time
+    result.strategy.validate(embedding_graph, spec)
+    assert result.stats["moves_tried"] > 0
+    assert result.stats["moves_accepted"] <= result.stats["moves_tried"]
+
+
+def test_same_seed_same_plan(mlp_graph, cost_model):
+    spec = load_cluster(preset="g4dn.12xlarge:2")
+    runs = [optimize(mlp_graph, spec, cost_model, seed=7, budget_s=0.2) for _ in range(2)]
+    assert json.dumps(runs[0].strategy.to_dict()) == json.dumps(runs[1].strategy.to_dict())
+    assert runs[0].simulation.to_dict() == runs[1].simulation.to_dict()
+    assert not runs[0].stats["stopped_by_clock"]
+
+
+def test_progress_reports_fraction_and_best_time(mlp_graph, cost_model):
+    spec = load_cluster(preset="dgx-h100:1")
+    seen = []
+    result = optimize(mlp_graph, spec, cost_model, budget_s=0.2, progress=lambda f, t: seen.append((f, t)))
+    fractions = [f for f, _ in seen]
+    assert len(seen) > 2 and fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert seen[-1][1] == pytest.approx(result.simulation.step_time)
+
+
+def test_search_respects_memory_when_allreduce_does_not_fit(mlp_graph, cost_model):
+    activations, params, slots = footprint(mlp_graph)
+    # allreduce keeps weights, slots and gradients on every GPU; PS only gradients
+    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), activations + 2 * params)
+    result = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
+    fits = {c.name: c.simulation.fits for c in result.candidates}
+    assert fits["greedy-ps"] and not fits["ring"] and not fits["hierarchical"]
+    assert result.simulation.fits
+    for device, used in result.simulation.memory.items():
+        assert used <= spec.device(device).memory_bytes
+
+
+def test_greedy_op_placer_splits_a_model_that_fits_no_device(mlp_graph, cost_model):
+    activations, params, slots = footprint(mlp_graph)
+    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), (activations + params) * 0.9)
+    result = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
+    names = [c.name for c in result.candidates]
+    assert "greedy-op-placer" in names
+    placer = result.baseline("greedy-op-placer")
+    assert len(placer.strategy.replicas) == 2 and len(placer.strategy.replicas[0]) == 4
+    assert len(set(placer.strategy.group_slots.values())) > 1
+    assert placer.simulation.fits and result.simulation.fits
+    assert result.simulation.time_per_batch <= placer.simulation.time_per_batch
+
+
+def test_greedy_ps_balances_bytes_over_one_ps_per_node(embedding_graph, cost_model):
+    spec = load_cluster(preset="g4dn.12xlarge:2")
+    sim = Simulator(embedding_graph, spec, cost_model)
+    strategy = baselines.greedy_ps(sim)
+    assert strategy.ps_devices == baselines.ps_candidates(spec) and len(strategy.ps_devices) == 2
+    tasks = [s.ps_tasks for s in strategy.sync.values()]
+    assert all(len(t) == 1 for t in tasks) and {t[0] for t in tasks} == {0, 1}
+
+
+def test_lower_bound_holds_for_every_baseline(embedding_graph, cost_model):
+    spec = load_cluster(preset="dgx-h100:2")
+    sim = Simulator(embedding_graph, spec, cost_model)
+    for candidate in baselines.all_baselines(sim):
+        s = candidate.strategy
+        bound = lower_bound(embedding_graph, spec, cost_model, s.replicas, s.group_slots, simulator=sim)
+        assert 0 < bound <= candidate.simulation.step_time
