@@ -1,0 +1,99 @@
+"""Hypothesis properties of strategies reached by random moves, on real captured graphs."""
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autodist.resource_spec import ResourceSpec, load_cluster
+from placement import Simulator, baselines, lower_bound, optimize
+from placement.grouping import group_ops
+from placement.space import StrategySpace, copy_strategy
+
+PRESETS = ["dgx-h100:2", "g4dn.12xlarge:2", "p3.16xlarge:2", "cpu-2s-25g:3"]
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+@pytest.fixture(scope="module")
+def simulators(embedding_graph, mlp_graph, cost_model):
+    sims = {}
+    for preset in PRESETS:
+        spec = load_cluster(preset=preset)
+        for graph in (embedding_graph, mlp_graph):
+            sims[(preset, graph.job.model_name)] = Simulator(graph, spec, cost_model)
+    return sims
+
+
+def random_strategy(sim, seed, moves, model_parallel):
+    rng = random.Random(seed)
+    space = StrategySpace(sim, rng)
+    start = baselines.greedy_op_placer(sim) if model_parallel else rng.choice(list(baselines.BASELINES.values()))(sim)
+    strategy = copy_strategy(start)
+    for _ in range(moves):
+        space.move(strategy)
+    return strategy
+
+
+@SETTINGS
+@given(
+    key=st.sampled_from([(p, m) for p in PRESETS for m in ("embedding", "mlp")]),
+    seed=st.integers(0, 2**16),
+    moves=st.integers(0, 60),
+    model_parallel=st.booleans(),
+)
+def test_random_moves_keep_strategies_valid_and_above_the_bound(simulators, key, seed, moves, model_parallel):
+    sim = simulators[key]
+    strategy = random_strategy(sim, seed, moves, model_parallel)
+    strategy.validate(sim.graph_item, sim.resource_spec)
+    trainable = sorted(v.name for v in sim.graph_item.trainable_variables())
+    assert sorted(strategy.sync) == trainable  # every variable assigned exactly once
+    for name, s in strategy.sync.items():
+        if s.method == "ps":
+            assert len(set(s.ps_tasks)) == len(s.ps_tasks) <= len(strategy.ps_devices)
+    result = sim.simulate(strategy)
+    bound = lower_bound(
+        sim.graph_item, sim.resource_spec, sim.cost_model, strategy.replicas, strategy.group_slots, simulator=sim
+    )
+    assert result.step_time >= bound * (1 - 1e-12)
+    assert result.compute_time <= result.step_time
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(preset=st.sampled_from(PRESETS), seed=st.integers(0, 1000), squeeze=st.sampled_from([None, 0.9, 1.2]))
+def test_search_plans_fit_memory_and_repeat_with_the_seed(embedding_graph, cost_model, preset, seed, squeeze):
+    spec = load_cluster(preset=preset)
+    if squeeze is not None and spec.gpus():
+        activations = sum(op.total_output_bytes for op in embedding_graph.ops.values() if op.phase == "forward")
+        spec = ResourceSpec.from_dict(spec.to_dict())
+        for device in spec.gpus():
+            device.memory_bytes = int((activations + embedding_graph.parameter_bytes()) * squeeze)
+    first = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
+    again = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
+    assert first.strategy.to_dict() == again.strategy.to_dict()
+    if any(c.simulation.fits for c in first.candidates):
+        assert first.simulation.fits
+        assert all(first.simulation.memory[d] <= spec.device(d).memory_bytes for d in first.simulation.memory)
+    assert first.simulation.step_time >= first.lower_bound
+
+
+@pytest.mark.parametrize("fixture", ["mlp_graph", "embedding_graph"])
+def test_groups_form_a_dag_that_covers_every_op_once(request, fixture):
+    graph = request.getfixturevalue(fixture)
+    groups = group_ops(graph)
+    seen = [op for g in groups.groups for op in g.ops]
+    expected = sorted(op.name for op in graph.ops.values() if op.phase != "update")
+    assert sorted(seen) == expected
+    assert all(i < j for i, j in groups.edges)
+    assert len(groups.units) <= 512
+    for var in graph.trainable_variables():
+        producers = {t.rpartition(":")[0] for t in var.gradients}
+        assert producers & set(groups.groups[groups.gradient_group[var.name]].ops)
+
