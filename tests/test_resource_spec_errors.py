@@ -1,5 +1,6 @@
 """Bad cluster input through the real CLI: exit status 2, one line naming file and field."""
 
+import json
 import textwrap
 
 import pytest
@@ -108,6 +109,22 @@ def test_bad_cluster_arguments(argv, expected, capsys):
     code, out, err = run_cli(["cluster", "show", *argv], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert expected in err
+
+
+@pytest.mark.parametrize(
+    "document, expected",
+    [
+        ({"format": "autodist.resource_spec", "version": 1, "nodes": [{"name": "a", "devices": []}]},
+         "nodes[0]: malformed node (KeyError: 'fabric')"),
+        ({"format": "autodist.resource_spec", "version": 7, "nodes": []}, "version: unsupported version 7"),
+    ],
+)
+def test_bad_resource_spec_json(document, expected, tmp_path, capsys):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(document))
+    code, out, err = run_cli(["cluster", "show", str(path)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{path}: {expected}" in err
 
 
 def test_directory_instead_of_file(tmp_path, capsys):

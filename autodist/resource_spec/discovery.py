@@ -43,6 +43,7 @@ GPUDIRECT = "autodist.io/gpudirect"
 KEPT_LABEL_PREFIXES = ("nvidia.com/gpu.", "feature.node.kubernetes.io/rdma", "autodist.io/",
                        "topology.kubernetes.io/", "kubernetes.io/hostname")
 UNLABELLED_NIC = "eth-10g"
+LATENCY_PRESET = {"infiniband": "ib-ndr", "roce": "roce-100g", "ethernet": UNLABELLED_NIC}
 MIB = 2**20
 
 
@@ -198,7 +199,9 @@ def _gpus(node_name, labels, allocatable, field):
     if count == 0:
         return [], None
     product = labels.get(GPU_PRODUCT, "")
-    memory = int(_quantity(labels[GPU_MEMORY], f"{field}.metadata.labels.{GPU_MEMORY}")) * MIB if GPU_MEMORY in labels else 0
+    memory = 0
+    if GPU_MEMORY in labels:
+        memory = int(_quantity(labels[GPU_MEMORY], f"{field}.metadata.labels.{GPU_MEMORY}")) * MIB
     found = presets.find_device_model(product) if product else None
     if found:
         model_name, model = found
@@ -239,11 +242,11 @@ def _nics(node_name, labels, allocatable, field):
     if labels.get(RDMA_CAPABLE) == "true" and not rdma:
         _warn(f"node {node_name}: RDMA-capable but no rdma/* resource or {RDMA_AVAILABLE}; using TCP")
     kind = labels.get(NIC_KIND, "roce" if rdma else "ethernet")
-    if kind not in ("infiniband", "roce", "ethernet"):
+    if kind not in LATENCY_PRESET:
         raise InputError(f"expected infiniband, roce or ethernet, got {kind!r}", field=f"{field}.labels.{NIC_KIND}")
     if NIC_SPEED in labels:
         bandwidth = _nic_bandwidth(labels[NIC_SPEED], f"{field}.labels.{NIC_SPEED}")
-        latency = presets.LINK_PRESETS["ib-ndr" if kind == "infiniband" else "roce-100g" if kind == "roce" else UNLABELLED_NIC].latency
+        latency = presets.LINK_PRESETS[LATENCY_PRESET[kind]].latency
     else:
         guess = presets.LINK_PRESETS[UNLABELLED_NIC]
         _warn(f"node {node_name}: no {NIC_SPEED} label, assuming one {guess.bandwidth * 8 / 1e9:g} Gb/s NIC")
@@ -279,7 +282,11 @@ def local_machine(detect_gpus=True):
     peak = _cpu_peak_flops(cores)
     _warn("local CPU: memory bandwidth unknown (the cpu-local preset has measured figures)")
     cpu = DeviceSpec("local/CPU:0", "CPU", "cpu", peak, _meminfo_total(), 0.0, node="local", index=0)
-    gpus = _local_gpus() if detect_gpus and os.path.exists("/proc/driver/nvidia") else []
+    gpus = []
+    if detect_gpus and os.path.exists("/proc/driver/nvidia"):
+        gpus = _local_gpus()
+        if not gpus:
+            _warn("local: an NVIDIA driver is loaded but TensorFlow sees no GPU (tensorflow-cpu?)")
     if gpus:
         known = [presets.find_device_model(g.model) for g in gpus]
         same = all(k is not None and k[0] == known[0][0] for k in known)

@@ -225,7 +225,8 @@ class ResourceSpec:
                     n["host_link"] = LinkSpec(**n["host_link"])
                 nodes.append(NodeSpec(**n))
             except (KeyError, TypeError, ValueError) as exc:
-                raise InputError(f"malformed node ({type(exc).__name__}: {exc})", source=where, field=f"nodes[{i}]") from None
+                message = f"malformed node ({type(exc).__name__}: {exc})"
+                raise InputError(message, source=where, field=f"nodes[{i}]") from None
         if not nodes:
             raise InputError("no nodes", source=where, field="nodes")
         return cls(nodes, name=data.get("name", ""))
