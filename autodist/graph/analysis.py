@@ -138,6 +138,36 @@ def _match_slots(trainable, others):
     return owner
 
 
+def _strip_gradient_scope(name):
+    match = _BACKWARD_SCOPE.search(name)
+    return name[match.end():] if match else name
+
+
+def _match_slots_by_gradient(ops, consumers, trainable, slots, frontier):
+    """Map slot name -> trainable variable name through the gradient the slot's update uses.
+
+    For graphs without Keras names (a loaded GraphDef): a gradient tensor
+    belongs to the trainable variable of the same shape whose reading op's
+    scope contains the forward op the gradient was taken through.
+    """
+    scopes = []
+    for var in trainable:
+        for read in var.read_ops:
+            for op, _ in consumers.get(read, []):
+                scopes.append((op.scope + "/", var))
+    owner = {}
+    for slot in slots:
+        candidates = set()
+        for tensor in frontier[slot.name]:
+            src = ops[_producer(tensor)]
+            shape = src.output_shapes[int(tensor.rpartition(":")[2])]
+            path = _strip_gradient_scope(src.name)
+            candidates |= {v.name for scope, v in scopes if path.startswith(scope) and v.shape == shape}
+        if len(candidates) == 1 and next(iter(candidates)) in {v.name for v in trainable if v.shape == slot.shape}:
+            owner[slot.name] = candidates.pop()
+    return owner
+
+
 def analyse_variables(ops, handles):
     """Build VariableInfo records from the phased ops.
 
@@ -189,6 +219,9 @@ def analyse_variables(ops, handles):
     trainable = [v for v in variables if v.trainable]
     others = [v for v in variables if not v.trainable and v.update_ops]
     owner = _match_slots(trainable, others)
+    unmatched = [v for v in others if v.name not in owner and frontier[v.name]]
+    if unmatched:
+        owner.update(_match_slots_by_gradient(ops, consumers, trainable, unmatched, frontier))
     by_name = {v.name: v for v in variables}
     for slot_name, var_name in owner.items():
         by_name[slot_name].slot_of = var_name

@@ -174,8 +174,25 @@ def _load_saved_model(path):
         if id(external) in variables:
             known[internal.op.name] = variable_facts(variables[id(external)])
     graph_def = _run_inline_graph_optimization(concrete, lower_control_flow=False, aggressive_inlining=True)
+    _placeholders_to_var_handles(graph_def, known)
     name = os.path.basename(os.path.normpath(path))
     return _item(_import(graph_def, path), f"savedmodel:{path} signature {key}", name, known)
+
+
+def _placeholders_to_var_handles(graph_def, known):
+    """Turn the resource placeholders of known variables into VarHandleOps with their real
+    shape and dtype, so that shape inference reaches every op that reads them."""
+    import tensorflow as tf
+
+    for node in graph_def.node:
+        facts = known.get(node.name)
+        if facts is None or node.op != "Placeholder":
+            continue
+        node.op = "VarHandleOp"
+        node.attr.clear()
+        node.attr["dtype"].type = tf.as_dtype(facts["dtype"]).as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(facts["shape"]).as_proto())
+        node.attr["shared_name"].s = facts["name"].encode()
 
 
 def _tracked_variables(root):

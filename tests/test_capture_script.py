@@ -1,0 +1,173 @@
+"""capture_script: unchanged model.fit scripts and @autodist.function custom loops, and their failures."""
+
+import os
+import textwrap
+
+import pytest
+
+from autodist.errors import CaptureError
+from autodist.graph.capture import capture_script, function
+
+from tests.conftest import ZOO
+
+
+def _script(tmp_path, body, name="train.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def _fit_is_unpatched():
+    import keras
+
+    return "fit" not in vars(keras.Model)
+
+
+@pytest.fixture(scope="module")
+def mlp_script_graph():
+    return capture_script(os.path.join(ZOO, "mlp.py"), ["--batch-size", "24"])
+
+
+def test_fit_script_captures_the_real_model_and_batch(mlp_script_graph):
+    item = mlp_script_graph
+    assert _fit_is_unpatched()
+    assert item.job.model_name == "mlp"
+    assert item.job.batch_size == 24
+    assert item.job.input_shapes == {"x": [24, 784], "y": [24]}
+    assert item.job.optimizer == "Adam"
+    shapes = sorted(v.shape for v in item.trainable_variables())
+    assert shapes == sorted([[784, 512], [512], [512, 256], [256], [256, 10], [10]])
+    model_params = 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10
+    assert item.parameter_count() == model_params
+    assert all(v.gradients and v.update_ops and len(v.slots) == 2 for v in item.trainable_variables())
+    counts = item.ops_by_phase()
+    assert counts["forward"] and counts["backward"] and counts["update"]
+
+
+def test_fit_with_a_dataset_takes_its_batch_shape(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import keras, numpy as np, tensorflow as tf
+        x = np.ones((20, 6), np.float32); y = np.ones((20, 1), np.float32)
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(5)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(data, epochs=3)
+        raise SystemExit("fit should have stopped the script")
+        """,
+    )
+    item = capture_script(path)
+    assert item.job.batch_size == 5
+    assert item.job.input_shapes == {"x": [5, 6], "y": [5, 1]}
+    assert item.job.optimizer == "SGD"
+    assert item.parameter_count() == 6 * 3 + 3 + 3 + 1
+    assert _fit_is_unpatched()
+
+
+def test_autodist_function_custom_loop_is_captured_with_its_arguments(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import sys
+        import keras, numpy as np, tensorflow as tf
+        import autodist
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        opt = keras.optimizers.Adagrad()
+        @autodist.function
+        def step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(features) - labels) ** 2)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        batch = int(sys.argv[sys.argv.index("--batch") + 1])
+        for _ in range(3):
+            step(np.ones((batch, 4), np.float32), np.ones((batch, 2), np.float32))
+        raise RuntimeError("the step should have stopped the script")
+        """,
+        name="loop.py",
+    )
+    item = capture_script(path, ["--batch", "7"])
+    assert item.job.model_name == "loop"
+    assert item.job.batch_size == 7
+    assert item.job.input_shapes == {"features": [7, 4], "labels": [7, 2]}
+    assert item.job.optimizer == "Adagrad"
+    assert len(item.trainable_variables()) == 2
+    assert all(len(v.slots) == 1 for v in item.trainable_variables())  # Adagrad accumulator
+
+
+def test_autodist_function_outside_capture_is_a_tf_function():
+    import numpy as np
+    import tensorflow as tf
+
+    calls = []
+
+    @function
+    def double(x):
+        calls.append(1)  # runs only while tracing
+        return x * 2
+
+    out = double(tf.constant([1.0, 2.0]))
+    double(tf.constant([3.0, 4.0]))
+    np.testing.assert_allclose(out.numpy(), [2.0, 4.0])
+    assert len(calls) == 1  # traced once, then reused like tf.function
+    assert double.__name__ == "double"
+    assert double.get_concrete_function(tf.TensorSpec([2], tf.float32)) is not None
+
+
+def test_missing_script(tmp_path):
+    with pytest.raises(CaptureError, match="no such script"):
+        capture_script(tmp_path / "absent.py")
+
+
+def test_script_that_raises_shows_its_error_and_line(tmp_path):
+    path = _script(tmp_path, "x = 1\nraise ValueError('bad learning rate\\nsecond line')\n")
+    with pytest.raises(CaptureError) as info:
+        capture_script(path)
+    message = str(info.value)
+    assert f"{path}:2" in message and "ValueError: bad learning rate" in message
+    assert "\n" not in message
+    assert _fit_is_unpatched()
+
+
+def test_script_that_never_trains(tmp_path):
+    path = _script(tmp_path, "print('hello')\n")
+    with pytest.raises(CaptureError, match="without training"):
+        capture_script(path)
+    assert _fit_is_unpatched()
+
+
+def test_script_that_exits_with_an_error_status(tmp_path):
+    path = _script(tmp_path, "import sys\nsys.exit(3)\n")
+    with pytest.raises(CaptureError, match="status 3"):
+        capture_script(path)
+
+
+def test_fit_on_an_uncompiled_model(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import keras, numpy as np
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.fit(np.ones((4, 3)), np.ones((4, 1)))
+        """,
+    )
+    with pytest.raises(CaptureError, match="not compiled"):
+        capture_script(path)
+    assert _fit_is_unpatched()
+
+
+def test_step_that_fails_to_trace(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import numpy as np, tensorflow as tf, autodist
+        @autodist.function
+        def step(x):
+            return tf.matmul(x, tf.ones((5, 2)))
+        step(np.ones((2, 3), np.float32))
+        """,
+    )
+    with pytest.raises(CaptureError, match="tracing the step failed"):
+        capture_script(path)
