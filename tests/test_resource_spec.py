@@ -68,7 +68,7 @@ def test_explicit_file_equals_dgx_h100_preset(tmp_path):
             count: 2
             cpus: {model: xeon-8480c-2s}
             gpus: {model: H100-SXM, count: 8}
-            fabric: {kind: nvlink, bandwidth: 450 GB/s, latency: 1 us}
+            fabric: {kind: nvswitch, bandwidth: 450 GB/s, latency: 1 us}
             host_link: {kind: pcie, generation: 5}
             nics:
               - {kind: infiniband, speed: 400 Gb/s, latency: 0.75 us, rdma: true, gpudirect: true, count: 8}

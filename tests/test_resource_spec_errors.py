@@ -61,8 +61,8 @@ BAD_FILES = {
         "nodes[0].nics[0].gpudirect: GPUDirect RDMA needs rdma: true",
     ),
     "unknown link kind": (
-        "nodes: [{name: a, preset: dgx-h100, fabric: {kind: nvswitch, bandwidth: 450}}]",
-        "nodes[0].fabric.kind: unknown link kind 'nvswitch'",
+        "nodes: [{name: a, preset: dgx-h100, fabric: {kind: nvlnk, bandwidth: 450}}]",
+        "nodes[0].fabric.kind: unknown link kind 'nvlnk' (did you mean 'nvlink'?)",
     ),
     "no NIC with several nodes": (
         "nodes: [{name: a, count: 2, cpus: {model: cpu-local}}]",

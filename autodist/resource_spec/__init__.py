@@ -71,13 +71,19 @@ def add_cluster_arguments(parser, positional=False):
         Also accept the cluster file as an optional positional argument
         (``autodist cluster show cluster.yaml``).
     """
+    from autodist.resource_spec.presets import MACHINES
+
     group = parser.add_argument_group("cluster (exactly one)")
     sources = group.add_mutually_exclusive_group()
     if positional:
         sources.add_argument("cluster", nargs="?", metavar="CLUSTER_FILE", help="cluster.yaml")
     else:
         sources.add_argument("--cluster", metavar="FILE", help="cluster.yaml (or a resource spec JSON)")
-    sources.add_argument("--preset", metavar="NAME[:N]", help="a machine preset and node count, e.g. dgx-h100:4")
+    sources.add_argument(
+        "--preset",
+        metavar="NAME[:N]",
+        help=f"N nodes of a machine preset ({', '.join(MACHINES)}) or 'local' (this machine), e.g. dgx-h100:4",
+    )
     sources.add_argument(
         "--from-kubernetes", action="store_true", help="read the nodes of the current Kubernetes context"
     )

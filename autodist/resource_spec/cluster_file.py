@@ -22,7 +22,10 @@ one: ``peak_flops`` (dtype -> FLOP/s), ``memory``, ``memory_bandwidth`` (the
 last two may be ``unknown``, as discovery writes them for unknown products).
 Links (``fabric``, ``host_link``, each of ``nics``): a link preset name
 (``ib-ndr``, ``pcie-gen4``...), or ``{preset | kind, bandwidth | speed |
-generation, latency, rdma, gpudirect}``; NICs also take ``count``.
+generation, latency, rdma, gpudirect}``; NICs also take ``count``.  Kinds:
+nvlink (or nvswitch), pcie, loopback, infiniband, roce, ethernet.  Without a
+``fabric`` a node gets its GPU model's (else PCIe Gen4); latency defaults by
+kind, rdma to true for infiniband and roce.
 
 Quantities are numbers in the field's default unit (bandwidth GB/s, speed
 Gb/s, latency us, memory GB, peak_flops TFLOP/s) or strings with a unit
@@ -59,6 +62,8 @@ UNITS = {
 DEFAULT_LATENCY = {"nvlink": 1e-6, "pcie": 1e-6, "loopback": 5e-6, "infiniband": 0.75e-6,
                    "roce": 1.5e-6, "ethernet": 15e-6}
 PCIE_GENERATIONS = {3: "pcie-gen3", 4: "pcie-gen4", 5: "pcie-gen5"}
+# An NVSwitch fabric is NVLink through switches: the same per-GPU link figures.
+KIND_ALIASES = {"nvswitch": "nvlink"}
 
 TOP_KEYS = ("name", "nodes")
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
@@ -390,7 +395,7 @@ def _read_link(reader, value, field):
         link = presets.LINK_PRESETS[PCIE_GENERATIONS[generation]]
     else:
         link = _read_explicit_link(reader, value, field)
-    if "kind" in value and "preset" in value and value["kind"] != link.kind:
+    if "kind" in value and "preset" in value and KIND_ALIASES.get(value["kind"], value["kind"]) != link.kind:
         reader.fail(f"{field}.kind", f"{value['kind']!r} contradicts preset {value['preset']!r} ({link.kind})")
     return _override_link(reader, link, value, field)
 
@@ -398,7 +403,7 @@ def _read_link(reader, value, field):
 def _read_explicit_link(reader, value, field):
     if "kind" not in value:
         reader.fail(f"{field}.kind", f"missing; one of {', '.join(LINK_KINDS)} (or give a preset)")
-    kind = value["kind"]
+    kind = KIND_ALIASES.get(value["kind"], value["kind"])
     if kind not in LINK_KINDS:
         reader.fail(f"{field}.kind", f"unknown link kind {_show(kind)}{_close(kind, LINK_KINDS)}")
     if "generation" in value:
