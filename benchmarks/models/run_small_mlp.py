@@ -1,0 +1,50 @@
+"""A small MLP (with an Embedding input branch) trained by model.fit; the `autodist run` example and test job.
+
+Runs the same as a plain script (`python run_small_mlp.py`) and under
+`autodist run`; `--save-weights FILE` writes the trained weights (.npz, keyed
+by variable path) so the two can be compared.  The ids of one batch are distinct: Keras' Adam
+squares each slice of a sparse gradient separately, so for an id repeated in a
+batch its update differs from the dense update the runtime applies.
+"""
+
+import argparse
+
+import keras
+import numpy as np
+
+VOCAB = 64
+
+
+def build_model(seed):
+    keras.utils.set_random_seed(seed)
+    ids = keras.Input((4,), dtype="int32", name="ids")
+    embedded = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCAB, 8)(ids))
+    hidden = keras.layers.Dense(32, activation="relu")(embedded)
+    model = keras.Model(ids, keras.layers.Dense(4)(hidden), name="small_mlp")
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-weights", help="write the trained weights to this .npz file")
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    n = args.steps * args.batch_size
+    per_batch = args.batch_size * 4
+    if per_batch > VOCAB:
+        parser.error(f"--batch-size above {VOCAB // 4} would repeat ids in a batch")
+    x = np.concatenate([rng.permutation(VOCAB)[:per_batch] for _ in range(args.steps)]).reshape(n, 4).astype(np.int32)
+    y = rng.integers(0, 4, size=(n,), dtype=np.int32)
+    model = build_model(args.seed)
+    model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2)
+    if args.save_weights:
+        np.savez(args.save_weights, **{w.path: w.numpy() for w in model.weights if w.trainable})
+
+
+if __name__ == "__main__":
+    main()

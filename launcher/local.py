@@ -1,0 +1,204 @@
+"""Run a plan on this machine: one process per task on free localhost ports.
+
+Every worker and PS task of the plan becomes a TensorFlow server process with
+its own ``TF_CONFIG``; the client task (the chief, or worker 0 when the plan
+has none) runs the user's script with the plan applied.  Each process gets its
+own process group and a log file in a temporary folder.  Whatever happens
+(the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
+stopped before :func:`run_local` returns, and the folder is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from autodist.errors import LaunchError
+
+POLL_S = 0.1
+STOP_GRACE_S = 3.0
+LOG_TAIL_LINES = 15
+# TensorFlow's C++ INFO lines drown the task logs; warnings and errors stay.
+TASK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def free_ports(count):
+    """``count`` distinct TCP ports that are free on localhost right now."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("localhost", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def last_lines(path, count=LOG_TAIL_LINES):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return [line.rstrip("\n") for line in deque(fh, maxlen=count)]
+    except OSError:
+        return []
+
+
+@dataclass
+class TaskProcess:
+    """One started task: its name (``worker:1``), process and log file."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: str
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def stop(self):
+        """SIGTERM the task's process group, SIGKILL it after a grace period, reap it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+def local_cluster(plan):
+    """Job -> localhost addresses on free ports, one per task of the plan."""
+    counts = {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps")}
+    ports = iter(free_ports(sum(counts.values())))
+    # PS first and workers last: TensorFlow picks the last job as collective leader.
+    return {job: [f"localhost:{next(ports)}" for _ in range(counts[job])]
+            for job in ("chief", "ps", "worker") if counts[job]}
+
+
+class LocalRun:
+    """The processes of one local run; use as a context manager (it always tears down)."""
+
+    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
+        from launcher.runtime.chief import client_task
+
+        self.plan = plan
+        self.plan_path = os.path.abspath(plan_path)
+        self.script = script
+        self.args = list(args)
+        self.report_path = report_path
+        self.out = out or sys.stdout
+        self.client = client_task(plan)
+        self.cluster = local_cluster(plan)
+        self.tasks = []
+        self._logdir = None
+        self._old_sigterm = None
+
+    def __enter__(self):
+        self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_all()
+        signal.signal(signal.SIGTERM, self._old_sigterm)
+        for name in os.listdir(self._logdir):
+            os.unlink(os.path.join(self._logdir, name))
+        os.rmdir(self._logdir)
+        return False
+
+    def _start(self, name, argv, env, log_to_file):
+        log_path = os.path.join(self._logdir, name.replace(":", "-") + ".log")
+        with open(log_path, "w") as log:
+            stream = log if log_to_file else None
+            process = subprocess.Popen(argv, env=env, stdout=stream, stderr=subprocess.STDOUT if log_to_file else None,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        task = TaskProcess(name, process, log_path)
+        self.tasks.append(task)
+        return task
+
+    def start(self):
+        """Start every server task, then the client with the user's script."""
+        base = {**os.environ, **TASK_ENV}
+        for job, addresses in self.cluster.items():
+            for index in range(len(addresses)):
+                if (job, index) == self.client:
+                    continue
+                env = dict(base, TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}}))
+                self._start(f"{job}:{index}", [sys.executable, "-m", "launcher.runtime.server"], env, True)
+        job, index = self.client
+        argv = [sys.executable, "-m", "launcher.runtime.chief", "--plan", self.plan_path,
+                "--cluster", json.dumps(self.cluster), "--job", job, "--index", str(index)]
+        if self.report_path:
+            argv += ["--report", os.path.abspath(self.report_path)]
+        return self._start(f"{job}:{index}", argv + [self.script, *self.args], base, False)
+
+    def wait(self, client):
+        """Block until the client ends; a server task that dies first stops the run."""
+        while True:
+            code = client.process.poll()
+            if code is not None:
+                if code != 0:
+                    raise LaunchError(f"the training script failed (task {client.name} exit status {code})",
+                                      source=self.script)
+                return
+            for task in self.tasks:
+                if task is not client and not task.alive():
+                    tail = "\n  ".join(last_lines(task.log_path)) or "(no output)"
+                    raise LaunchError(
+                        f"task {task.name} (pid {task.process.pid}) died with exit status {task.process.returncode}; "
+                        f"its last log lines:\n  {tail}"
+                    )
+            time.sleep(POLL_S)
+
+    def stop_all(self):
+        for task in reversed(self.tasks):
+            task.stop()
+
+    def pids(self):
+        return [t.process.pid for t in self.tasks]
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None):
+    """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
+
+    Parameters
+    ----------
+    plan : autodist.plan.Plan
+    plan_path : str
+        The saved plan the tasks read.
+    script : str
+        The user's training script; ``args`` are its arguments.
+    report_path : str, optional
+        JSON record of the run written by the client (devices, transfers, times).
+    on_start : callable, optional
+        Called with the :class:`LocalRun` once every process is started.
+
+    Raises
+    ------
+    LaunchError
+        When the script fails or a task dies; the message names the task and
+        ends with its last log lines.
+    """
+    with LocalRun(plan, plan_path, script, args, report_path) as run:
+        client = run.start()
+        if on_start is not None:
+            on_start(run)
+        run.wait(client)

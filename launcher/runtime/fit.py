@@ -1,0 +1,146 @@
+"""``model.fit`` under a plan: an explicit context that routes fit to the runtime.
+
+Inside :class:`PlacedFit`, ``keras.Model.fit`` trains through a
+:class:`~launcher.runtime.trainer.PlacedTrainer`; the original method is
+restored on exit.  Outside it nothing is patched.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from autodist.errors import LaunchError
+from autodist.io import write_json_atomic
+
+# fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
+UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
+                        "validation_steps", "validation_batch_size", "validation_freq")
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.2f} ms"
+
+
+class StepReporter:
+    """Progress lines: step, loss, measured step time and samples/s against the prediction."""
+
+    def __init__(self, predicted_step_time, total_steps, out=None):
+        self.predicted = predicted_step_time
+        self.total = total_steps
+        self.out = out or sys.stdout
+        self.times = []
+        self.every = max(1, total_steps // 10)
+
+    def step(self, index, loss, seconds, samples):
+        self.times.append(seconds)
+        if index == 1 or index == self.total or index % self.every == 0:
+            print(
+                f"step {index}/{self.total}  loss {loss:.4f}  step {_ms(seconds)}  "
+                f"{samples / seconds:.0f} samples/s  (predicted {_ms(self.predicted)})",
+                file=self.out,
+                flush=True,
+            )
+
+    def measured_step_time(self):
+        """Median step time, leaving out the first step (it traces the graph)."""
+        times = self.times[1:] or self.times
+        return float(np.median(times)) if times else 0.0
+
+
+class PlacedFit:
+    """Context manager: ``model.fit`` inside it trains with the plan's layout.
+
+    Parameters
+    ----------
+    layout : RunLayout
+    plan_path : str
+        Shown in the final summary.
+    report_path : str, optional
+        Where to write a JSON record of the run (devices, transfers, times).
+    """
+
+    def __init__(self, layout, plan_path, report_path=None, out=None):
+        self.layout = layout
+        self.plan_path = plan_path
+        self.report_path = report_path
+        self.out = out or sys.stdout
+        self._original = None
+
+    def __enter__(self):
+        import keras
+
+        self._original = keras.Model.fit
+        context = self
+
+        def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, shuffle=True,
+                initial_epoch=0, **kwargs):
+            return context.fit(model, x, y, batch_size, epochs, callbacks, shuffle, initial_epoch, kwargs)
+
+        keras.Model.fit = fit
+        return self
+
+    def __exit__(self, *exc):
+        import keras
+
+        keras.Model.fit = self._original
+        return False
+
+    def fit(self, model, x, y, batch_size, epochs, callbacks, shuffle, initial_epoch, extra):
+        import keras
+
+        from launcher.runtime.trainer import PlacedTrainer
+
+        for arg in UNSUPPORTED_FIT_ARGS:
+            if extra.get(arg) is not None:
+                raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
+        if y is None or not hasattr(x, "shape") or not hasattr(y, "shape"):
+            raise LaunchError("model.fit under autodist run takes arrays x and y", field="x")
+        x, y = np.asarray(x), np.asarray(y)
+        batch_size = batch_size or 32
+        n = len(x)
+        steps_per_epoch = -(-n // batch_size)
+        trainer = PlacedTrainer(model, self.layout)
+        hooks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model, epochs=epochs,
+                                             steps=steps_per_epoch, verbose=0)
+        reporter = StepReporter(self.layout.predicted_step_time, steps_per_epoch * (epochs - initial_epoch), self.out)
+        rng = np.random.default_rng(0)
+        first_batch = None
+        hooks.on_train_begin()
+        done = 0
+        for epoch in range(initial_epoch, epochs):
+            order = rng.permutation(n) if shuffle else np.arange(n)
+            hooks.on_epoch_begin(epoch)
+            loss = float("nan")
+            for b in range(steps_per_epoch):
+                idx = order[b * batch_size:(b + 1) * batch_size]
+                xb, yb = x[idx], y[idx]
+                first_batch = first_batch or (xb, yb)
+                hooks.on_train_batch_begin(b)
+                start = time.perf_counter()
+                loss = trainer.step(xb, yb)
+                done += 1
+                reporter.step(done, loss, time.perf_counter() - start, len(idx))
+                hooks.on_train_batch_end(b, {"loss": loss})
+            trainer.write_back()
+            hooks.on_epoch_end(epoch, {"loss": loss})
+            if getattr(model, "stop_training", False):
+                break
+        hooks.on_train_end()
+        measured = reporter.measured_step_time()
+        predicted = self.layout.predicted_step_time
+        ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
+        print(f"autodist: measured step time {_ms(measured)} vs predicted {_ms(predicted)}{ratio}; plan {self.plan_path}",
+              file=self.out, flush=True)
+        if self.report_path:
+            write_json_atomic(self.report_path, {
+                "plan": str(self.plan_path),
+                "steps": done,
+                "measured_step_time": measured,
+                "predicted_step_time": predicted,
+                "variable_devices": trainer.variable_devices(),
+                "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],
+            })
+        return model.history

@@ -1,0 +1,88 @@
+"""Where every variable and replica of a plan lives, as TensorFlow device strings.
+
+Pure data, no TensorFlow: :class:`RunLayout` is what the in-task runtime needs
+from a :class:`autodist.plan.Plan`, resolved once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autodist.errors import LaunchError
+
+
+@dataclass(frozen=True)
+class VariablePlacement:
+    """One trainable variable.
+
+    ``devices``: for ``method="ps"`` the device of each shard (split along
+    ``axis``); for ``method="allreduce"`` the device of each replica's copy.
+    """
+
+    name: str
+    method: str
+    devices: tuple
+    axis: int = 0
+    algorithm: str = "ring"
+    bucket: int = 0
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """Replica devices, their nodes, each variable's placement and the prediction."""
+
+    replica_devices: tuple
+    replica_nodes: tuple
+    variables: dict
+    predicted_step_time: float
+    plan_name: str = ""
+
+    @classmethod
+    def from_plan(cls, plan):
+        """Resolve a plan's logical devices into TensorFlow device strings.
+
+        Raises
+        ------
+        LaunchError
+            When the plan splits op groups over several devices of one replica,
+            which this runtime does not execute.
+        """
+        strategy = plan.strategy
+        if strategy.group_slots and any(len(replica) > 1 for replica in strategy.replicas):
+            group = sorted(strategy.group_slots)[0]
+            raise LaunchError(
+                f"op group {group!r} is placed on a second device of its replica; "
+                "the runtime runs each replica on one device",
+                source=plan.where,
+                field="strategy.group_slots",
+            )
+        replica_devices = tuple(plan.device_string(r[0], job="worker") for r in strategy.replicas)
+        replica_nodes = tuple(plan.resource_spec.device(r[0]).node for r in strategy.replicas)
+        variables = {}
+        for name, sync in sorted(strategy.sync.items()):
+            variables[name] = VariablePlacement(
+                name=name,
+                method=sync.method,
+                devices=tuple(plan.variable_devices(name)),
+                axis=sync.axis,
+                algorithm=sync.algorithm,
+                bucket=sync.bucket,
+            )
+        return cls(
+            replica_devices=replica_devices,
+            replica_nodes=replica_nodes,
+            variables=variables,
+            predicted_step_time=float(plan.prediction.get("step_time") or 0.0),
+            plan_name=plan.name,
+        )
+
+    def buckets(self):
+        """Allreduce buckets in order: list of (bucket, algorithm, [variable names])."""
+        groups = {}
+        for v in self.variables.values():
+            if v.method == "allreduce":
+                groups.setdefault((v.bucket, v.algorithm), []).append(v.name)
+        return [(b, alg, names) for (b, alg), names in sorted(groups.items())]
+
+    def ps_variables(self):
+        return [v for v in self.variables.values() if v.method == "ps"]

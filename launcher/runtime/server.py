@@ -1,0 +1,46 @@
+"""A plan's worker or PS task: a TensorFlow server that serves until it is stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from autodist.errors import AutoDistError, LaunchError
+
+
+def read_tf_config(environ=None):
+    """``TF_CONFIG`` as (cluster dict, job, index); a LaunchError names what is wrong."""
+    text = (environ if environ is not None else os.environ).get("TF_CONFIG")
+    if not text:
+        raise LaunchError("TF_CONFIG is not set", field="TF_CONFIG")
+    try:
+        config = json.loads(text)
+        return config["cluster"], config["task"]["type"], int(config["task"]["index"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LaunchError(f"malformed ({type(exc).__name__}: {exc})", field="TF_CONFIG") from None
+
+
+def serve(cluster, job, index):
+    """Start this task's gRPC server and block until the process is stopped."""
+    import tensorflow as tf
+
+    if job not in cluster or not 0 <= index < len(cluster[job]):
+        raise LaunchError(f"task {job}:{index} is not in the cluster", field="TF_CONFIG")
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index, protocol="grpc",
+                                  start=True)
+    print(f"autodist: task {job}:{index} serving at {cluster[job][index]}", flush=True)
+    server.join()
+
+
+def main():
+    try:
+        serve(*read_tf_config())
+    except AutoDistError as exc:
+        print(f"autodist: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

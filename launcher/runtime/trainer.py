@@ -1,0 +1,288 @@
+"""Training a compiled Keras model with its variables where the plan puts them.
+
+One client (the chief) builds one step graph with explicit devices:
+
+- PS variables are split into their planned shards, one Keras variable per
+  shard on its PS task; every replica reads the shards (pull), each replica's
+  gradient is split the same way and summed on the shard's PS (push), and the
+  shard's optimizer update runs there.
+- Allreduce variables get one copy per replica on the replica's device; the
+  gradients of one bucket are flattened together and summed across replicas
+  with the planned algorithm (see :mod:`launcher.runtime.allreduce`); each
+  replica updates its own copy.
+- Each replica runs forward and backward on its device over its slice of the
+  global batch, with ``model.stateless_call`` on the placed values.
+
+Every replica's loss is its slice's mean loss scaled by the slice's share of
+the global batch, so the summed gradient equals single-process training on
+the global batch.  Each location gets a clone of the user's optimizer (same
+class and config) holding the slots of the variables that live there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autodist.errors import LaunchError
+
+
+def _clone_optimizer(optimizer):
+    config = optimizer.get_config()
+    if config.get("global_clipnorm"):
+        raise LaunchError("global_clipnorm needs every gradient in one place; clip per variable (clipnorm) instead",
+                          field="optimizer")
+    return type(optimizer).from_config(config)
+
+
+def _split_sizes(length, parts):
+    return [length * (i + 1) // parts - length * i // parts for i in range(parts)]
+
+
+def _canonical(device):
+    import tensorflow as tf
+
+    return tf.DeviceSpec.from_string(device).to_string()
+
+
+class PlacedTrainer:
+    """Runs synchronous training steps of ``model`` under a :class:`RunLayout`.
+
+    Parameters
+    ----------
+    model : keras.Model
+        Built and compiled (its optimizer and loss are used).
+    layout : launcher.runtime.layout.RunLayout
+    """
+
+    def __init__(self, model, layout):
+        if model.optimizer is None:
+            raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        self.model = model
+        self.layout = layout
+        self.devices = list(layout.replica_devices)
+        self._weights = list(model.trainable_variables)
+        self._names = [w.path for w in self._weights]
+        missing = [n for n in self._names if n not in layout.variables]
+        if missing:
+            raise LaunchError(f"variable {missing[0]!r} of the model is not in the plan (was the plan made for this script?)",
+                              field="strategy.sync")
+        self._create_variables()
+        self._step = None
+        self._graph = None
+
+    # -- variables -------------------------------------------------------
+    def _create_variables(self):
+        import keras
+        import tensorflow as tf
+
+        self.copies = {}  # allreduce: name -> one Keras variable per replica
+        self.shards = {}  # ps: name -> one Keras variable per shard
+        by_location = {}
+        for weight, name in zip(self._weights, self._names):
+            place = self.layout.variables[name]
+            value = np.asarray(weight.numpy())
+            if place.method == "ps":
+                if value.ndim == 0 and len(place.devices) > 1:
+                    raise LaunchError(f"cannot shard a scalar over {len(place.devices)} PS tasks", field=f"strategy.sync.{name}")
+                if value.ndim and value.shape[place.axis] < len(place.devices):
+                    raise LaunchError(
+                        f"axis {place.axis} of size {value.shape[place.axis]} cannot make {len(place.devices)} shards",
+                        field=f"strategy.sync.{name}",
+                    )
+                pieces = (np.split(value, np.cumsum(_split_sizes(value.shape[place.axis], len(place.devices)))[:-1],
+                                   axis=place.axis) if value.ndim else [value])
+                made = []
+                for k, (piece, dev) in enumerate(zip(pieces, place.devices)):
+                    with tf.device(dev):
+                        var = keras.Variable(piece, dtype=weight.dtype, name=f"{weight.name}_shard{k}")
+                    by_location.setdefault(dev, []).append(var)
+                    made.append(var)
+                self.shards[name] = made
+            else:
+                made = []
+                for dev in self.devices:
+                    with tf.device(dev):
+                        var = keras.Variable(value, dtype=weight.dtype, name=weight.name)
+                    by_location.setdefault(dev, []).append(var)
+                    made.append(var)
+                self.copies[name] = made
+        self.optimizers = {}
+        for dev, variables in by_location.items():
+            with tf.device(dev):
+                opt = _clone_optimizer(self.model.optimizer)
+                opt.build(variables)
+            self.optimizers[dev] = (opt, variables)
+        with tf.device(self.devices[0]):
+            self._state = [tf.Variable(v.numpy(), trainable=False) for v in self.model.non_trainable_variables]
+
+    def variable_devices(self):
+        """Name -> the devices its placed variables actually live on."""
+        out = {}
+        for name in self._names:
+            placed = self.shards.get(name) or self.copies[name]
+            out[name] = [_canonical(v.value.device) for v in placed]
+        return out
+
+    # -- the step ----------------------------------------------------------
+    def _read(self, name, replica):
+        import tensorflow as tf
+
+        if name in self.copies:
+            return tf.convert_to_tensor(self.copies[name][replica])
+        place = self.layout.variables[name]
+        parts = []
+        for var, dev in zip(self.shards[name], place.devices):
+            with tf.device(dev):
+                parts.append(tf.identity(tf.convert_to_tensor(var), name="ps_pull"))
+        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)
+
+    def _replica_gradients(self, x, y, lo, hi, n, replica):
+        import tensorflow as tf
+
+        xs, ys = x[lo:hi], y[lo:hi]
+        state = [tf.convert_to_tensor(v) for v in self._state]
+        weights = [self._read(name, replica) for name in self._names]
+        with tf.GradientTape() as tape:
+            tape.watch(weights)
+            y_pred, new_state = self.model.stateless_call(weights, state, xs, training=True)
+            share = tf.cast(hi - lo, y_pred.dtype) / tf.cast(n, y_pred.dtype)
+            loss = self.model.compute_loss(x=xs, y=ys, y_pred=y_pred, training=True) * share
+        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, weights)]
+        return loss, grads, new_state
+
+    def _sum_allreduce(self, grads):
+        """Replace, per replica, allreduce gradients by their sum across replicas."""
+        import tensorflow as tf
+
+        from launcher.runtime.allreduce import allreduce
+
+        index = {name: i for i, name in enumerate(self._names)}
+        for _, algorithm, names in self.layout.buckets():
+            names = [nm for nm in names if nm in index]
+            if not names:
+                continue
+            flat = []
+            for r, dev in enumerate(self.devices):
+                with tf.device(dev):
+                    flat.append(tf.concat([tf.reshape(grads[r][index[nm]], [-1]) for nm in names], axis=0))
+            sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm)
+            sizes = [int(np.prod(self.copies[nm][0].shape)) for nm in names]
+            for r, dev in enumerate(self.devices):
+                with tf.device(dev):
+                    for nm, piece in zip(names, tf.split(sums[r], sizes)):
+                        grads[r][index[nm]] = tf.reshape(piece, self.copies[nm][0].shape)
+
+    def _sum_ps(self, grads):
+        """Per PS shard: its slice of every replica's gradient, summed on the shard's PS."""
+        import tensorflow as tf
+
+        out = {}
+        for i, name in enumerate(self._names):
+            if name not in self.shards:
+                continue
+            place = self.layout.variables[name]
+            shards = self.shards[name]
+            pieces = []
+            for r, dev in enumerate(self.devices):
+                with tf.device(dev):
+                    g = grads[r][i]
+                    pieces.append(tf.split(g, [int(s.shape[place.axis]) for s in shards], axis=place.axis)
+                                  if len(shards) > 1 else [g])
+            for k, (var, ps_dev) in enumerate(zip(shards, place.devices)):
+                with tf.device(ps_dev):
+                    out[id(var)] = tf.add_n([p[k] for p in pieces], name="ps_push_sum")
+        return out
+
+    def _step_body(self, x, y):
+        import tensorflow as tf
+
+        n = tf.shape(x)[0]
+        count = len(self.devices)
+        losses, grads, states = [], [], []
+        for r, dev in enumerate(self.devices):
+            lo, hi = n * r // count, n * (r + 1) // count
+            with tf.device(dev):
+                loss, g, state = self._replica_gradients(x, y, lo, hi, n, r)
+            losses.append(loss)
+            grads.append(g)
+            states.append(state)
+        ps_grads = self._sum_ps(grads)
+        self._sum_allreduce(grads)
+        index = {name: i for i, name in enumerate(self._names)}
+        replica_of = {dev: r for r, dev in enumerate(self.devices)}
+        for dev, (opt, variables) in self.optimizers.items():
+            pairs = []
+            for var in variables:
+                if id(var) in ps_grads:
+                    pairs.append(ps_grads[id(var)])
+                else:
+                    name = next(nm for nm, copies in self.copies.items() if any(c is var for c in copies))
+                    pairs.append(grads[replica_of[dev]][index[name]])
+            with tf.device(dev):
+                opt.apply(pairs, variables)
+        for var, value in zip(self._state, states[0]):
+            var.assign(value)
+        return tf.add_n(losses)
+
+    def step(self, x, y):
+        """One synchronous step on a global batch; returns the loss (a float)."""
+        import tensorflow as tf
+
+        if self._step is None:
+            self._step = tf.function(self._step_body)
+        return float(self._step(x, y))
+
+    # -- results -----------------------------------------------------------
+    def placed_values(self):
+        """Name -> the current value of each trainable variable (shards joined)."""
+        out = {}
+        for name in self._names:
+            if name in self.shards:
+                parts = [v.numpy() for v in self.shards[name]]
+                axis = self.layout.variables[name].axis
+                out[name] = np.concatenate(parts, axis=axis) if parts[0].ndim else parts[0]
+            else:
+                out[name] = self.copies[name][0].numpy()
+        return out
+
+    def write_back(self):
+        """Copy the trained values into the model's own variables (for saving, callbacks)."""
+        values = self.placed_values()
+        for weight, name in zip(self._weights, self._names):
+            weight.assign(values[name])
+        for weight, var in zip(self.model.non_trainable_variables, self._state):
+            weight.assign(var.numpy())
+
+    def transfers(self, x, y):
+        """Cross-device edges of the traced step: (kind, op type, source device, destination device).
+
+        ``kind`` is ``ps-pull`` (PS to worker), ``ps-push`` (worker to PS) or
+        ``allreduce`` (worker to worker); edges from the client's inputs are left out.
+        """
+        import tensorflow as tf
+
+        if self._step is None:
+            self._step = tf.function(self._step_body)
+        graph = self._step.get_concrete_function(x, y).graph
+        workers = {_canonical(d) for d in self.devices}
+        found = set()
+        for op in graph.get_operations():
+            if not op.device:
+                continue
+            dst = _canonical(op.device)
+            for tensor in op.inputs:
+                if not tensor.op.device:
+                    continue
+                src = _canonical(tensor.op.device)
+                if src == dst:
+                    continue
+                if src in workers and dst in workers:
+                    kind = "allreduce"
+                elif dst in workers:
+                    kind = "ps-pull"
+                elif src in workers:
+                    kind = "ps-push"
+                else:
+                    continue
+                found.add((kind, op.type, src, dst))
+        return sorted(found)
