@@ -8,7 +8,7 @@ their place from the MPI environment rather than TF_CONFIG.
 from __future__ import annotations
 
 from autodist.errors import LaunchError
-from launcher.pods import WORKER_COMMAND, gpus_per_task, nccl_environment, pod_template
+from launcher.pods import gpus_per_task, nccl_environment, pod_template, worker_command
 
 API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"
@@ -38,7 +38,7 @@ def launcher_command(plan, options, slots):
     ranks = slots * len(plan.tasks_of("worker"))
     names = sorted(nccl_environment(plan, options)) + sorted(horovod_environment(plan)) + ["AUTODIST_PLAN"]
     exports = [arg for name in names for arg in ("-x", name)]
-    return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-bind-to", "none", "-map-by", "slot", *exports, *WORKER_COMMAND]
+    return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-bind-to", "none", "-map-by", "slot", *exports, *worker_command(options)]
 
 
 def build_mpijob(plan, options, job_name):

@@ -71,6 +71,11 @@ class EmitOptions:
     rdma_resource, ib_hca, socket_ifname : str
         The cluster's RDMA device-plugin resource, NCCL's HCA filter and
         socket interface filter.
+    script : str or None
+        Path of the training script inside the image; the task that runs the
+        training loop starts it (``autodist worker --plan ... SCRIPT ARGS``).
+    script_args : tuple of str
+        The script's arguments.
     """
 
     name: str | None = None
@@ -80,6 +85,8 @@ class EmitOptions:
     rdma_resource: str = DEFAULT_RDMA_RESOURCE
     ib_hca: str = DEFAULT_IB_HCA
     socket_ifname: str = DEFAULT_SOCKET_IFNAME
+    script: str | None = None
+    script_args: tuple = ()
 
     def check(self):
         """Raise InputError for the first invalid choice."""
@@ -89,6 +96,8 @@ class EmitOptions:
             check_dns_label(self.name, "--name", dns_1035=True)
         if self.gang is not None and self.gang not in GANGS:
             raise InputError(f"unknown gang scheduler {self.gang!r} (expected one of {', '.join(GANGS)})", field="--gang")
+        if self.script_args and not self.script:
+            raise InputError("script arguments given without a script", field="--script-args")
         if "/" not in self.rdma_resource:
             raise InputError(f"{self.rdma_resource!r} is not an extended resource name (vendor/name)", field="--rdma-resource")
         return self

@@ -14,6 +14,11 @@ PLAN_FILE = "plan.json"
 PLAN_PATH = f"{PLAN_DIR}/{PLAN_FILE}"
 WORKER_COMMAND = ["autodist", "worker", "--plan", PLAN_PATH]
 
+
+def worker_command(options):
+    """The in-task entry point, with the training script when one is given."""
+    return WORKER_COMMAND + ([options.script, *options.script_args] if options.script else [])
+
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Set by NVIDIA GPU feature discovery on every GPU node, e.g. "NVIDIA-H100-80GB-HBM3".

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autodist.plan import DEFAULT_PORT
-from launcher.pods import WORKER_COMMAND, pod_template
+from launcher.pods import pod_template, worker_command
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
@@ -27,7 +27,7 @@ def replica_specs(plan, options, job_name):
             job_name,
             job,
             tasks,
-            WORKER_COMMAND,
+            worker_command(options),
             CONTAINER_NAME,
             port=DEFAULT_PORT,
             nccl=allreduce and job == "worker",

@@ -52,6 +52,15 @@ def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
     assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
 
 
+def test_emit_passes_the_training_script_to_every_task(ps_plan_file, capsys):
+    argv = ["emit", ps_plan_file, "--script", "/app/train.py", "--script-args", "--epochs 2 --name 'a b'"]
+    assert run_cli(*argv) == 0
+    tfjob = list(yaml.safe_load_all(capsys.readouterr().out))[-1]
+    expected = ["autodist", "worker", "--plan", "/etc/autodist/plan.json", "/app/train.py", "--epochs", "2", "--name", "a b"]
+    for replica in tfjob["spec"]["tfReplicaSpecs"].values():
+        assert replica["template"]["spec"]["containers"][0]["command"] == expected
+
+
 def test_emit_to_stdout_is_deterministic(plan_file, capsys):
     assert run_cli("emit", plan_file, "--format", "mpijob") == 0
     first = capsys.readouterr().out
@@ -84,6 +93,8 @@ def _missing_device(path):
         (None, ["--namespace", "x" * 64], "is not a DNS-1123 label"),
         (None, ["--name", "Job.Name"], "--name: 'Job.Name' is not a DNS-1035 label"),
         (None, ["--dry-run"], "--dry-run needs --submit"),
+        (None, ["--script-args", "--x 1"], "--script-args: script arguments given without a script"),
+        (None, ["--script", "t.py", "--script-args", "'unclosed"], "--script-args: cannot split"),
     ],
 )
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path, plan_file, capsys, edit_plan, extra, message):

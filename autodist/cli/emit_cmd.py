@@ -23,6 +23,8 @@ def add_manifest_arguments(parser):
     parser.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
     parser.add_argument("--name", help="job name, a DNS-1035 label (default: the plan's name)")
     parser.add_argument("--gang", choices=GANGS, help="also emit a PodGroup for this gang scheduler")
+    parser.add_argument("--script", help="training script inside the image, run by the task that drives training")
+    parser.add_argument("--script-args", default="", metavar="ARGS", help="the script's arguments, one string")
     parser.add_argument(
         "--rdma-resource", default=DEFAULT_RDMA_RESOURCE, help=f"RDMA device-plugin resource (default {DEFAULT_RDMA_RESOURCE})"
     )
@@ -32,10 +34,23 @@ def add_manifest_arguments(parser):
     )
 
 
-def options_from_args(args):
+def script_args_of(args):
+    """``--script-args`` split as a shell would."""
+    import shlex
+
+    try:
+        return tuple(shlex.split(args.script_args))
+    except ValueError as exc:
+        raise InputError(f"cannot split {args.script_args!r} ({exc})", field="--script-args") from None
+
+
+def options_from_args(args, default_script=None):
+    """EmitOptions from parsed arguments; ``default_script`` when ``--script`` is not given."""
     from launcher.options import EmitOptions
 
     return EmitOptions(
+        script=args.script or default_script,
+        script_args=script_args_of(args),
         name=args.name,
         namespace=args.namespace,
         image=args.image,
@@ -46,11 +61,11 @@ def options_from_args(args):
     ).check()
 
 
-def manifests_for(plan, args):
+def manifests_for(plan, args, default_script=None):
     """The validated objects of ``plan`` for the parsed manifest options."""
     from launcher.manifests import build_manifests
 
-    return build_manifests(plan, args.format, options_from_args(args))
+    return build_manifests(plan, args.format, options_from_args(args, default_script))
 
 
 def register(subparsers):

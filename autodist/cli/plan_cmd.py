@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-
 from autodist.errors import InputError
 
 
@@ -13,7 +11,6 @@ def register(subparsers):
 
     p = subparsers.add_parser("plan", help="search the best placement and write plan.json")
     p.add_argument("source", help="training script (.py), graph.json, GraphDef (.pb/.pbtxt) or SavedModel directory")
-    p.add_argument("--script-args", default="", metavar="ARGS", help="arguments of a training script, one string")
     add_cluster_arguments(p)
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE", help="where to write the plan (default plan.json)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
@@ -36,17 +33,18 @@ def run(args):
     from autodist.api import graph_of
     from autodist.api import plan as make_plan
     from autodist.cli.progress import SearchProgress
-    from autodist.cli.emit_cmd import manifests_for, options_from_args
+    from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
     from autodist.resource_spec import cluster_from_args
 
     if args.budget <= 0:
         raise InputError(f"must be positive, got {args.budget}", field="--budget")
+    script = args.source if args.source.endswith(".py") else None
     if args.emit_k8s:
-        options_from_args(args)  # bad manifest options fail before the search
+        options_from_args(args, script)  # bad manifest options fail before the search
     resource_spec = cluster_from_args(args)
-    graph_item = graph_of(args.source, shlex.split(args.script_args))
+    graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
-    objects = manifests_for(plan, args) if args.emit_k8s else []
+    objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")
     if objects:
