@@ -55,6 +55,10 @@ BAD_FILES = {
         "nodes[1].name: duplicate node name 'g-1' (also nodes[0])",
     ),
     "zero count": ("nodes: [{name: a, count: 0, preset: dgx-h100}]", "nodes[0].count: must be a positive integer"),
+    "huge device count": (
+        "nodes: [{name: a, gpus: {model: T4, count: 100000000}}]",
+        "nodes[0].gpus.count: must be at most 1024, got 100000000",
+    ),
     "malformed YAML": ("nodes: [{name: a, preset: dgx-h100\n", "malformed YAML"),
     "GPUDirect without RDMA": (
         "nodes: [{name: a, preset: dgx-h100, nics: [{kind: ethernet, speed: 100, gpudirect: true}]}]",
@@ -99,8 +103,9 @@ def test_bad_cluster_file_is_one_line_and_exit_2(case, tmp_path, capsys):
     "argv, expected",
     [
         (["--preset", "dgx-h10"], "preset: unknown preset 'dgx-h10' (did you mean 'dgx-h100'?)"),
-        (["--preset", "dgx-h100:0"], "preset: node count must be a positive integer, got 'dgx-h100:0'"),
-        (["--preset", "dgx-h100:x"], "node count must be a positive integer"),
+        (["--preset", "dgx-h100:0"], "preset: node count must be an integer from 1 to 100000, got 'dgx-h100:0'"),
+        (["--preset", "dgx-h100:x"], "node count must be an integer from 1 to 100000"),
+        (["--preset", "dgx-h100:1000000"], "node count must be an integer from 1 to 100000"),
         (["/nonexistent/cluster.yaml"], "/nonexistent/cluster.yaml: no such file"),
         ([], "give exactly one cluster source"),
     ],

@@ -65,6 +65,9 @@ PCIE_GENERATIONS = {3: "pcie-gen3", 4: "pcie-gen4", 5: "pcie-gen5"}
 # An NVSwitch fabric is NVLink through switches: the same per-GPU link figures.
 KIND_ALIASES = {"nvswitch": "nvlink"}
 
+# Sanity limit (with presets.MAX_NODES) that catches a typo'd count early.
+MAX_PER_GROUP = 1024
+
 TOP_KEYS = ("name", "nodes")
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
              "host_link", "nics", "labels")
@@ -112,9 +115,11 @@ class _Reader:
             self.fail(field, f"expected true or false, got {_show(value)}")
         return value
 
-    def count(self, value, field):
+    def count(self, value, field, most):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             self.fail(field, f"must be a positive integer, got {_show(value)}")
+        if value > most:
+            self.fail(field, f"must be at most {most}, got {value}")
         return value
 
     def quantity(self, value, field, quantity):
@@ -247,7 +252,7 @@ def _read_node_group(reader, entry, field):
         name = base.node_prefix if base else "node"
     if "/" in name:
         reader.fail(f"{field}.name", f"must not contain '/', got {name!r}")
-    count = reader.count(entry["count"], f"{field}.count") if "count" in entry else None
+    count = reader.count(entry["count"], f"{field}.count", presets.MAX_NODES) if "count" in entry else None
     names = presets.node_names(name, count) if count is not None else [name]
     addresses = _read_addresses(reader, entry, field, len(names))
 
@@ -330,7 +335,7 @@ def _device_builder(template, index):
 
 def _read_device_group(reader, group, field, kind):
     reader.mapping(group, field, DEVICE_KEYS)
-    count = reader.count(group["count"], f"{field}.count") if "count" in group else 1
+    count = reader.count(group["count"], f"{field}.count", MAX_PER_GROUP) if "count" in group else 1
     if "model" not in group:
         reader.fail(f"{field}.model", "missing; name a device model or describe one")
     model = reader.text(group["model"], f"{field}.model")
@@ -375,7 +380,7 @@ def _read_nics(reader, value, field):
         if isinstance(entry, dict):
             reader.mapping(entry, sub, NIC_KEYS)
             if "count" in entry:
-                count = reader.count(entry["count"], f"{sub}.count")
+                count = reader.count(entry["count"], f"{sub}.count", MAX_PER_GROUP)
                 entry = {k: v for k, v in entry.items() if k != "count"}
         nics += [_read_link(reader, entry, sub)] * count
     return nics

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from autodist.errors import InputError
 from autodist.resource_spec.spec import DeviceSpec, LinkSpec, NodeSpec, ResourceSpec
 
+MAX_NODES = 100_000  # sanity limit on a node count, against typos
 GB = 10**9  # bytes of memory, as vendors count them
 GBPS = 1e9  # bytes per second
 TFLOPS = 1e12
@@ -346,13 +347,14 @@ def machine(name, field=None, source=None):
         ) from None
 
 
-def parse_preset_name(text, source=None):
+def parse_preset_name(text):
     """Split ``"NAME[:N]"`` into ``(name, count)``; count is 1 without ``:N``."""
     name, sep, count = str(text).partition(":")
     if not sep:
         return name, 1
-    if not count.isdigit() or int(count) < 1:
-        raise InputError(f"node count must be a positive integer, got {text!r}", source=source, field="preset")
+    if not count.isdigit() or not 1 <= int(count) <= MAX_NODES:
+        message = f"node count must be an integer from 1 to {MAX_NODES}, got {text!r}"
+        raise InputError(message, field="preset")
     return name, int(count)
 
 
