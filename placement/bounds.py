@@ -7,10 +7,13 @@ simulator's own cost terms so that a simulated step never falls below it:
   device model;
 - total work / devices: one replica's work at the cheapest model, times the
   replicas, over the devices they use;
-- sync bound: for every variable, the critical path up to its gradient plus
-  the fastest way to synchronise that gradient alone and uncontended: the
-  best allreduce algorithm over the replicas, or a PS push and pull of one
-  shard, over any worker-PS path, for up to one shard per PS device.
+- sync bound: for every variable, the earliest its gradient can be ready
+  (the critical path to it; with one device per replica, all the work of its
+  ancestors, which that device runs first) plus the fastest way to
+  synchronise and apply that gradient alone and uncontended: the best
+  allreduce algorithm over the replicas then the update on a replica
+  device, or a PS push and pull of one shard, over any worker-PS path, for
+  up to one shard per PS device, with the server's share of the update.
   Transfer time is affine in bytes (latency plus bytes over bandwidth), so
   the fastest PS path is bounded from below by the smallest intercept plus
   the smallest slope over all paths.
@@ -76,22 +79,48 @@ def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slot
     per_model = [sim.device_costs(d)[0] for d in models.values()]
     cheapest = [min(costs[g] for costs in per_model) for g in range(len(sim.groups.groups))]
 
+    preds = sim.groups.predecessors()
     path = [0.0] * len(cheapest)
-    for g, preds in enumerate(sim.groups.predecessors()):
-        path[g] = cheapest[g] + max((path[p] for p, _ in preds), default=0.0)
+    for g, incoming in enumerate(preds):
+        path[g] = cheapest[g] + max((path[p] for p, _ in incoming), default=0.0)
     critical = max(path, default=0.0)
     used = {d for r in replicas for d in r}
     work = sum(cheapest) * len(replicas) / max(len(used), 1)
+    # earliest a group can end: on one device every ancestor runs before it
+    before = _ancestor_work(preds, cheapest) if all(len(r) == 1 for r in replicas) else path
 
     sync = 0.0
     if len(replicas) > 1 and sim.dense_bytes:
-        servers = len(ps_candidates(resource_spec))
+        servers = ps_candidates(resource_spec)
         intercept, slope = _ps_affine(sim) if servers else (float("inf"), 0.0)
+        replica_updates = [sim.device_costs(resource_spec.device(r[0]))[1] for r in replicas[:1]]
+        replica_updates += [sim.device_costs(d)[1] for d in models.values()]
+        server_updates = [sim.device_costs(resource_spec.device(p))[1] for p in servers]
         for name, nbytes in sim.dense_bytes.items():
             slot = group_slots.get(sim.var_unit[name], 0)
             devices = [r[slot] for r in replicas]
             allreduce = min(sim.comm.allreduce_time(nbytes, devices, a) for a in ("ring", "hierarchical", "master"))
-            shard = sim.sparse_bytes[name] / max(servers, 1)
-            ps = 2 * (intercept + slope * shard)
-            sync = max(sync, path[sim.groups.gradient_group[name]] + min(allreduce, ps))
+            allreduce += min(u[name] for u in replica_updates)
+            shard = sim.sparse_bytes[name] / max(len(servers), 1)
+            ps = 2 * (intercept + slope * shard) + min((u[name] for u in server_updates), default=0.0) / max(len(servers), 1)
+            sync = max(sync, before[sim.groups.gradient_group[name]] + min(allreduce, ps))
     return max(critical, work, sync)
+
+
+def _ancestor_work(preds, seconds):
+    """Per group, the summed seconds of the group and all its ancestors."""
+    ancestors = []
+    totals = []
+    for g, incoming in enumerate(preds):
+        mask = 1 << g
+        for p, _ in incoming:
+            mask |= ancestors[p]
+        ancestors.append(mask)
+        total, index = 0.0, 0
+        while mask:
+            if mask & 1:
+                total += seconds[index]
+            mask >>= 1
+            index += 1
+        totals.append(total)
+    return totals

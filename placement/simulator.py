@@ -32,8 +32,9 @@ is computed once per *replica class* and cached, keyed by the device models
 move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
 whose cost is a few events per variable and node.  PS traffic of the workers
-of one class on one node is aggregated into one transfer of their summed
-bytes: the workers share the node's NIC, so FIFO serialises them anyway.
+of one class on one node is aggregated into one transfer that lasts as long
+as their transfers one after another: they share the node's NIC (or the
+server's port), so FIFO would serialise them anyway.
 Phase lists from the CommModel are cached too.  ``tests/test_simulator*``
 checks that the cached result equals a fresh simulation.
 """
@@ -43,7 +44,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from cost_models.comm import gradient_bytes
+from cost_models import Phase, gradient_bytes
 from placement.grouping import group_ops
 
 # Work units charged per simulate() call besides its events: the fixed
@@ -223,6 +224,13 @@ class Simulator:
             phases = self._phases[key] = make()
         return phases
 
+    def _ps_phases(self, src, dst, nbytes, count):
+        """``count`` identical PS transfers back to back, as one phase per stage."""
+        return self._phase_list(
+            ("ps", src, dst, nbytes, count),
+            lambda: [Phase(p.seconds * count, p.links) for p in self.comm.ps_phases(src, dst, nbytes)],
+        )
+
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
         devices = [self.resource_spec.device(d) for d in replica]
@@ -394,17 +402,11 @@ class Simulator:
                     if trace:
                         events.append((f"update {name}/{i}", "update", ps_device, start, stop))
                     for _, dev, count in targets:
-                        phases = self._phase_list(
-                            ("ps", ps_device, dev, count * nbytes),
-                            lambda dev=dev, count=count: self.comm.ps_phases(ps_device, dev, count * nbytes),
-                        )
+                        phases = self._ps_phases(ps_device, dev, nbytes, count)
                         submit(stop, phases, f"pull {name}/{i}", finish.append)
 
                 for c, dev, count in targets:
-                    phases = self._phase_list(
-                        ("ps", dev, ps_device, count * push_bytes),
-                        lambda dev=dev, count=count: self.comm.ps_phases(dev, ps_device, count * push_bytes),
-                    )
+                    phases = self._ps_phases(dev, ps_device, push_bytes, count)
                     submit(ready_time(classes[c][0], name), phases, f"push {name}/{i}", pushed)
 
         while heap:

@@ -1,0 +1,200 @@
+"""Placement benchmark: baselines vs the annealed plan over zoo models and clusters.
+
+Captures each zoo model once (cached as graph JSON under ``tmp/placement_graphs``,
+git-ignored), then for every (model, cluster) cell runs ``placement.optimize``
+and records each baseline's predicted step time, the annealed plan's, its
+throughput gain over greedy PS and over the best baseline, the gap to the
+lower bound and the search time; plus one search on a 1024-GPU cluster.
+
+    python benchmarks/placement_bench.py            # full run, writes results
+    python benchmarks/placement_bench.py --quick    # mlp only, 1 s budget, no write
+
+Writes benchmarks/results/placement.json and placement.md.
+"""
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from autodist.graph.item import GraphItem  # noqa: E402
+from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
+from autodist.resource_spec import load_cluster  # noqa: E402
+
+ZOO = os.path.join(REPO, "benchmarks", "models")
+CACHE = os.path.join(REPO, "tmp", "placement_graphs")
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+
+# zoo script -> per-replica batch size captured
+MODELS = {"mlp": 256, "resnet50": 32, "vgg16": 32, "inception_v3": 32}
+CLUSTERS = {
+    "dgx-h100:1": "1 node, 8x H100 SXM on NVLink/NVSwitch",
+    "dgx-h100:4": "4 nodes of 8x H100, InfiniBand NDR (8 NICs/node, GPUDirect RDMA)",
+    "dgx-a100:4": "4 nodes of 8x A100 80GB, InfiniBand HDR (8 NICs/node, GPUDirect RDMA)",
+    "g4dn.12xlarge:16": "16 nodes of 4x T4 on PCIe, 50 GbE TCP",
+    "p3.16xlarge:8": "8 nodes of 8x V100 16GB on NVLink, 25 GbE TCP (no RDMA)",
+    "cpu-2s-25g:8": "8 CPU-only nodes (2x Xeon 8380), 25 GbE TCP",
+}
+LARGE = ("resnet50", "dgx-h100:128", "128 nodes of 8x H100 (1024 GPUs), InfiniBand NDR")
+
+
+def captured(name, batch_size):
+    """The zoo model's GraphItem, captured once and cached."""
+    path = os.path.join(CACHE, f"{name}_b{batch_size}.json")
+    if not os.path.exists(path):
+        from autodist.graph.capture import capture_script
+
+        item = capture_script(os.path.join(ZOO, f"{name}.py"), ["--steps", "1", "--batch-size", str(batch_size)])
+        item.save(path)
+    return GraphItem.load(path)
+
+
+def run_cell(graph, preset, cost_model, budget_s, seed):
+    from placement import optimize
+
+    spec = load_cluster(preset=preset)
+    result = optimize(graph, spec, cost_model, seed=seed, budget_s=budget_s)
+    ours = result.simulation.step_time
+    baselines = {c.name: c.simulation.step_time for c in result.candidates}
+    fits = {c.name: c.simulation.fits for c in result.candidates}
+    best_name = min(result.candidates, key=lambda c: (not c.simulation.fits, c.simulation.step_time)).name
+    greedy = baselines["greedy-ps"]
+    best = baselines[best_name]
+    methods = {}
+    for s in result.strategy.sync.values():
+        key = "ps" if s.method == "ps" else f"allreduce-{s.algorithm}"
+        methods[key] = methods.get(key, 0) + 1
+    return {
+        "model": graph.job.model_name,
+        "cluster": preset,
+        "devices": len(result.strategy.replicas),
+        "baseline_ms": {k: round(v * 1e3, 4) for k, v in baselines.items()},
+        "baseline_fits": fits,
+        "best_baseline": best_name,
+        "annealed_ms": round(ours * 1e3, 4),
+        "annealed_fits": result.simulation.fits,
+        "lower_bound_ms": round(result.lower_bound * 1e3, 4),
+        "gain_over_greedy": round(greedy / ours - 1, 4),
+        "gain_over_best_baseline": round(best / ours - 1, 4),
+        "gap_to_lower_bound": round(ours / result.lower_bound - 1, 4),
+        "search_s": round(result.stats["seconds"], 2),
+        "moves_tried": result.stats["moves_tried"],
+        "moves_accepted": result.stats["moves_accepted"],
+        "stopped_by_clock": result.stats["stopped_by_clock"],
+        "sync_methods": dict(sorted(methods.items())),
+        "ps_tasks": len(result.strategy.ps_devices),
+    }
+
+
+def markdown(report):
+    lines = [
+        "# Placement benchmark",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Machine: {report['machine']}  ",
+        f"Cost model: `{report['cost_model']}`; budget {report['budget_s']} s per cell, seed {report['seed']}.",
+        "",
+        "Predicted step times in ms; gain = throughput gain (baseline time / annealed time - 1).",
+        "",
+        "| model | cluster | greedy-ps | ring | hierarchical | parallax | annealed | gain vs greedy | gain vs best | gap to bound | search s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in report["cells"]:
+        b = c["baseline_ms"]
+        lines.append(
+            f"| {c['model']} | {c['cluster']} | {b['greedy-ps']:.3f} | {b['ring']:.3f} | {b['hierarchical']:.3f} "
+            f"| {b['parallax']:.3f} | {c['annealed_ms']:.3f} | {c['gain_over_greedy']:.1%} "
+            f"| {c['gain_over_best_baseline']:.1%} | {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} |"
+        )
+    s = report["summary"]
+    lines += [
+        "",
+        f"Mean gain over greedy PS: {s['mean_gain_over_greedy']:.1%} (target >= 25%).  ",
+        f"Cells worse than their best baseline: {s['cells_worse_than_best_baseline']} (target 0).  ",
+        f"Mean gain over the best baseline: {s['mean_gain_over_best_baseline']:.1%}.  ",
+        f"Max search time: {s['max_search_s']:.1f} s; ResNet-50 on dgx-a100:4: {s['resnet50_4x8_search_s']} s (target <= 10).",
+    ]
+    if report.get("large"):
+        g = report["large"]
+        lines += [
+            "",
+            f"1024 GPUs ({LARGE[2]}), {g['model']}: search {g['search_s']:.1f} s (target <= 60), "
+            f"annealed {g['annealed_ms']:.3f} ms vs greedy {g['baseline_ms']['greedy-ps']:.3f} ms "
+            f"(gain {g['gain_over_greedy']:.1%}), {g['moves_tried']} moves.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def machine():
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
+        f"load average {load:.1f} at start (cores shared with other jobs)"
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=10.0, help="search budget per cell, seconds")
+    parser.add_argument("--large-budget", type=float, default=30.0, help="budget of the 1024-GPU search")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--quick", action="store_true", help="mlp only, 1 s budget, results not written")
+    args = parser.parse_args(argv)
+    from cost_models import CostModel
+
+    models = ["mlp"] if args.quick else args.models
+    budget = 1.0 if args.quick else args.budget
+    os.makedirs(CACHE, exist_ok=True)
+    cost_model = CostModel.default()
+    report = {
+        "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/placement_bench.py", *(argv or sys.argv[1:])]),
+        "machine": machine(),
+        "cost_model": cost_model.id,
+        "budget_s": budget,
+        "seed": args.seed,
+        "clusters": CLUSTERS,
+        "cells": [],
+    }
+    for name in models:
+        graph = captured(name, MODELS[name])
+        for preset in CLUSTERS:
+            cell = run_cell(graph, preset, cost_model, budget, args.seed)
+            report["cells"].append(cell)
+            print(
+                f"{name:13s} {preset:17s} greedy {cell['baseline_ms']['greedy-ps']:9.3f} ms  "
+                f"annealed {cell['annealed_ms']:9.3f} ms  gain {cell['gain_over_greedy']:7.1%}  "
+                f"vs best {cell['gain_over_best_baseline']:6.1%}  bound gap {cell['gap_to_lower_bound']:6.1%}  "
+                f"{cell['search_s']:5.1f} s",
+                flush=True,
+            )
+    if not args.quick:
+        model, preset, _ = LARGE
+        t = time.perf_counter()
+        report["large"] = run_cell(captured(model, MODELS[model]), preset, cost_model, args.large_budget, args.seed)
+        print(f"1024 GPUs: {report['large']['search_s']} s ({time.perf_counter() - t:.1f} s with cluster set-up)")
+    cells = report["cells"]
+    resnet = [c["search_s"] for c in cells if c["model"] == "resnet50" and c["cluster"] == "dgx-a100:4"]
+    report["summary"] = {
+        "cells": len(cells),
+        "mean_gain_over_greedy": round(sum(c["gain_over_greedy"] for c in cells) / len(cells), 4),
+        "mean_gain_over_best_baseline": round(sum(c["gain_over_best_baseline"] for c in cells) / len(cells), 4),
+        "cells_worse_than_best_baseline": sum(c["gain_over_best_baseline"] < 0 for c in cells),
+        "max_search_s": max(c["search_s"] for c in cells),
+        "resnet50_4x8_search_s": resnet[0] if resnet else None,
+    }
+    print(report["summary"])
+    if not args.quick:
+        write_json_atomic(os.path.join(RESULTS, "placement.json"), report)
+        write_text_atomic(os.path.join(RESULTS, "placement.md"), markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
