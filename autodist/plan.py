@@ -28,7 +28,9 @@ when the task on node-1 holds GPUs 2 and 3.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 
 from autodist.errors import InputError
@@ -42,7 +44,24 @@ VERSION = 1
 JOBS = ("chief", "worker", "ps")
 DEFAULT_PORT = 2222  # the TF operator's default port for a TFJob's "tfjob-port"
 
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "plan.schema.json")
+
+
+@functools.lru_cache(maxsize=1)
+def plan_schema():
+    """The JSON Schema of a version-1 plan (``autodist/schemas/plan.schema.json``)."""
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def check_schema(data, where):
+    """Raise InputError naming the first field of ``data`` that breaks the plan schema."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(plan_schema()).iter_errors(data))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or None
+        raise InputError(error.message, source=where, field=field)
 
 
 def job_name_for(model_name):
@@ -269,9 +288,7 @@ class Plan:
                 source=where,
                 field="version",
             )
-        for key in ("name", "provenance", "graph", "tasks", "strategy", "variables", "collectives", "prediction", "cluster"):
-            if key not in data:
-                raise InputError("missing field", source=where, field=key)
+        check_schema(data, where)
         return cls(data, where=where)
 
     @classmethod

@@ -188,8 +188,25 @@ def test_devices_missing_from_the_cluster_are_rejected(ps_plan, edit, field):
 def test_malformed_plans_are_input_errors():
     with pytest.raises(InputError, match="not an autodist plan"):
         Plan.from_dict({"format": "something else"})
-    with pytest.raises(InputError, match="missing field"):
+    with pytest.raises(InputError, match="is a required property"):
         Plan.from_dict({"format": "autodist.plan", "version": 1})
+
+
+def test_plan_schema_accepts_built_plans_and_names_bad_fields(ps_plan, allreduce_rdma_plan):
+    import jsonschema
+
+    from autodist.plan import plan_schema
+
+    for plan in (ps_plan, allreduce_rdma_plan):
+        jsonschema.Draft202012Validator(plan_schema()).validate(plan.to_dict())
+    data = ps_plan.to_dict()
+    data["tasks"][2]["index"] = "one"
+    with pytest.raises(InputError, match=r"^p.json: tasks.2.index: 'one' is not of type 'integer'$"):
+        Plan.from_dict(data, where="p.json")
+    data = ps_plan.to_dict()
+    data["prediction"]["surprise"] = 1
+    with pytest.raises(InputError, match=r"^p.json: prediction: Additional properties"):
+        Plan.from_dict(data, where="p.json")
 
 
 def test_job_name_for_model_names():
