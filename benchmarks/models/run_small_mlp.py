@@ -16,11 +16,12 @@ VOCAB = 64
 
 
 def build_model(seed):
+    """The compiled model; layers are named so variable names do not depend on what the process built before."""
     keras.utils.set_random_seed(seed)
     ids = keras.Input((4,), dtype="int32", name="ids")
-    embedded = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCAB, 8)(ids))
-    hidden = keras.layers.Dense(32, activation="relu")(embedded)
-    model = keras.Model(ids, keras.layers.Dense(4)(hidden), name="small_mlp")
+    embedded = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCAB, 8, name="embedding")(ids))
+    hidden = keras.layers.Dense(32, activation="relu", name="hidden")(embedded)
+    model = keras.Model(ids, keras.layers.Dense(4, name="logits")(hidden), name="small_mlp")
     model.compile(optimizer=keras.optimizers.Adam(0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model

@@ -1,0 +1,81 @@
+"""``autodist run train.py [--cluster FILE | --preset NAME[:N]] [--plan plan.json] [-- script args]``.
+
+Without ``--plan``: capture the script's step, search a plan, save it and print
+the short report; then train with it on this machine, one process per task.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from autodist.errors import InputError
+
+DEFAULT_PRESET = "cpu-local:2"
+
+
+def _add_options(p):
+    from autodist.resource_spec import add_cluster_arguments
+
+    add_cluster_arguments(p)
+    p.add_argument("--plan", metavar="FILE", help="run this plan instead of searching one")
+    p.add_argument("-o", "--output", default="plan.json", metavar="FILE",
+                   help="where a searched plan is written (default plan.json)")
+    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
+    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    p.add_argument("--report", metavar="FILE", help="write a JSON record of the run (devices, transfers, step times)")
+
+
+def register(subparsers):
+    p = subparsers.add_parser("run", help="plan (unless --plan) and train a script with the plan on this machine")
+    _add_options(p)
+    p.add_argument("script", help="the training script (.py), unchanged")
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                   help="more of the options above, then -- and the script's own arguments")
+    p.set_defaults(func=run)
+
+
+def _parse_rest(args):
+    """Options given after the script, and the script's arguments after ``--``."""
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    parser = argparse.ArgumentParser(prog="autodist run SCRIPT")
+    _add_options(parser)
+    parser.parse_args(rest[:cut], namespace=args)
+    args.script_args = rest[cut + 1:]
+
+
+def _searched_plan(args):
+    from autodist.api import graph_of
+    from autodist.api import plan as make_plan
+    from autodist.cli.plan_cmd import summary
+    from autodist.cli.progress import SearchProgress
+    from autodist.resource_spec import cluster_from_args, load_cluster
+
+    if args.budget <= 0:
+        raise InputError(f"must be positive, got {args.budget}", field="--budget")
+    given = args.cluster or args.preset or args.from_kubernetes
+    resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
+    graph_item = graph_of(args.script, args.script_args)
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
+    plan.save(args.output)
+    print(f"{args.output}: {summary(plan)}", flush=True)
+    return plan, args.output
+
+
+def run(args):
+    import os
+
+    from autodist.plan import Plan
+    from launcher.local import run_local
+
+    _parse_rest(args)
+    if not os.path.isfile(args.script):
+        raise InputError("no such training script", source=args.script)
+    if args.plan:
+        if args.cluster or args.preset or args.from_kubernetes:
+            raise InputError("give either --plan or a cluster to plan for, not both", field="--plan")
+        plan, plan_path = Plan.load(args.plan), args.plan
+    else:
+        plan, plan_path = _searched_plan(args)
+    run_local(plan, plan_path, args.script, args.script_args, report_path=args.report)
+    return 0
