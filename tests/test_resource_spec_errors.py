@@ -54,6 +54,10 @@ BAD_FILES = {
         "nodes: [{name: g-1, preset: g4dn.12xlarge}, {name: g, count: 2, preset: g4dn.12xlarge}]",
         "nodes[1].name: duplicate node name 'g-1' (also nodes[0])",
     ),
+    "addresses of a group": (
+        "nodes: [{name: a, count: 2, preset: dgx-h100, addresses: [10.0.0.1]}]",
+        "nodes[0].addresses: expected a list of 2 addresses, got ['10.0.0.1']",
+    ),
     "zero count": ("nodes: [{name: a, count: 0, preset: dgx-h100}]", "nodes[0].count: must be a positive integer"),
     "huge device count": (
         "nodes: [{name: a, gpus: {model: T4, count: 100000000}}]",

@@ -289,6 +289,8 @@ def _read_node_group(reader, entry, field):
 
 
 def _read_addresses(reader, entry, field, count):
+    if "addresses" in entry and "address" in entry:
+        reader.fail(f"{field}.addresses", "give address or addresses, not both")
     if "addresses" in entry:
         addresses = entry["addresses"]
         if not isinstance(addresses, list) or len(addresses) != count:
