@@ -120,10 +120,11 @@ def test_mpijob_of_a_ps_plan_is_refused(tmp_path, ps_plan_file, capsys):
 
 
 class _FakeApiServer(ThreadingHTTPServer):
-    """Records every request; answers POSTs 201 with the posted object."""
+    """Records every request; answers POSTs 201 with the posted object, or 409 for kinds in ``conflicts``."""
 
     def __init__(self):
         self.requests = []
+        self.conflicts = set()
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
@@ -132,8 +133,11 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         url = urlparse(self.path)
         self.server.requests.append({"path": url.path, "query": parse_qs(url.query), "body": body})
+        status = 409 if body["kind"] in self.server.conflicts else 201
+        if status == 409:
+            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}
         data = json.dumps(body).encode()
-        self.send_response(201)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -187,6 +191,14 @@ def test_submit_posts_every_object_in_order(tmp_path, ps_plan_file, fake_api_ser
     assert capsys.readouterr().out.splitlines()[-1] == f"TFJob/embedding {word}"
 
 
+def test_refused_object_is_one_line(tmp_path, plan_file, fake_api_server, capsys):
+    fake_api_server.conflicts.add("TFJob")
+    kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{fake_api_server.server_port}")
+    assert run_cli("emit", plan_file, "--submit", "--kubeconfig", kubeconfig) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["autodist: error: TFJob/mlp: API server refused it: 409 Conflict"]
+
+
 def test_unreachable_cluster_is_one_line(tmp_path, plan_file, capsys):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -234,3 +246,36 @@ def test_plan_command_bad_namespace_fails_before_search(tmp_path, mlp_graph, cap
                                          "(lowercase letters, digits and '-', starting with a letter or digit, "
                                          "ending alphanumeric, at most 63 characters)"]
     assert not plan_path.exists() and not (tmp_path / "k8s").exists()
+
+
+def test_emit_does_not_import_tensorflow(tmp_path, plan_file):
+    code = (
+        "import sys; from autodist.cli import main\n"
+        "try:\n    main(['emit', sys.argv[1], '-o', sys.argv[2], '--format', 'mpijob'])\n"
+        "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "assert 'tensorflow' not in sys.modules"
+    )
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", code, str(plan_file), str(tmp_path / "k8s")], check=True, capture_output=True)
+    assert (tmp_path / "k8s" / "mpijob.yaml").exists()
+
+
+@pytest.mark.slow
+def test_plan_command_on_a_zoo_script(tmp_path, zoo_dir, capsys):
+    import os
+
+    script = os.path.join(zoo_dir, "mlp.py")
+    out, plan_path = tmp_path / "k8s", tmp_path / "plan.json"
+    argv = ["plan", script, "--script-args", "--steps 2 --batch-size 32", "--preset", "g4dn.12xlarge:2",
+            "--budget", "0.5", "-o", plan_path, "--emit-k8s", out]
+    assert run_cli(*argv) == 0
+    from autodist.plan import Plan
+
+    plan = Plan.load(plan_path)
+    assert plan.graph["model_name"] and plan.graph["batch_size"] == 32
+    tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
+    for replica in tfjob["spec"]["tfReplicaSpecs"].values():
+        command = replica["template"]["spec"]["containers"][0]["command"]
+        assert command[4:] == [script, "--steps", "2", "--batch-size", "32"]
