@@ -33,6 +33,7 @@ LINK_EFFICIENCY = {
 }
 
 ALGORITHMS = ("ring", "hierarchical", "master")
+GRPC_MEDIA = frozenset({"loopback", "ethernet"})
 
 
 def gradient_bytes(variable):
@@ -68,20 +69,12 @@ class CommModel:
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
 
     # -- links ---------------------------------------------------------------
-    def _link_kind(self, src, dst, path):
-        spec = self.resource_spec
-        if path.kind == "intra-node":
-            return spec.node_of(src).fabric.kind
-        node = spec.node_of(src)
-        return node.nics[node.nic_for(spec.device(src))].kind
-
     def effective_path(self, src, dst):
         """(bandwidth, latency, links) of the path ``src -> dst`` as achieved."""
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        kind = self._link_kind(src, dst, path)
-        return path.bandwidth * LINK_EFFICIENCY.get(kind, 1.0), path.latency, path.links
+        return path.bandwidth * LINK_EFFICIENCY.get(path.medium, 1.0), path.latency, path.links
 
     # -- point to point ------------------------------------------------------
     def transfer_phases(self, src_device, dst_device, nbytes):
@@ -95,8 +88,7 @@ class CommModel:
         if not links:
             return []
         seconds = latency + self.per_tensor_overhead + nbytes / bandwidth
-        path = self.resource_spec.path(src_device, dst_device)
-        if self.calibration is not None and self._link_kind(src_device, dst_device, path) == "loopback":
+        if self.calibration is not None and self.resource_spec.path(src_device, dst_device).medium == "loopback":
             seconds = max(seconds, latency + float(self.calibration.predict(nbytes)))
         return [Phase(seconds, links)]
 
@@ -114,7 +106,7 @@ class CommModel:
         """Phases of one allreduce of ``nbytes`` over ``devices``.
 
         A fused bucket is one allreduce of the bucket's summed bytes, so it
-        pays one launch overhead instead of one per tensor.
+        pays the per-collective latency terms once instead of once per tensor.
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -129,8 +121,9 @@ class CommModel:
             phases = self._hierarchical(nbytes, groups)
         else:
             phases = self._master(nbytes, groups)
-        first = phases[0]
-        phases[0] = Phase(first.seconds + self.per_tensor_overhead, first.links)
+        if self._uses_grpc(devices):
+            first = phases[0]
+            phases[0] = Phase(first.seconds + self.per_tensor_overhead, first.links)
         return [p for p in phases if p.seconds > 0 or p.links]
 
     def allreduce_time(self, nbytes, devices, algorithm="ring"):
@@ -144,6 +137,14 @@ class CommModel:
         """
         n = len(devices)
         return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
+
+    def _uses_grpc(self, devices):
+        """Whether a collective over ``devices`` crosses a link TensorFlow
+        drives through gRPC (loopback, TCP Ethernet) and so pays the calibrated
+        per-tensor overhead; NCCL over NVLink/PCIe/RDMA pays link latencies only."""
+        spec = self.resource_spec
+        media = {spec.path(a, b).medium for a, b in zip(devices, devices[1:] + devices[:1])}
+        return bool(media & GRPC_MEDIA)
 
     def _by_node(self, devices):
         groups = {}

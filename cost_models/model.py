@@ -155,3 +155,36 @@ def _default_model():
     except (CostModelError, KeyError):
         op_model, devices = fit_default(read_timings(TIMINGS))
     return CostModel(op_model, devices, calibration)
+
+
+def save_default(timings, meta, folder=DATA_DIR):
+    """Write timings and their description to ``folder``, fit the op model on
+    them and save it next to them (pickle plus metadata).
+
+    Returns
+    -------
+    CostModel
+    """
+    from cost_models.dataset import write_meta, write_timings
+    from cost_models.op_model import save_model
+
+    os.makedirs(folder, exist_ok=True)
+    op_model, devices = fit_default(timings)
+    timed = timings.timed()
+    description = {
+        "rows": len(timings),
+        "timed_rows": len(timed),
+        "devices": devices,
+        "origins": sorted(set(timings.origin)),
+        "op_types": len(set(timed.raw["op_type"])),
+        "file": os.path.basename(TIMINGS),
+        "note": meta.get("note", ""),
+    }
+    write_timings(os.path.join(folder, os.path.basename(TIMINGS)), timings)
+    write_meta(os.path.join(folder, os.path.basename(TIMINGS_META)), meta)
+    save_model(op_model, os.path.join(folder, os.path.basename(MODEL_PICKLE)),
+               os.path.join(folder, os.path.basename(MODEL_META)), description)
+    if os.path.abspath(folder) == DATA_DIR:
+        _default_model.cache_clear()
+    calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
+    return CostModel(op_model, devices, calibration)

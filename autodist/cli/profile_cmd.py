@@ -1,0 +1,93 @@
+"""``autodist profile``: measure op timings and TensorFlow transfers on this machine.
+
+``autodist profile ops`` runs micro-benchmarks and real training steps of zoo
+models under the TensorFlow profiler, writes the timing rows and fits the op
+model; ``autodist profile transfers`` measures loopback gRPC transfers and
+writes the transfer calibration.
+"""
+
+import os
+import shlex
+import sys
+
+from autodist.errors import InputError
+
+ZOO_DIR = os.path.join("benchmarks", "models")
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("profile", help="measure op and transfer costs on this machine")
+    sub = parser.add_subparsers(dest="what", metavar="WHAT")
+    sub.required = True
+
+    ops = sub.add_parser("ops", help="profile micro-benchmarks and zoo training steps, fit the op model")
+    ops.add_argument("--model", action="append", default=[], metavar="NAME_OR_SCRIPT",
+                     help=f"a zoo model (a script in {ZOO_DIR}) or a script path; repeatable")
+    ops.add_argument("--batch-size", type=int, action="append", default=[], metavar="B",
+                     help="batch size of each --model, in order (default: the script's own)")
+    ops.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
+    ops.add_argument("--steps", type=int, default=5, help="profiled steps per model (default 5)")
+    ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
+                     help="stop starting new measurements after S seconds (default 600)")
+    ops.add_argument("--seed", type=int, default=0)
+    ops.add_argument("--out", default=None, metavar="DIR",
+                     help="folder for op_timings.csv.gz, op_timings.json and the fitted model "
+                          "(default: the package's cost_models/data)")
+    ops.set_defaults(func=run_ops)
+
+    tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC")
+    tr.add_argument("--repeats", type=int, default=21, help="timed repeats per size (default 21)")
+    tr.add_argument("--out", default=None, metavar="FILE",
+                    help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
+    tr.set_defaults(func=run_transfers)
+
+
+def _script(name):
+    if os.path.isfile(name):
+        return name
+    candidate = os.path.join(ZOO_DIR, f"{name}.py")
+    if os.path.isfile(candidate):
+        return candidate
+    raise InputError(f"no zoo model {name!r} (looked for {candidate}) and no such script", field="--model")
+
+
+def run_ops(args):
+    from cost_models.calibration import machine_description
+    from cost_models.model import DATA_DIR, save_default
+    from cost_models.profiling import collect
+
+    if args.steps < 1:
+        raise InputError("must be at least 1", field="--steps")
+    if args.batch_size and len(args.batch_size) != len(args.model):
+        raise InputError("give one --batch-size per --model, or none", field="--batch-size")
+    sizes = args.batch_size or [None] * len(args.model)
+    scripts = [(_script(m), ["--batch-size", str(b)] if b else []) for m, b in zip(args.model, sizes)]
+    rows, steps = collect(scripts, micro=not args.no_micro, steps=args.steps, seed=args.seed,
+                          time_limit_s=args.time_limit, progress=lambda msg: print(msg, flush=True))
+    meta = {
+        "command": "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "machine": machine_description(),
+        "steps": steps,
+        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls); "
+                 "the machine's 2 cores were shared with other jobs while measuring, so times are noisy; "
+                 "Grappler remapping and arithmetic optimisation were off while profiling"),
+    }
+    folder = args.out or DATA_DIR
+    save_default(rows, meta, folder)
+    print(f"wrote {len(rows)} rows and the fitted op model to {folder}")
+    return 0
+
+
+def run_transfers(args):
+    from cost_models.calibration import calibrate
+    from cost_models.model import CALIBRATION
+
+    if args.repeats < 3:
+        raise InputError("must be at least 3", field="--repeats")
+    command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    calibration = calibrate(repeats=args.repeats, command=command)
+    path = args.out or CALIBRATION
+    calibration.save(path)
+    print(f"overhead {calibration.overhead * 1e6:.0f} us, bandwidth {calibration.bandwidth / 1e9:.2f} GB/s "
+          f"({len(calibration.measurements)} sizes) -> {path}")
+    return 0

@@ -1,0 +1,345 @@
+"""Measure op times: real training steps and micro-benchmarks under the TF profiler.
+
+Every measurement runs a ``tf.function`` under ``tf.profiler.experimental``
+and reads the kernel events of the ``/host:CPU`` (or ``/device:GPU:*``)
+planes of the ``*.xplane.pb`` it writes.  Event names are
+``"node_name:KernelType"``, so each timed kernel maps back to the graph op of
+the same name.  Grappler's remapping (MatMul+BiasAdd+Relu fusion) is turned
+off while profiling so that kernels stay one per op; ops that run no kernel
+(folded constants, removed identities) are recorded without a time.
+
+TensorFlow is imported only inside these functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from autodist.errors import AutoDistError, CaptureError, CostModelError
+from autodist.graph.item import GraphItem, JobInfo
+from cost_models.dataset import Timings, make_rows
+from cost_models.features import device_peak, op_raw_features
+
+# Grappler passes that fuse or rename ops; off while profiling.
+_UNFUSED = {"remapping": False, "arithmetic_optimization": False}
+
+
+@contextlib.contextmanager
+def unfused_graphs():
+    """Turn Grappler's op fusion off inside the block, then restore the options."""
+    import tensorflow as tf
+
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options(_UNFUSED)
+    try:
+        yield
+    finally:
+        restore = {k: saved.get(k, True) for k in _UNFUSED}
+        tf.config.optimizer.set_experimental_options(restore)
+
+
+def kernel_times(logdir):
+    """Per node name, the durations (seconds) of its kernels in a profile.
+
+    Parameters
+    ----------
+    logdir : str
+        The folder given to ``tf.profiler.experimental.start``.
+
+    Returns
+    -------
+    dict of node name -> list of float
+    """
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True))
+    if not paths:
+        raise CostModelError("the profiler wrote no *.xplane.pb", source=logdir)
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as fh:
+        space.ParseFromString(fh.read())
+    times = {}
+    for plane in space.planes:
+        if not (plane.name == "/host:CPU" or plane.name.startswith("/device:GPU")):
+            continue
+        for line in plane.lines:
+            if plane.name == "/host:CPU" and not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                node, sep, kernel = name.rpartition(":")
+                if not sep or "::" in name:
+                    continue
+                times.setdefault(node, []).append(event.duration_ps * 1e-12)
+    return times
+
+
+def profile_calls(fn, args, steps):
+    """Run ``fn(*args)`` ``steps`` times under the profiler.
+
+    Returns
+    -------
+    dict of node name -> median kernel seconds per call
+    """
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="autodist-profile-") as logdir:
+        tf.profiler.experimental.start(logdir)
+        try:
+            for _ in range(steps):
+                fn(*args)
+        finally:
+            tf.profiler.experimental.stop()
+        raw = kernel_times(logdir)
+    # A node's kernel runs once per call; sum per call when it ran more often.
+    return {node: float(np.median(ts)) * max(len(ts) // steps, 1) for node, ts in raw.items()}
+
+
+def host_device(preset="cpu-local"):
+    """Device columns of rows measured on this machine's CPU.
+
+    The figures are those of the cluster preset that describes this machine
+    (engineer B's ``cpu-local``: model name, float32 peak, memory bandwidth),
+    so that rows measured here carry the features the same device gets when
+    a plan is searched for it.
+    """
+    from autodist.resource_spec import load_cluster
+
+    device = load_cluster(preset=preset).devices("CPU")[0]
+    return {
+        "device_model": device.model,
+        "device_kind": device.kind,
+        "peak_flops": device_peak(device),
+        "memory_bandwidth": float(device.memory_bandwidth),
+    }
+
+
+def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
+    """Measure one captured training step: per-op kernel times and step time.
+
+    Parameters
+    ----------
+    fn : tf.function whose trace is ``item`` (the same concrete function runs)
+    args : tuple of tensors
+    item : GraphItem of ``fn``'s trace
+    device : dict of device columns (see :func:`host_device`)
+    origin : str
+        The model's name, stored with every row.
+    steps, warmup : int
+
+    Returns
+    -------
+    (Timings, dict)
+        Rows for every op of ``item`` (untimed ops have NaN seconds) and the
+        step record ``{"step_seconds", "step_repeats", "ops", "timed_ops"}``.
+    """
+    for _ in range(warmup):
+        fn(*args)
+    walls = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        _block(fn(*args))
+        walls.append(time.perf_counter() - t0)
+    measured = profile_calls(fn, args, steps)
+    names, raw = op_raw_features(item)
+    seconds = np.array([measured.get(n, np.nan) for n in names])
+    rows = make_rows(names, raw, device, origin, seconds)
+    record = {
+        "step_seconds": statistics.median(walls),
+        "step_repeats": steps,
+        "batch_size": item.job.batch_size,
+        "ops": len(names),
+        "timed_ops": int(np.isfinite(seconds).sum()),
+        "device_model": device["device_model"],
+    }
+    return rows, record
+
+
+def _block(result):
+    import tensorflow as tf
+
+    for t in tf.nest.flatten(result):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+class _StepGrabbed(BaseException):
+    """Stops a zoo script at its first step (BaseException: scripts cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def _grab_step(found):
+    """Stop a script at its first training step and keep what it needs to run.
+
+    ``model.fit`` scripts: the model and fit arguments.  Custom loops whose
+    step is an ``autodist.function``: the step's ``tf.function`` and its
+    first call's arguments.
+    """
+    import keras
+
+    from autodist.graph import capture
+
+    def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+        found.update(model=model, x=x, y=y, batch_size=batch_size, sample_weight=sample_weight)
+        raise _StepGrabbed
+
+    def step_call(step, *args, **kwargs):
+        found.update(step=step._tf_function, args=args)
+        raise _StepGrabbed
+
+    owned = "fit" in vars(keras.Model)
+    original_fit = vars(keras.Model).get("fit")
+    original_call = capture._StepFunction.__call__
+    keras.Model.fit = fit
+    capture._StepFunction.__call__ = step_call
+    try:
+        yield
+    finally:
+        capture._StepFunction.__call__ = original_call
+        if owned:
+            keras.Model.fit = original_fit
+        else:
+            del keras.Model.fit
+
+
+def zoo_step(script, args=()):
+    """Build a zoo script's model and first batch without training.
+
+    Returns
+    -------
+    (tf.function, tuple of tensors, model name)
+        The step function (``model.train_step`` for fit scripts) and the
+        arguments of one call.
+    """
+    import runpy
+    import sys
+
+    import tensorflow as tf
+
+    from autodist.graph.batch import first_batch
+
+    found = {}
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [script, *map(str, args)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        with _grab_step(found):
+            runpy.run_path(script, run_name="__main__")
+    except _StepGrabbed:
+        pass
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    name = os.path.splitext(os.path.basename(script))[0]
+    if "step" in found:
+        return found["step"], tuple(tf.nest.map_structure(tf.convert_to_tensor, found["args"])), name
+    if "model" not in found:
+        raise CaptureError("script finished without model.fit or an autodist.function step", source=script)
+    data, _ = first_batch(found["x"], found["y"], found["sample_weight"], found["batch_size"], source=script)
+    data = tf.nest.map_structure(tf.convert_to_tensor, data)
+    return tf.function(found["model"].train_step), (data,), name
+
+
+def profile_zoo_script(script, device, args=(), steps=5):
+    """Profile a zoo script's training step; see :func:`profile_step`."""
+    from autodist.graph.capture import capture_step
+
+    with unfused_graphs():
+        fn, fn_args, name = zoo_step(script, args)
+        item = capture_step(fn, *fn_args, model_name=name)
+        return profile_step(fn, fn_args, item, device, name, steps=steps)
+
+
+def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
+    """Micro-benchmarks of the main op types over a spread of shapes.
+
+    Each case is a small ``tf.function`` (forward op and, where it has one,
+    its gradient ops); every op it runs is timed.
+
+    Returns
+    -------
+    Timings
+    """
+    import tensorflow as tf
+
+    from autodist.graph.tfgraph import op_infos
+    from cost_models.micro import INT_INPUT_MAX, micro_cases
+
+    deadline = time.monotonic() + time_limit_s
+    parts = []
+    with unfused_graphs():
+        for case in micro_cases(np.random.default_rng(seed)):
+            if time.monotonic() > deadline:
+                break
+            fn = tf.function(case.fn)
+            args = [
+                tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, INT_INPUT_MAX, dtype=d)
+                for s, d in case.inputs
+            ]
+            concrete = fn.get_concrete_function(*args)
+            item = GraphItem(op_infos(concrete.graph), [], JobInfo(model_name=case.name))
+            for _ in range(2):
+                fn(*args)
+            measured = profile_calls(fn, args, repeats)
+            names, raw = op_raw_features(item)
+            seconds = np.array([measured.get(n, np.nan) for n in names])
+            keep = np.isfinite(seconds) & np.array([t not in ("Placeholder", "Identity", "NoOp", "Const", "_Arg", "_Retval")
+                                                     for t in raw["op_type"]])
+            rows = make_rows(names, raw, device, "micro", seconds)
+            parts.append(rows.subset(keep))
+    return Timings.concat(parts)
+
+
+
+def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, progress=None, device=None):
+    """Profile micro-benchmarks and zoo scripts on this machine.
+
+    Parameters
+    ----------
+    zoo_scripts : list of (path, args)
+        Zoo scripts and their arguments (e.g. ``["--batch-size", "4"]``).
+    micro : bool
+        Include the micro-benchmarks.
+    steps : int
+        Profiled (and separately timed) steps per zoo model.
+    time_limit_s : float
+        Stop starting new work after this long; what was measured is kept.
+    progress : callable(str) or None
+    device : dict or None
+        Device columns; default :func:`host_device`.
+
+    Returns
+    -------
+    (Timings, dict)
+        The rows and the ``steps`` record per zoo model.
+    """
+    say = progress or (lambda msg: None)
+    start = time.monotonic()
+    device = device or host_device()
+    say(f"device {device['device_model']}: {device['peak_flops'] / 1e9:.0f} GFLOP/s peak, "
+        f"{device['memory_bandwidth'] / 1e9:.1f} GB/s")
+    parts, steps_record = [], {}
+    if micro:
+        rows = profile_micro(device, seed=seed, time_limit_s=time_limit_s / 3)
+        parts.append(rows)
+        say(f"micro-benchmarks: {len(rows)} timed ops in {time.monotonic() - start:.0f} s")
+    for script, args in zoo_scripts:
+        if time.monotonic() - start > time_limit_s:
+            say(f"time limit reached, skipping {script}")
+            continue
+        name = os.path.splitext(os.path.basename(script))[0]
+        try:
+            rows, record = profile_zoo_script(script, device, args, steps=steps)
+        except AutoDistError as exc:
+            say(f"skipping {name}: {exc}")
+            continue
+        parts.append(rows)
+        steps_record[name] = dict(record, args=list(args))
+        say(f"{name}: step {record['step_seconds'] * 1e3:.1f} ms, {record['timed_ops']} of {record['ops']} ops timed")
+    return Timings.concat(parts), steps_record

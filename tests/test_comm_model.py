@@ -1,0 +1,157 @@
+"""Communication model: point-to-point, ring / hierarchical / master allreduce, PS fan-in."""
+
+import pytest
+
+from autodist.errors import InputError
+from autodist.graph.item import VariableInfo
+from autodist.resource_spec import DeviceSpec, LinkSpec, NodeSpec, ResourceSpec, load_cluster
+from cost_models import CostModel, Phase, gradient_bytes, link_busy
+from cost_models.calibration import TransferCalibration, fit_line
+from cost_models.comm import LINK_EFFICIENCY, CommModel
+
+NVLINK = LinkSpec("nvlink", 450e9, 1e-6)
+IB = LinkSpec("infiniband", 50e9, 2e-6, rdma=True, gpudirect=True)
+
+
+def _cluster(nodes, gpus, nics_per_node=1):
+    out = []
+    for k in range(nodes):
+        name = f"n{k}"
+        devices = [
+            DeviceSpec(f"{name}/GPU:{i}", "GPU", "H100", {"float32": 67e12}, 80 * 2**30, 3.35e12, name, i)
+            for i in range(gpus)
+        ]
+        out.append(NodeSpec(name, devices, NVLINK, [IB] * nics_per_node))
+    return ResourceSpec(out, name="test")
+
+
+def _gpus(spec):
+    return [d.name for d in spec.gpus()]
+
+
+def test_ring_allreduce_matches_the_formula():
+    spec = _cluster(1, 8)
+    comm = CommModel(spec)
+    S, n = 256 * 2**20, 8
+    B, a = NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"], NVLINK.latency
+    expected = 2 * (n - 1) / n * S / B + 2 * (n - 1) * a
+    phases = comm.allreduce_phases(S, _gpus(spec), "ring")
+    assert len(phases) == 2  # reduce-scatter, all-gather
+    assert comm.allreduce_time(S, _gpus(spec), "ring") == pytest.approx(expected)
+    assert set(phases[0].links) == {f"n0/GPU:{i}/fabric" for i in range(8)}
+    assert all(isinstance(p, Phase) for p in phases)
+
+
+def test_hierarchical_uses_nvlink_inside_and_the_nic_between():
+    spec = _cluster(2, 8, nics_per_node=1)
+    comm = CommModel(spec)
+    S, G, N = 512 * 2**20, 8, 2
+    scatter, inter, gather = comm.allreduce_phases(S, _gpus(spec), "hierarchical")
+    assert all(link.endswith("/fabric") for link in scatter.links + gather.links)
+    assert set(inter.links) == {"n0/nic0", "n1/nic0"}
+    B_intra = NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"]
+    B_nic_per_gpu = IB.bandwidth * LINK_EFFICIENCY["infiniband"] / G  # one NIC shared by 8 GPUs
+    assert scatter.seconds == pytest.approx((G - 1) / G * S / B_intra + (G - 1) * NVLINK.latency)
+    assert inter.seconds == pytest.approx(2 * (N - 1) / N * (S / G) / B_nic_per_gpu + 2 * (N - 1) * 2 * IB.latency)
+    # A NIC per GPU gives every GPU the whole NIC: the inter-node phase is G times shorter.
+    rich = CommModel(_cluster(2, 8, nics_per_node=8))
+    inter_rich = rich.allreduce_phases(S, _gpus(rich.resource_spec), "hierarchical")[1]
+    assert inter_rich.seconds == pytest.approx(
+        2 * (N - 1) / N * (S / G) / (IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * (N - 1) * 2 * IB.latency
+    )
+    assert len(inter_rich.links) == 16
+
+
+def test_master_moves_the_whole_message_over_one_nic_per_node():
+    spec = _cluster(2, 8, nics_per_node=8)
+    comm = CommModel(spec)
+    S = 512 * 2**20
+    reduce, inter, bcast = comm.allreduce_phases(S, _gpus(spec), "master")
+    assert set(inter.links) == {"n0/nic0", "n1/nic0"}
+    assert inter.seconds >= S / (IB.bandwidth * LINK_EFFICIENCY["infiniband"])
+    # With a NIC per GPU, hierarchical beats reduce-to-master.
+    assert comm.allreduce_time(S, _gpus(spec), "hierarchical") < comm.allreduce_time(S, _gpus(spec), "master")
+
+
+def test_single_node_collectives_reduce_to_the_ring_and_trivial_cases():
+    spec = load_cluster(preset="dgx-h100")
+    comm = CostModel.default().comm_model(spec)
+    gpus = _gpus(spec)
+    for algorithm in ("hierarchical", "master"):
+        assert comm.allreduce_time(2**26, gpus, algorithm) == pytest.approx(comm.allreduce_time(2**26, gpus, "ring"))
+    assert comm.allreduce_phases(2**20, gpus[:1]) == []
+    assert comm.allreduce_time(2**28, gpus) > comm.allreduce_time(2**20, gpus)
+
+
+def test_fused_bucket_pays_latency_once():
+    spec = load_cluster(preset="dgx-h100:2")
+    comm = CostModel.default().comm_model(spec)
+    gpus = _gpus(spec)
+    sizes = [4096] * 50
+    separate = sum(comm.allreduce_time(s, gpus, "hierarchical") for s in sizes)
+    fused = comm.allreduce_time(sum(sizes), gpus, "hierarchical")
+    assert fused < separate / 10
+
+
+def test_point_to_point_latency_overhead_bandwidth():
+    spec = _cluster(2, 2)
+    cal = TransferCalibration(overhead=100e-6, bandwidth=2e9)
+    comm = CommModel(spec, cal)
+    (phase,) = comm.transfer_phases("n0/GPU:0", "n1/GPU:1", 10**8)
+    expected = 2 * IB.latency + 100e-6 + 10**8 / (IB.bandwidth * LINK_EFFICIENCY["infiniband"])
+    assert phase.seconds == pytest.approx(expected)
+    assert phase.links == ("n0/nic0", "n1/nic0")
+    assert comm.transfer_phases("n0/GPU:0", "n0/GPU:0", 10**8) == []
+    with pytest.raises(InputError, match="nbytes"):
+        comm.transfer_phases("n0/GPU:0", "n1/GPU:0", -1)
+    with pytest.raises(InputError, match="algorithm"):
+        comm.allreduce_phases(10, _gpus(spec), "tree")
+
+
+def test_loopback_transfers_follow_the_calibration():
+    spec = load_cluster(preset="cpu-local:2")
+    cm = CostModel.default()
+    comm = cm.comm_model(spec)
+    a, b = (d.name for d in spec.devices("CPU"))
+    for nbytes in (4096, 2**20, 64 * 2**20):
+        (phase,) = comm.transfer_phases(a, b, nbytes)
+        assert phase.seconds >= cm.calibration.predict(nbytes)
+
+
+def test_ps_fan_in_more_workers_on_one_server_take_longer():
+    spec = load_cluster(preset="cpu-local:5")
+    comm = CostModel.default().comm_model(spec)
+    cpus = [d.name for d in spec.devices("CPU")]
+    ps, workers = cpus[0], cpus[1:]
+    nbytes = 16 * 2**20
+
+    def round_time(n):
+        pushes = [comm.ps_phases(w, ps, nbytes) for w in workers[:n]]
+        return max(link_busy(pushes).values())
+
+    times = [round_time(n) for n in (1, 2, 4)]
+    assert times[0] < times[1] < times[2]
+    assert times[2] == pytest.approx(4 * times[0])  # the server's NIC carries every push
+
+
+def test_sparse_gradients_move_only_touched_rows():
+    dense = VariableInfo("emb", [10000, 16], "float32", 10000 * 64)
+    sparse = VariableInfo("emb", [10000, 16], "float32", 10000 * 64, sparse_gradient=True, rows_touched=40)
+    assert gradient_bytes(dense) == 640000
+    assert gradient_bytes(sparse) == 40 * (64 + 8)
+
+
+def test_calibration_fit_recovers_a_line_and_loads(tmp_path):
+    sizes = [4096 * 4**k for k in range(8)]
+    overhead, bandwidth = fit_line(sizes, [300e-6 + s / 1.5e9 for s in sizes])
+    assert overhead == pytest.approx(300e-6, rel=1e-6)
+    assert bandwidth == pytest.approx(1.5e9, rel=1e-6)
+    cal = TransferCalibration(overhead, bandwidth, [{"bytes": s, "seconds": 300e-6 + s / 1.5e9, "repeats": 3} for s in sizes])
+    cal.save(tmp_path / "c.json")
+    again = TransferCalibration.load(tmp_path / "c.json")
+    assert again.predict(2**20) == pytest.approx(300e-6 + 2**20 / 1.5e9, rel=1e-3)
+    (tmp_path / "bad.json").write_text('{"format": "something"}')
+    from autodist.errors import CostModelError
+
+    with pytest.raises(CostModelError, match="bad.json"):
+        TransferCalibration.load(tmp_path / "bad.json")
