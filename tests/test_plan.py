@@ -224,3 +224,13 @@ def test_device_assignments_and_variable_locations(ps_plan):
     for entry in ps_plan.variables:
         assert [s["tf_device"] for s in entry["shards"]] == ps_plan.variable_devices(entry["name"])
         assert [s["device"] for s in entry["shards"]] == [ps_plan.strategy.ps_devices[s["ps_task"]] for s in entry["shards"]]
+
+
+def test_public_plan_function_survives_the_plan_module(mlp_graph):
+    import autodist
+    import autodist.plan  # noqa: F401  (the submodule becomes the package attribute)
+
+    plan = autodist.plan(mlp_graph, "p3.16xlarge:2", seed=3, budget_s=0.3)
+    assert isinstance(plan, Plan) and plan.provenance["seed"] == 3
+    assert plan.resource_spec == cluster("p3.16xlarge:2")
+    assert plan.to_json() == autodist.plan(mlp_graph, cluster("p3.16xlarge:2"), seed=3, budget_s=0.3).to_json()
