@@ -32,9 +32,14 @@ is computed once per *replica class* and cached, keyed by the device models
 move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
 whose cost is a few events per variable and node.  PS traffic of the workers
-of one class on one node is aggregated into one transfer that lasts as long
-as their transfers one after another: they share the node's NIC (or the
-server's port), so FIFO would serialise them anyway.
+of one class on one node is aggregated into one transfer that occupies the
+links as long as their transfers one after another: they share the node's
+NIC (or the server's port), so FIFO would serialise them anyway.
+
+A phase occupies its links for its duration less TensorFlow's per-tensor
+overhead (``CommModel.per_tensor_overhead``), which is spent at the
+endpoints before the bytes move: concurrent RPCs of different workers pay
+it in parallel, so it delays a transfer without holding the link.
 Phase lists from the CommModel are cached too.  ``tests/test_simulator*``
 checks that the cached result equals a fresh simulation.
 """
@@ -44,7 +49,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from cost_models import Phase, gradient_bytes
+from cost_models import gradient_bytes
 from placement.grouping import group_ops
 
 # Work units charged per simulate() call besides its events: the fixed
@@ -171,6 +176,7 @@ class Simulator:
         self.cost_model = cost_model
         self.groups = groups if groups is not None else group_ops(graph_item)
         self.comm = cost_model.comm_model(resource_spec)
+        self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
         self.variables = [v for v in graph_item.trainable_variables()]
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
         self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
@@ -218,18 +224,22 @@ class Simulator:
         total = sum(self.dense_bytes.values()) or 1
         return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
 
-    def _phase_list(self, key, make):
-        phases = self._phases.get(key)
-        if phases is None:
-            phases = self._phases[key] = make()
-        return phases
+    def _phase_list(self, key, make, count=1):
+        """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
 
-    def _ps_phases(self, src, dst, nbytes, count):
-        """``count`` identical PS transfers back to back, as one phase per stage."""
-        return self._phase_list(
-            ("ps", src, dst, nbytes, count),
-            lambda: [Phase(p.seconds * count, p.links) for p in self.comm.ps_phases(src, dst, nbytes)],
-        )
+        The CommModel's per-tensor overhead (TensorFlow's fixed software
+        cost per tensor, at the endpoints) is taken out of the first phase
+        as latency that occupies no link; ``count`` identical transfers
+        issued together pay it once and occupy the links back to back.
+        """
+        stages = self._phases.get(key)
+        if stages is None:
+            stages = []
+            for i, phase in enumerate(make()):
+                latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
+                stages.append((latency, (phase.seconds - latency) * count, phase.links))
+            self._phases[key] = stages
+        return stages
 
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
@@ -275,10 +285,10 @@ class Simulator:
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
                     phases = self._phase_list(("xfer", src, dst, nbytes), lambda: self.comm.transfer_phases(src, dst, nbytes))
-                    for phase in phases:
-                        t0, arrive = links.occupy(phase.links, arrive, phase.seconds)
+                    for latency, occupancy, used in phases:
+                        t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
-                            events.append((f"{groups[g].name}->{groups[h].name}", "activation", "+".join(phase.links), t0, arrive))
+                            events.append((f"{groups[g].name}->{groups[h].name}", "activation", "+".join(used), t0, arrive))
                 if arrive > ready_at[h]:
                     ready_at[h] = arrive
                 remaining[h] -= 1
@@ -402,11 +412,19 @@ class Simulator:
                     if trace:
                         events.append((f"update {name}/{i}", "update", ps_device, start, stop))
                     for _, dev, count in targets:
-                        phases = self._ps_phases(ps_device, dev, nbytes, count)
+                        phases = self._phase_list(
+                            ("ps", ps_device, dev, nbytes, count),
+                            lambda dev=dev: self.comm.ps_phases(ps_device, dev, nbytes),
+                            count,
+                        )
                         submit(stop, phases, f"pull {name}/{i}", finish.append)
 
                 for c, dev, count in targets:
-                    phases = self._ps_phases(dev, ps_device, push_bytes, count)
+                    phases = self._phase_list(
+                        ("ps", dev, ps_device, push_bytes, count),
+                        lambda dev=dev: self.comm.ps_phases(dev, ps_device, push_bytes),
+                        count,
+                    )
                     submit(ready_time(classes[c][0], name), phases, f"push {name}/{i}", pushed)
 
         while heap:
@@ -415,11 +433,11 @@ class Simulator:
             # separate transfers queue phase by phase
             last = len(phases) if atomic else index + 1
             end = t
-            for phase in phases[index:last]:
-                start, end = links.occupy(phase.links, end, phase.seconds)
+            for latency, occupancy, used in phases[index:last]:
+                start, end = links.occupy(used, end + latency, occupancy)
                 self.work += 1
                 if trace:
-                    events.append((label, "sync", "+".join(phase.links) or "local", start, end))
+                    events.append((label, "sync", "+".join(used) or "local", start, end))
             if last < len(phases):
                 heapq.heappush(heap, (end, seq, last, phases, label, on_done, atomic))
                 seq += 1
