@@ -1,0 +1,293 @@
+"""`autodist run`: real local jobs (2 workers, PS tasks, a chief) under PS, allreduce and hybrid plans.
+
+Every plan is made from the real captured step of benchmarks/models/run_small_mlp.py
+and the real simulator; every run starts real TensorFlow server processes on
+localhost.  The checks read what the client built (variable devices, the
+cross-device edges of the traced step) and the trained weights.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import ZOO
+
+SCRIPT = os.path.join(ZOO, "run_small_mlp.py")
+STEPS, BATCH = 4, 16
+CLUSTER = "cpu-local:2"
+REPLICAS = [["local-0/CPU:0"], ["local-1/CPU:0"]]
+PS_DEVICES = ["local-0/CPU:0", "local-1/CPU:0"]
+
+
+def _strategies():
+    """Per plan kind: (sync per variable, PS devices).  Shards, axes, buckets and algorithms all vary."""
+    from autodist.strategy import VarSync
+
+    ps = {
+        "embedding/embeddings": VarSync("ps", ps_tasks=(0, 1), axis=0),
+        "hidden/kernel": VarSync("ps", ps_tasks=(1, 0), axis=1),
+        "hidden/bias": VarSync("ps", ps_tasks=(1,)),
+        "logits/kernel": VarSync("ps", ps_tasks=(0,)),
+        "logits/bias": VarSync("ps", ps_tasks=(1,)),
+    }
+    allreduce = {
+        "embedding/embeddings": VarSync("allreduce", algorithm="ring", bucket=0),
+        "hidden/kernel": VarSync("allreduce", algorithm="ring", bucket=0),
+        "hidden/bias": VarSync("allreduce", algorithm="master", bucket=1),
+        "logits/kernel": VarSync("allreduce", algorithm="master", bucket=1),
+        "logits/bias": VarSync("allreduce", algorithm="hierarchical", bucket=2),
+    }
+    hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 1), axis=0)})
+    return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES)}
+
+
+@pytest.fixture(scope="session")
+def small_job():
+    """The example's training step, captured in this process."""
+    import tensorflow as tf
+    from run_small_mlp import build_model
+
+    from autodist.graph.capture import capture_step
+
+    model = build_model(0)
+
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    x = np.zeros((BATCH, 4), np.int32)
+    y = np.zeros((BATCH,), np.int32)
+    return capture_step(train_step, x, y, model_name="small_mlp")
+
+
+@pytest.fixture(scope="session")
+def plans(small_job, tmp_path_factory):
+    """kind -> (Plan, path) for the three plan kinds, predicted by the real simulator."""
+    from autodist.plan import Plan
+    from autodist.resource_spec import load_cluster
+    from autodist.strategy import Strategy
+    from cost_models import CostModel
+    from placement import simulate
+
+    folder = tmp_path_factory.mktemp("plans")
+    spec = load_cluster(preset=CLUSTER)
+    cost_model = CostModel.default()
+    out = {}
+    for kind, (sync, ps_devices) in _strategies().items():
+        strategy = Strategy(replicas=REPLICAS, sync=sync, ps_devices=ps_devices)
+        plan = Plan.from_strategy(small_job, spec, strategy, simulate(small_job, spec, strategy, cost_model),
+                                  cost_model.id, 0)
+        path = str(folder / f"plan_{kind}.json")
+        plan.save(path)
+        out[kind] = (plan, path)
+    return out
+
+
+@pytest.fixture(scope="session")
+def reference_weights(tmp_path_factory):
+    """The example trained as a plain single-process script on the same global batches."""
+    path = str(tmp_path_factory.mktemp("reference") / "weights.npz")
+    subprocess.run([sys.executable, SCRIPT, "--steps", str(STEPS), "--batch-size", str(BATCH), "--save-weights", path],
+                   check=True, capture_output=True, timeout=300)
+    return dict(np.load(path))
+
+
+class _Runs:
+    """Each plan kind is run once per session, on first use."""
+
+    def __init__(self, plans, folder):
+        self.plans, self.folder, self.done = plans, folder, {}
+
+    def get(self, kind):
+        if kind not in self.done:
+            self.done[kind] = self._run(kind)
+        return self.done[kind]
+
+    def _run(self, kind):
+        plan, plan_path = self.plans[kind]
+        report = str(self.folder / f"report_{kind}.json")
+        weights = str(self.folder / f"weights_{kind}.npz")
+        script_args = ["--steps", str(STEPS), "--batch-size", str(BATCH), "--save-weights", weights]
+        # The allreduce plan goes through the CLI; the others through the launcher's API.
+        if kind == "allreduce":
+            done = subprocess.run(
+                [sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan_path, "--report", report, "--",
+                 *script_args],
+                capture_output=True, text=True, timeout=400,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            output = done.stdout
+        else:
+            from launcher.local import run_local
+
+            run_local(plan, plan_path, SCRIPT, script_args, report_path=report)
+            output = ""
+        with open(report) as fh:
+            return {"plan": plan, "report": json.load(fh), "weights": dict(np.load(weights)), "output": output}
+
+
+@pytest.fixture(scope="session")
+def runs(plans, tmp_path_factory):
+    return _Runs(plans, tmp_path_factory.mktemp("runs"))
+
+
+def _same_device(a, b):
+    import tensorflow as tf
+
+    spec_a, spec_b = tf.DeviceSpec.from_string(a), tf.DeviceSpec.from_string(b)
+    return (spec_a.job, spec_a.task, spec_a.device_type, spec_a.device_index) == (
+        spec_b.job, spec_b.task, spec_b.device_type, spec_b.device_index)
+
+
+KINDS = ["ps", "allreduce", "hybrid"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_variables_live_where_the_plan_says(runs, kind):
+    run = runs.get(kind)
+    plan, placed = run["plan"], run["report"]["variable_devices"]
+    assert sorted(placed) == sorted(plan.strategy.sync)
+    for name in plan.strategy.sync:
+        planned = plan.variable_devices(name)
+        assert len(placed[name]) == len(planned), name
+        for got, want in zip(placed[name], planned):
+            assert _same_device(got, want), (name, got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradients_travel_through_the_planned_channels(runs, kind):
+    run = runs.get(kind)
+    plan = run["plan"]
+    edges = {(k, src, dst) for k, _, src, dst in run["report"]["transfers"]}
+    workers = [plan.device_string(r[0], job="worker") for r in plan.strategy.replicas]
+
+    def has(kind_, src, dst):
+        return any(k == kind_ and _same_device(s, src) and _same_device(d, dst) for k, s, d in edges)
+
+    ps_shards = {dev for name, s in plan.strategy.sync.items() if s.method == "ps" for dev in plan.variable_devices(name)}
+    for shard_device in ps_shards:
+        for worker in workers:
+            assert has("ps-push", worker, shard_device), (worker, shard_device)
+            assert has("ps-pull", shard_device, worker), (shard_device, worker)
+    uses_allreduce = any(s.method == "allreduce" for s in plan.strategy.sync.values())
+    assert has("allreduce", workers[0], workers[1]) == uses_allreduce
+    assert has("allreduce", workers[1], workers[0]) == uses_allreduce
+    assert bool(ps_shards) == any(k.startswith("ps-") for k, _, _ in edges)
+    assert run["report"]["steps"] == STEPS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_weights_as_single_process_training(runs, reference_weights, kind):
+    weights = runs.get(kind)["weights"]
+    assert sorted(weights) == sorted(reference_weights)
+    for name, expected in reference_weights.items():
+        np.testing.assert_allclose(weights[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_cli_reports_progress_against_the_prediction(runs):
+    run = runs.get("allreduce")
+    out = run["output"]
+    assert f"step {STEPS}/{STEPS}" in out and "samples/s" in out and "predicted" in out
+    predicted_ms = f"{run['plan'].prediction['step_time'] * 1e3:.2f} ms"
+    assert f"vs predicted {predicted_ms}" in out
+    assert "plan " in out and out.rstrip().endswith(".json")
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _port_free(address):
+    with socket.socket() as s:
+        try:
+            s.bind(("localhost", int(address.rsplit(":", 1)[1])))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.mark.slow
+def test_killed_worker_stops_the_run_and_leaves_nothing_behind(plans):
+    from autodist.errors import LaunchError
+    from launcher.local import last_lines, run_local
+
+    plan, plan_path = plans["hybrid"]
+    started = {}
+
+    def kill_worker_once_serving(run):
+        started["run"] = run
+        worker = next(t for t in run.tasks if t.name == "worker:1")
+
+        def killer():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any("serving" in line for line in last_lines(worker.log_path)):
+                time.sleep(0.2)
+            time.sleep(3)
+            started["killed_at"] = time.monotonic()
+            os.kill(worker.process.pid, signal.SIGKILL)
+
+        threading.Thread(target=killer, daemon=True).start()
+
+    with pytest.raises(LaunchError) as info:
+        run_local(plan, plan_path, SCRIPT, ["--steps", "1000", "--batch-size", str(BATCH)], on_start=kill_worker_once_serving)
+    assert time.monotonic() - started["killed_at"] < 10
+    message = str(info.value)
+    assert "task worker:1" in message and "died" in message and "serving at" in message
+    run = started["run"]
+    assert all(_gone(pid) for pid in run.pids())
+    assert all(_port_free(a) for addresses in run.cluster.values() for a in addresses)
+    assert not os.path.exists(run._logdir)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "master", "hierarchical"])
+def test_allreduce_algorithms_give_every_replica_the_same_sum(algorithm):
+    import tensorflow as tf
+
+    from launcher.runtime.allreduce import allreduce
+
+    rng = np.random.default_rng(1)
+    values = [rng.standard_normal(11).astype(np.float32) for _ in range(3)]
+    devices = ["/device:CPU:0"] * 3
+    out = allreduce([tf.constant(v) for v in values], devices, ["a", "a", "b"], algorithm)
+    for tensor in out:
+        np.testing.assert_allclose(tensor.numpy(), np.sum(values, axis=0), rtol=1e-6)
+    assert all(np.array_equal(out[0].numpy(), t.numpy()) for t in out)
+
+
+def _cli(argv, env=None):
+    return subprocess.run([sys.executable, "-m", "autodist", *argv], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def test_cli_errors_are_one_line(plans, tmp_path):
+    _, plan_path = plans["ps"]
+    missing = _cli(["run", str(tmp_path / "nope.py"), "--plan", plan_path])
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
+    assert "nope.py: no such training script" in missing.stderr
+    both = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", CLUSTER])
+    assert both.returncode == 2 and "--plan" in both.stderr and "Traceback" not in both.stderr
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    no_config = _cli(["worker", "--plan", plan_path], env=env)
+    assert no_config.returncode == 2 and "TF_CONFIG" in no_config.stderr and "Traceback" not in no_config.stderr
+    env["TF_CONFIG"] = json.dumps({"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0}})
+    no_script = _cli(["worker", "--plan", plan_path], env=env)
+    assert no_script.returncode == 2 and "chief:0 runs the training script" in no_script.stderr
