@@ -33,7 +33,7 @@ from placement.bounds import lower_bound
 from placement.simulator import Simulator
 from placement.space import StrategySpace, copy_strategy
 
-WORK_PER_SECOND = 60_000
+WORK_PER_SECOND = 40_000
 CLOCK_GUARD = 3.0
 CLOCK_GRACE = 10.0
 SAMPLE_MOVES = 24

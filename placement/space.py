@@ -8,6 +8,8 @@ Each move changes one decision and returns a short label (for statistics):
   shard per PS task, at most one per row of the split axis);
 - ``algorithm``: a whole fusion bucket to another allreduce algorithm;
 - ``bucket``: an allreduce variable to the neighbouring bucket or a new one;
+- ``split`` / ``merge``: a fusion bucket cut in two at its middle in
+  gradient-ready order, or two buckets of one algorithm fused;
 - ``group``: an op group unit to another device of its replica (model
   parallelism; only when replicas span several devices);
 - ``ps_count``: add a PS task (on a node without one, taking half the
@@ -21,9 +23,9 @@ by step time processes the same batches.
 from __future__ import annotations
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
-from placement.baselines import ps_candidates
+from placement.baselines import ps_candidates, ready_order
 
-MOVES = ("flip", "shard", "partition", "algorithm", "bucket", "group", "ps_count")
+MOVES = ("flip", "shard", "partition", "algorithm", "bucket", "split", "merge", "group", "ps_count")
 
 
 def copy_strategy(strategy):
@@ -50,6 +52,7 @@ class StrategySpace:
     def __init__(self, simulator, rng):
         self.rng = rng
         self.variables = sorted(simulator.dense_bytes)
+        self.ready_order = ready_order(simulator)
         self.bytes = simulator.sparse_bytes
         shapes = {v.name: v.shape for v in simulator.variables}
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
@@ -57,7 +60,7 @@ class StrategySpace:
         self.candidates = ps_candidates(simulator.resource_spec)
 
     def applicable(self, strategy):
-        moves = ["flip", "algorithm", "bucket"]
+        moves = ["flip", "algorithm", "bucket", "split", "merge"]
         if any(s.method == "ps" for s in strategy.sync.values()):
             moves += ["shard", "partition"]
         if self.candidates:
@@ -148,6 +151,34 @@ class StrategySpace:
         top = max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
         bucket = max(0, min(top + 1, s.bucket + self.rng.choice((-1, 1))))
         strategy.sync[name] = VarSync("allreduce", algorithm=s.algorithm, bucket=bucket)
+
+    def _buckets(self, strategy):
+        """(algorithm, bucket) -> allreduce variables in gradient-ready order."""
+        out = {}
+        for name in self.ready_order:
+            s = strategy.sync[name]
+            if s.method == "allreduce":
+                out.setdefault((s.algorithm, s.bucket), []).append(name)
+        return out
+
+    def _split(self, strategy):
+        buckets = {k: v for k, v in self._buckets(strategy).items() if len(v) > 1}
+        if not buckets:
+            return
+        algorithm, bucket = self.rng.choice(sorted(buckets))
+        names = buckets[(algorithm, bucket)]
+        new = 1 + max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
+        for name in names[len(names) // 2:]:
+            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=new)
+
+    def _merge(self, strategy):
+        buckets = self._buckets(strategy)
+        keys = sorted(buckets)
+        if len(keys) < 2:
+            return
+        (algorithm, bucket), other = self.rng.sample(keys, 2)
+        for name in buckets[other]:
+            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket)
 
     def _group(self, strategy):
         unit = self.rng.choice(self.units)
