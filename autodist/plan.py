@@ -69,8 +69,9 @@ def check_schema(data, where):
 def job_name_for(model_name):
     """A DNS-1035 label derived from a model name (``"ResNet_50"`` -> ``"resnet-50"``)."""
     name = re.sub(r"[^a-z0-9]+", "-", (model_name or "").lower()).strip("-")
-    name = re.sub(r"^[^a-z]+", "", name)[:40].rstrip("-")
-    return name or "autodist-job"
+    if not name[:1].isalpha():
+        name = f"autodist-{name}".rstrip("-")
+    return name[:40].rstrip("-")
 
 
 def _task(job, index, node, devices):
@@ -185,7 +186,7 @@ def _prediction(simulation, lower_bound=None, candidates=()):
 
     link_busy = {k: float(v) for k, v in sorted((get("link_busy") or {}).items())}
     busiest = max(link_busy.items(), key=lambda kv: (kv[1], kv[0]), default=None)
-    out = {
+    return {
         "step_time": float(get("step_time")),
         "compute_time": float(get("compute_time", 0.0)),
         "exposed_comm_time": float(get("exposed_comm_time", 0.0)),
@@ -196,7 +197,6 @@ def _prediction(simulation, lower_bound=None, candidates=()):
         "lower_bound": None if lower_bound is None else float(lower_bound),
         "baselines": {c.name: float(c.simulation.step_time) for c in candidates},
     }
-    return out
 
 
 def _graph_summary(graph_item):

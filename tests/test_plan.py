@@ -211,8 +211,8 @@ def test_plan_schema_accepts_built_plans_and_names_bad_fields(ps_plan, allreduce
 
 def test_job_name_for_model_names():
     assert job_name_for("ResNet_50") == "resnet-50"
-    assert job_name_for("3d-unet") == "d-unet"
-    assert job_name_for("") == "autodist-job"
+    assert job_name_for("3d-unet") == "autodist-3d-unet"
+    assert job_name_for("") == "autodist"
     assert job_name_for("a" * 80) == "a" * 40
 
 
