@@ -2,8 +2,9 @@
 
 Loopback TCP bandwidth (one stream, large writes), loopback round-trip latency
 (1-byte ping-pong) float32 matmul throughput and memory copy bandwidth of numpy in one process.
-Each is measured ``--repeats`` times; the medians are the figures of the
-``cpu-local`` preset.  Writes benchmarks/results/cluster_local_machine.json.
+Each is measured ``--repeats`` times; the best run of each (highest
+throughput, lowest latency: the least disturbed by other jobs on a shared
+machine) gives the figures of the ``cpu-local`` preset.  Writes benchmarks/results/cluster_local_machine.json.
 
 Usage: python benchmarks/cluster_local_machine.py [--mib 1024] [--pings 2000] [--repeats 5]
 """
@@ -130,6 +131,8 @@ def main():
         f"{platform.system()} {platform.release()} (shared with other jobs while measured)",
         "load_average_1min_before": load_before,
         "median": {name: float(np.median(values)) for name, values in samples.items()},
+        # the least disturbed run: the machine's own figure when others share it
+        "best": {name: float(min(v) if "latency" in name else max(v)) for name, v in samples.items()},
         "samples": samples,
     }
     os.makedirs(os.path.dirname(RESULT), exist_ok=True)

@@ -213,3 +213,11 @@ def test_example_files_match_what_they_say():
     assert [n.address for n in lab.nodes] == ["10.0.1.10", "10.0.1.11", "10.0.2.7", "10.0.3.2"]
     t4_to_dgx = lab.path("t4box/GPU:0", "dgx-1/GPU:4")
     assert t4_to_dgx.bandwidth == 12.5e9 and t4_to_dgx.rdma and t4_to_dgx.medium == "roce"
+
+
+def test_discovery_warnings_are_one_line_each_in_the_cli(capsys):
+    code, out, err = run_cli(["cluster", "show", "--preset", "local"], capsys)
+    assert code == 0 and "CPU:0" in out and "totals" in out
+    lines = err.splitlines()
+    assert lines and all(line.startswith("autodist: warning: ") for line in lines)
+    assert "local CPU: memory bandwidth unknown" in err

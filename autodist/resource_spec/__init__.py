@@ -91,12 +91,29 @@ def add_cluster_arguments(parser, positional=False):
     group.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (with --from-kubernetes)")
 
 
-def cluster_from_args(args):
-    """The :class:`ResourceSpec` named by arguments from :func:`add_cluster_arguments`."""
-    return load_cluster(
-        path=getattr(args, "cluster", None),
-        preset=getattr(args, "preset", None),
-        from_kubernetes=getattr(args, "from_kubernetes", False),
-        label_selector=getattr(args, "selector", None),
-        kubeconfig=getattr(args, "kubeconfig", None),
-    )
+def cluster_from_args(args, prog="autodist"):
+    """The :class:`ResourceSpec` named by arguments from :func:`add_cluster_arguments`.
+
+    Discovery warnings (guessed or unknown figures) go to stderr as one line
+    each, ``<prog>: warning: ...``.
+    """
+    import sys
+    import warnings
+
+    from autodist.resource_spec.discovery import DiscoveryWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DiscoveryWarning)
+        spec = load_cluster(
+            path=getattr(args, "cluster", None),
+            preset=getattr(args, "preset", None),
+            from_kubernetes=getattr(args, "from_kubernetes", False),
+            label_selector=getattr(args, "selector", None),
+            kubeconfig=getattr(args, "kubeconfig", None),
+        )
+    for warning in caught:
+        if issubclass(warning.category, DiscoveryWarning):
+            print(f"{prog}: warning: {warning.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    return spec
