@@ -11,7 +11,7 @@ import pytest
 from autodist.cli import main
 from autodist.errors import InputError
 from autodist.resource_spec import ResourceSpec, load_cluster
-from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
+from autodist.resource_spec.cluster_file import cluster_to_dict, dump_cluster, parse_cluster
 from autodist.resource_spec.presets import MACHINES
 
 GPUS_PER_MACHINE = {"dgx-h100": 8, "dgx-a100": 8, "p4d.24xlarge": 8, "g4dn.12xlarge": 4, "p3.16xlarge": 8,
@@ -78,9 +78,11 @@ def test_explicit_file_equals_dgx_h100_preset(tmp_path):
     assert spec == load_cluster(preset="dgx-h100:2")
 
 
-def test_dump_of_every_preset_reads_back_equal():
+def test_dump_of_every_preset_reads_back_equal_and_grouped():
     for name in MACHINES:
-        spec = load_cluster(preset=f"{name}:2")
+        spec = load_cluster(preset=f"{name}:3")
+        document = cluster_to_dict(spec)
+        assert [(n["name"], n["count"]) for n in document["nodes"]] == [(MACHINES[name].node_prefix, 3)]
         assert parse_cluster(dump_cluster(spec)) == spec
 
 

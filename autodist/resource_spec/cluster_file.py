@@ -455,14 +455,40 @@ def dump_cluster(spec):
 
 
 def cluster_to_dict(spec):
-    """The cluster document of ``spec``: every node explicit, figures with units."""
-    return {"name": spec.name, "nodes": [_node_to_dict(n) for n in spec.nodes]}
+    """The cluster document of ``spec``: figures explicit with units; runs of
+    identical nodes named ``<prefix>-0, <prefix>-1, ...`` become one entry with a count."""
+    return {"name": spec.name, "nodes": [_group_entry(run) for run in _node_runs(spec.nodes)]}
+
+
+def _node_runs(nodes):
+    """Runs of consecutive nodes that one ``{name: prefix, count: n}`` entry reproduces."""
+    runs = []
+    for node in nodes:
+        body = _node_to_dict(node)
+        prefix, _, index = node.name.rpartition("-")
+        if runs:
+            run = runs[-1]
+            if (prefix and run["prefix"] == prefix and index == str(len(run["nodes"]))
+                    and run["body"] == body and bool(run["nodes"][0].address) == bool(node.address)):
+                run["nodes"].append(node)
+                continue
+        runs.append({"prefix": prefix if index == "0" else "", "body": body, "nodes": [node]})
+    return runs
+
+
+def _group_entry(run):
+    nodes = run["nodes"]
+    if len(nodes) == 1:
+        head = {"name": nodes[0].name, "address": nodes[0].address}
+    else:
+        head = {"name": run["prefix"], "count": len(nodes), "addresses": [n.address for n in nodes]}
+    head = {k: v for k, v in head.items() if v and v != [""] * len(nodes)}
+    return {**head, **run["body"]}
 
 
 def _node_to_dict(node):
-    out = {"name": node.name}
-    if node.address:
-        out["address"] = node.address
+    """A node's figures (without its name and address)."""
+    out = {}
     for kind, key in (("CPU", "cpus"), ("GPU", "gpus")):
         groups = _group([_device_to_dict(d) for d in node.devices if d.kind == kind])
         if groups:
