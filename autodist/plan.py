@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import types
+from dataclasses import replace
 
 from autodist.errors import InputError
 from autodist.io import read_json, write_json_atomic
@@ -72,6 +73,19 @@ def job_name_for(model_name):
     if not name[:1].isalpha():
         name = f"autodist-{name}".rstrip("-")
     return name[:40].rstrip("-")
+
+
+def without_idle_ps(strategy):
+    """The same strategy without PS devices that hold no variable (PS tasks renumbered)."""
+    used = sorted({t for s in strategy.sync.values() if s.method == "ps" for t in s.ps_tasks})
+    if used == list(range(len(strategy.ps_devices))):
+        return strategy
+    renumber = {old: new for new, old in enumerate(used)}
+    sync = {
+        name: replace(s, ps_tasks=tuple(renumber[t] for t in s.ps_tasks)) if s.method == "ps" else s
+        for name, s in strategy.sync.items()
+    }
+    return replace(strategy, sync=sync, ps_devices=[strategy.ps_devices[t] for t in used])
 
 
 def _task(job, index, node, devices):
@@ -250,10 +264,15 @@ class Plan:
     def from_strategy(
         cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None, candidates=()
     ):
-        """A plan from a Strategy and a SimResult-like prediction (attributes or a dict)."""
+        """A plan from a Strategy and a SimResult-like prediction (attributes or a dict).
+
+        PS devices that hold no variable get no task: they are dropped and the
+        others renumbered in order.
+        """
         from autodist import __version__
 
         strategy.validate(graph_item, resource_spec)
+        strategy = without_idle_ps(strategy)
         tasks = layout_tasks(strategy, resource_spec)
         data = {
             "format": FORMAT,
