@@ -45,8 +45,9 @@ def _strategies():
         "logits/kernel": VarSync("allreduce", algorithm="master", bucket=1),
         "logits/bias": VarSync("allreduce", algorithm="hierarchical", bucket=2),
     }
-    hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 1), axis=0)})
-    return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES)}
+    # Hybrid: the embedding in two shards on one PS task, the rest allreduced.
+    hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 0), axis=0)})
+    return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1])}
 
 
 @pytest.fixture(scope="session")
@@ -95,12 +96,14 @@ def plans(small_job, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def reference_weights(tmp_path_factory):
-    """The example trained as a plain single-process script on the same global batches."""
-    path = str(tmp_path_factory.mktemp("reference") / "weights.npz")
-    subprocess.run([sys.executable, SCRIPT, "--steps", str(STEPS), "--batch-size", str(BATCH), "--save-weights", path],
-                   check=True, capture_output=True, timeout=300)
-    return dict(np.load(path))
+def reference_weights():
+    """The example's model trained by plain Keras in this process, on the same global batches."""
+    from run_small_mlp import build_model, make_data, trained_weights
+
+    x, y = make_data(STEPS, BATCH, seed=0)
+    model = build_model(0)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    return trained_weights(model)
 
 
 class _Runs:
@@ -241,7 +244,7 @@ def test_killed_worker_stops_the_run_and_leaves_nothing_behind(plans):
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and not any("serving" in line for line in last_lines(worker.log_path)):
                 time.sleep(0.2)
-            time.sleep(3)
+            time.sleep(1)
             started["killed_at"] = time.monotonic()
             os.kill(worker.process.pid, signal.SIGKILL)
 
@@ -271,6 +274,28 @@ def test_allreduce_algorithms_give_every_replica_the_same_sum(algorithm):
     for tensor in out:
         np.testing.assert_allclose(tensor.numpy(), np.sum(values, axis=0), rtol=1e-6)
     assert all(np.array_equal(out[0].numpy(), t.numpy()) for t in out)
+
+
+def _children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(p) for p in fh.read().split()]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_task(plans):
+    _, plan_path = plans["hybrid"]
+    cli = subprocess.Popen([sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan_path, "--", "--steps", "1000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children = []
+    while len(children) < len(plans["hybrid"][0].tasks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        children = _children(cli.pid)
+    cli.send_signal(signal.SIGINT)
+    _, err = cli.communicate(timeout=30)
+    assert cli.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert len(children) == len(plans["hybrid"][0].tasks)
+    assert all(_gone(pid) for pid in children)
 
 
 def _cli(argv, env=None):

@@ -27,6 +27,17 @@ def build_model(seed):
     return model
 
 
+def make_data(steps, batch_size, seed):
+    """Integer ids (distinct within each batch) and class labels for ``steps`` batches."""
+    per_batch = batch_size * 4
+    if per_batch > VOCAB:
+        raise ValueError(f"batch size above {VOCAB // 4} would repeat ids in a batch")
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.permutation(VOCAB)[:per_batch] for _ in range(steps)]).reshape(steps * batch_size, 4)
+    y = rng.integers(0, 4, size=(steps * batch_size,), dtype=np.int32)
+    return x.astype(np.int32), y
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=4)
@@ -34,17 +45,19 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-weights", help="write the trained weights to this .npz file")
     args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-    n = args.steps * args.batch_size
-    per_batch = args.batch_size * 4
-    if per_batch > VOCAB:
-        parser.error(f"--batch-size above {VOCAB // 4} would repeat ids in a batch")
-    x = np.concatenate([rng.permutation(VOCAB)[:per_batch] for _ in range(args.steps)]).reshape(n, 4).astype(np.int32)
-    y = rng.integers(0, 4, size=(n,), dtype=np.int32)
+    try:
+        x, y = make_data(args.steps, args.batch_size, args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
     model = build_model(args.seed)
     model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2)
     if args.save_weights:
-        np.savez(args.save_weights, **{w.path: w.numpy() for w in model.weights if w.trainable})
+        np.savez(args.save_weights, **trained_weights(model))
+
+
+def trained_weights(model):
+    """Variable path -> value of every trainable weight."""
+    return {w.path: w.numpy() for w in model.trainable_weights}
 
 
 if __name__ == "__main__":

@@ -44,8 +44,11 @@ def run_chief(plan_path, cluster, job, index, script, args=(), report_path=None)
 
     layout = RunLayout.from_plan(Plan.load(plan_path))
     connect(cluster, job, index)
-    with PlacedFit(layout, plan_path, report_path=report_path):
+    with PlacedFit(layout, plan_path, report_path=report_path) as placed:
         run_script(script, args)
+    if not placed.fits:
+        raise LaunchError("the script ended without calling model.fit, so nothing ran with the plan "
+                          "(custom training loops are not distributed by this runtime yet)", source=script)
 
 
 def main(argv=None):

@@ -68,6 +68,7 @@ class PlacedFit:
         self.report_path = report_path
         self.out = out or sys.stdout
         self._original = None
+        self.fits = 0
 
     def __enter__(self):
         import keras
@@ -99,6 +100,7 @@ class PlacedFit:
         if y is None or not hasattr(x, "shape") or not hasattr(y, "shape"):
             raise LaunchError("model.fit under autodist run takes arrays x and y", field="x")
         x, y = np.asarray(x), np.asarray(y)
+        self.fits += 1
         batch_size = batch_size or 32
         n = len(x)
         steps_per_epoch = -(-n // batch_size)
