@@ -131,6 +131,24 @@ def _cell_full(cell):
     return True
 
 
+def _build_optimizer_first(objects):
+    """Create the optimizer's slots before tracing, as ``model.fit`` does.
+
+    A step that creates variables while tracing is traced twice by
+    ``tf.function``; building the optimizer of the (one, built) Keras model
+    the step uses avoids the second trace.
+    """
+    import keras
+
+    models = {id(o): o for o in objects if isinstance(o, keras.Model) and o.built}
+    optimizers = {id(o): o for o in objects if isinstance(o, keras.optimizers.Optimizer)}
+    optimizers.update({id(m.optimizer): m.optimizer for m in models.values() if getattr(m, "optimizer", None)})
+    if len(models) == 1 and len(optimizers) == 1:
+        model, optimizer = next(iter(models.values())), next(iter(optimizers.values()))
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+
+
 def item_from_graph(graph, variables, job, model_weights=None):
     """GraphItem of a traced ``FuncGraph`` whose captures include ``variables``.
 
@@ -155,6 +173,8 @@ def item_from_graph(graph, variables, job, model_weights=None):
 def _trace(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None):
     import tensorflow as tf
 
+    objects = _referenced_objects(traced.python_function)
+    _build_optimizer_first(objects)
     specs = tf.nest.map_structure(_spec_of, tuple(args))
     kwspecs = tf.nest.map_structure(_spec_of, dict(kwargs))
     try:
@@ -176,7 +196,6 @@ def _trace(traced, args, kwargs, model_name, source, optimizer=None, input_shape
         named.update({k: v for k, v in ((k, _shapes_of(s)) for k, s in kwspecs.items()) if v is not None})
         input_shapes = named
     variables = concrete.graph.variables
-    objects = _referenced_objects(traced.python_function)
     job = JobInfo(
         model_name=model_name,
         batch_size=_batch_size((specs, kwspecs)),
