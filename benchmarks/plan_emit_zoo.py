@@ -1,0 +1,140 @@
+"""Plans for the zoo on the presets, emitted as TFJob and MPIJob and validated.
+
+For every (zoo model, cluster preset) cell: search a plan (placement.optimize),
+build it (autodist.plan.Plan), emit the TFJob (and the MPIJob when the plan is
+allreduce only) with a Volcano PodGroup, and validate every object strictly
+(CRD schemas, core pod schema, operator rules).  Records the plan's tasks,
+predicted step time, plan size and emission time per cell.
+
+Each model is captured once in a fresh process (see capture_zoo.py) and cached
+as graph JSON under ``tmp/plan_emit_graphs`` (git-ignored).
+
+    python benchmarks/plan_emit_zoo.py [--budget 2] [--models mlp resnet50 ...]
+
+Writes benchmarks/results/plan_emit_zoo.json and plan_emit_zoo.md.
+"""
+
+import argparse
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+from capture_zoo import MODELS, ZOO  # noqa: E402
+
+from autodist.errors import AutoDistError  # noqa: E402
+from autodist.graph.item import GraphItem  # noqa: E402
+from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
+
+CACHE = os.path.join(REPO, "tmp", "plan_emit_graphs")
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+PRESETS = ["dgx-h100:2", "dgx-a100:4", "p4d.24xlarge:2", "p3.16xlarge:2", "g4dn.12xlarge:4", "cpu-2s-25g:2"]
+
+
+def captured(name):
+    """The zoo model's GraphItem, captured in a fresh process once and cached."""
+    path = os.path.join(CACHE, f"{name}.json")
+    if not os.path.exists(path):
+        os.makedirs(CACHE, exist_ok=True)
+        code = (
+            "import sys; from autodist.graph.capture import capture_script; "
+            "capture_script(sys.argv[1], sys.argv[3:]).save(sys.argv[2])"
+        )
+        script = os.path.join(ZOO, f"{name}.py")
+        subprocess.run([sys.executable, "-c", code, script, path, *MODELS[name]], check=True, cwd=REPO)
+    return GraphItem.load(path)
+
+
+def run_cell(graph, preset, cost_model, budget_s):
+    from launcher.manifests import build_manifests
+    from launcher.options import EmitOptions
+    from placement import optimize
+
+    from autodist.plan import Plan
+    from autodist.resource_spec import load_cluster
+
+    spec = load_cluster(preset=preset)
+    result = optimize(graph, spec, cost_model, seed=0, budget_s=budget_s)
+    plan = Plan.build(graph, spec, result, cost_model.id, 0)
+    cell = {
+        "preset": preset,
+        "tasks": {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps") if plan.tasks_of(job)},
+        "inter_node": plan.collectives["inter_node"],
+        "predicted_step_ms": round(plan.prediction["step_time"] * 1e3, 4),
+        "plan_bytes": len(plan.to_json().encode()),
+        "emitted": {},
+    }
+    formats = ["tfjob"] if plan.has_ps() else ["tfjob", "mpijob"]
+    for fmt in formats:
+        start = time.perf_counter()
+        try:
+            objects = build_manifests(plan, fmt, EmitOptions(gang="volcano"))
+            outcome = {"valid": True, "objects": [o["kind"] for o in objects]}
+        except AutoDistError as exc:
+            outcome = {"valid": False, "error": str(exc)}
+        outcome["seconds"] = round(time.perf_counter() - start, 3)
+        cell["emitted"][fmt] = outcome
+    return cell
+
+
+def markdown(doc):
+    lines = [
+        "# Zoo plans emitted as Kubernetes manifests",
+        "",
+        f"Command: `{doc['command']}`  ",
+        f"Machine: {doc['machine']}  ",
+        f"Search budget per cell: {doc['budget_s']} s; every object validated strictly before counting as valid.",
+        "",
+        "| model | preset | tasks | inter-node | predicted step (ms) | plan (bytes) | TFJob | MPIJob |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in doc["cells"]:
+        tasks = ", ".join(f"{n} {j}" for j, n in row["tasks"].items())
+        cols = []
+        for fmt in ("tfjob", "mpijob"):
+            out = row["emitted"].get(fmt)
+            cols.append("n/a (PS plan)" if out is None else ("valid" if out["valid"] else f"INVALID: {out['error']}"))
+        lines.append(
+            f"| {row['model']} | {row['preset']} | {tasks} | {row['inter_node']} | {row['predicted_step_ms']} "
+            f"| {row['plan_bytes']} | {cols[0]} | {cols[1]} |"
+        )
+    valid = sum(o["valid"] for row in doc["cells"] for o in row["emitted"].values())
+    total = sum(len(row["emitted"]) for row in doc["cells"])
+    lines += ["", f"{valid} of {total} emitted jobs valid."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--budget", type=float, default=2.0, help="search budget per cell, seconds")
+    args = parser.parse_args(argv)
+    from cost_models import CostModel
+
+    cost_model = CostModel.default()
+    cells = []
+    for name in args.models:
+        graph = captured(name)
+        for preset in PRESETS:
+            cell = {"model": name, **run_cell(graph, preset, cost_model, args.budget)}
+            cells.append(cell)
+            print(f"{name:15s} {preset:18s} {cell['tasks']} {cell['emitted']}", flush=True)
+    doc = {
+        "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/plan_emit_zoo.py", *(argv or sys.argv[1:])]),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "budget_s": args.budget,
+        "cells": cells,
+    }
+    write_json_atomic(os.path.join(RESULTS, "plan_emit_zoo.json"), doc)
+    write_text_atomic(os.path.join(RESULTS, "plan_emit_zoo.md"), markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
