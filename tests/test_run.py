@@ -316,3 +316,71 @@ def test_cli_errors_are_one_line(plans, tmp_path):
     env["TF_CONFIG"] = json.dumps({"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0}})
     no_script = _cli(["worker", "--plan", plan_path], env=env)
     assert no_script.returncode == 2 and "chief:0 runs the training script" in no_script.stderr
+
+
+# -- the runtime in this process: two replicas on this process's CPU (fast) ---------------
+
+LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def _local_hybrid_layout(model):
+    """The embedding in two PS shards, the rest allreduced in two buckets; every device is this CPU."""
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+
+    variables = {}
+    for i, w in enumerate(model.trainable_weights):
+        if w.path.startswith("embedding"):
+            variables[w.path] = VariablePlacement(w.path, "ps", (LOCAL_CPU, LOCAL_CPU), axis=0)
+        else:
+            variables[w.path] = VariablePlacement(w.path, "allreduce", (LOCAL_CPU, LOCAL_CPU), bucket=i % 2)
+    return RunLayout((LOCAL_CPU, LOCAL_CPU), ("n0", "n1"), variables, predicted_step_time=1e-3, plan_name="local")
+
+
+def _fit_under_plan(model, x, y, **kwargs):
+    import io
+
+    import keras
+
+    from launcher.runtime.fit import PlacedFit
+
+    original = keras.Model.fit
+    out = io.StringIO()
+    with PlacedFit(_local_hybrid_layout(model), "local-plan.json", out=out):
+        model.fit(x, y, batch_size=BATCH, shuffle=False, **kwargs)
+    assert keras.Model.fit is original
+    return out.getvalue()
+
+
+def test_checkpoints_from_callbacks_hold_the_trained_weights_and_resume(tmp_path):
+    import keras
+    from run_small_mlp import build_model, make_data, trained_weights
+
+    x, y = make_data(STEPS, BATCH, seed=3)
+    checkpoint = str(tmp_path / "ckpt.weights.h5")
+    model = build_model(0)
+    out = _fit_under_plan(model, x, y, callbacks=[keras.callbacks.ModelCheckpoint(checkpoint, save_weights_only=True)])
+    assert f"step {STEPS}/{STEPS}" in out and "plan local-plan.json" in out
+    reference = build_model(0)
+    reference.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    restored = build_model(1)
+    restored.load_weights(checkpoint)
+    for name, value in trained_weights(reference).items():
+        np.testing.assert_allclose(trained_weights(restored)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # A rerun that loads the checkpoint continues from it, as plain Keras does.
+    resumed, plain = build_model(2), build_model(2)
+    resumed.load_weights(checkpoint)
+    plain.load_weights(checkpoint)
+    _fit_under_plan(resumed, x, y)
+    plain.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    for name, value in trained_weights(plain).items():
+        np.testing.assert_allclose(trained_weights(resumed)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_unsupported_fit_arguments_are_named():
+    from run_small_mlp import build_model, make_data
+
+    from autodist.errors import LaunchError
+
+    x, y = make_data(1, BATCH, seed=0)
+    with pytest.raises(LaunchError, match="validation_split"):
+        _fit_under_plan(build_model(0), x, y, validation_split=0.5)
