@@ -11,7 +11,7 @@ import os
 from autodist.errors import InputError, LaunchError
 from autodist.io import write_text_atomic
 from launcher.mpijob import build_mpijob
-from launcher.options import FORMATS, EmitOptions, check_dns_label
+from launcher.options import FORMATS, MAX_LABEL, EmitOptions, check_dns_label
 from launcher.podgroup import build_podgroup
 from launcher.pods import config_map
 from launcher.tfjob import build_tfjob
@@ -29,8 +29,10 @@ def job_name_of(plan, options):
     name = options.name or plan.name
     check_dns_label(name, "--name" if options.name else f"{plan.where}: name", dns_1035=True)
     longest = f"{name}{_LONGEST_SUFFIX}{len(plan.tasks) - 1}"
-    if len(longest) > 63:
-        raise InputError(f"job name {name!r} is too long: replica Service name {longest!r} exceeds 63 characters", field="--name")
+    if len(longest) > MAX_LABEL:
+        raise InputError(
+            f"job name {name!r} is too long: replica Service name {longest!r} exceeds {MAX_LABEL} characters", field="--name"
+        )
     return name
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 
 from autodist.errors import LaunchError
+from launcher.options import DNS_1035_LABEL, MAX_LABEL
 
 SCHEMAS_ENV = "AUTODIST_K8S_SCHEMAS"
 # The Kubernetes version whose core schemas pod templates are checked against.
@@ -32,7 +32,6 @@ CRD_FILES = {
     ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
 }
 REPLICA_FIELDS = {"TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
-_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def schemas_dir():
@@ -150,7 +149,7 @@ def check_operator_rules(obj):
     kind, spec = obj["kind"], obj["spec"]
     if kind == "TFJob":
         name = obj["metadata"]["name"]
-        if len(name) > 63 or not _DNS_1035.match(name):
+        if len(name) > MAX_LABEL or not DNS_1035_LABEL.match(name):
             raise LaunchError(f"job name {name!r} is not a DNS-1035 label", source=where, field="metadata.name")
         replicas = spec["tfReplicaSpecs"]
         for rtype, r in replicas.items():

@@ -159,6 +159,10 @@ def test_validator_checks_pod_templates_and_operator_rules(allreduce_rdma_plan, 
     two_chiefs[-1]["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] = 2
     with pytest.raises(LaunchError, match="at most 1"):
         validate_objects(two_chiefs)
+    bad_name = copy.deepcopy(objects)
+    bad_name[-1]["metadata"]["name"] = "Bad_Name"
+    with pytest.raises(LaunchError, match="job name 'Bad_Name' is not a DNS-1035 label"):
+        validate_objects(bad_name)
     mpi = copy.deepcopy(build_manifests(allreduce_rdma_plan, "mpijob"))
     mpi[-1]["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Always"
     with pytest.raises(LaunchError, match="restartPolicy 'Always' is not allowed"):
