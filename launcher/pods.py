@@ -91,9 +91,14 @@ def nccl_environment(plan, options):
 
 
 def _node_affinity(plan, nodes):
-    """Required: one of the planned nodes; GPU product too when the cluster reported it."""
-    expressions = [{"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(set(nodes))}]
+    """Required: one of the planned nodes; GPU product too when the cluster reported it.
+
+    A node's hostname is its ``kubernetes.io/hostname`` label when discovery
+    recorded one, else its name in the plan.
+    """
     specs = [plan.resource_spec.node(n) for n in nodes]
+    hosts = sorted({s.labels.get(HOSTNAME_LABEL, s.name) for s in specs})
+    expressions = [{"key": HOSTNAME_LABEL, "operator": "In", "values": hosts}]
     products = {s.labels.get(GPU_PRODUCT_LABEL) for s in specs}
     if products and None not in products:
         expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})

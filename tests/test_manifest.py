@@ -256,3 +256,35 @@ def test_uneven_gpu_counts_request_the_most_in_tfjob_but_not_mpijob(mlp_graph):
     assert plan.device_string(f"{spec.nodes[1].name}/GPU:3") == "/job:worker/task:1/device:GPU:3"
     with pytest.raises(LaunchError, match=r"different GPU counts \[4, 8\]"):
         build_manifests(plan, "mpijob")
+
+
+def test_discovered_nodes_pin_hostnames_and_gpu_product(mlp_graph):
+    """Nodes as the Kubernetes API lists them (a NodeList's items; no API server runs here)."""
+    from autodist.resource_spec.discovery import nodes_to_spec
+
+    def node(name, host):
+        labels = {
+            "kubernetes.io/hostname": host,
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "feature.node.kubernetes.io/rdma.available": "true",
+            "autodist.io/nic-kind": "infiniband",
+            "autodist.io/nic-speed": "400Gb/s",
+            "autodist.io/nic-count": "8",
+            "autodist.io/gpudirect": "true",
+        }
+        status = {"allocatable": {"nvidia.com/gpu": "8", "cpu": "224", "memory": "2Ti"}, "conditions": [{"type": "Ready", "status": "True"}]}
+        return {"metadata": {"name": name, "labels": labels}, "status": {**status, "capacity": status["allocatable"]}}
+
+    spec = nodes_to_spec([node("gpu-a", "gpu-a.example"), node("gpu-b", "gpu-b.example")])
+    plan = _allreduce_plan(mlp_graph, spec)
+    pod = by_kind(build_manifests(plan, "tfjob"))["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-a.example", "gpu-b.example"]},
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]},
+            ]
+        }
+    ]
+    assert env_of(pod["containers"][0])["NCCL_IB_DISABLE"] == "0"
