@@ -3,6 +3,8 @@
 import copy
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from autodist.errors import InputError, LaunchError
 from launcher.manifests import build_manifests
@@ -288,3 +290,20 @@ def test_discovered_nodes_pin_hostnames_and_gpu_product(mlp_graph):
         }
     ]
     assert env_of(pod["containers"][0])["NCCL_IB_DISABLE"] == "0"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_manifest_property(mlp_graph, data):
+    """Random valid strategies of the real graph: the TFJob validates and agrees with every TF_CONFIG."""
+    from tests.test_plan_fixtures import draw_plan
+
+    plan, _ = draw_plan(data, mlp_graph)
+    tfjob = by_kind(build_manifests(plan, "tfjob"))["TFJob"]
+    expected = operator_cluster_spec(tfjob)
+    for task in plan.tasks:
+        assert plan.tf_config(task["job"], task["index"], namespace="default")["cluster"] == expected
+    spec = plan.resource_spec
+    gpus = [sum(spec.device(d).kind == "GPU" for d in t["devices"]) for t in plan.tasks_of("worker")]
+    limits = only_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]).get("resources", {}).get("limits", {})
+    assert limits.get("nvidia.com/gpu", 0) == max(gpus)

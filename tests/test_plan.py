@@ -20,6 +20,7 @@ from tests.test_plan_fixtures import (  # noqa: F401  (fixtures)
     build_plan,
     cluster,
     cost_model,
+    draw_plan,
     ps_plan,
 )
 
@@ -128,30 +129,7 @@ def test_plan_loads_without_tensorflow(tmp_path, ps_plan):
 @given(data=st.data())
 def test_round_trip_property(mlp_graph, data):
     """Any valid strategy on the real graph gives a plan that survives JSON unchanged."""
-    preset = data.draw(st.sampled_from(["dgx-h100", "p3.16xlarge:2", "g4dn.12xlarge:3", "cpu-2s-25g:2"]))
-    spec = cluster(preset)
-    devices = [d.name for d in spec.compute_devices()]
-    count = data.draw(st.integers(1, len(devices)))
-    replicas = [[d] for d in data.draw(st.permutations(devices))[:count]]
-    cpus = [d.name for d in spec.devices("CPU")]
-    ps_count = data.draw(st.integers(0, len(cpus)))
-    sync = {}
-    for v in sorted(mlp_graph.trainable_variables(), key=lambda v: v.name):
-        if ps_count and data.draw(st.booleans()):
-            tasks = data.draw(st.lists(st.integers(0, ps_count - 1), min_size=1, max_size=ps_count, unique=True))
-            sync[v.name] = VarSync("ps", ps_tasks=tuple(tasks), axis=0)
-        else:
-            sync[v.name] = VarSync(
-                "allreduce",
-                algorithm=data.draw(st.sampled_from(["ring", "hierarchical", "master"])),
-                bucket=data.draw(st.integers(0, 3)),
-            )
-    strategy = Strategy(replicas, sync, ps_devices=cpus[:ps_count])
-    from placement import simulate
-
-    prediction = simulate(mlp_graph, spec, strategy, cost_model())
-    seed = data.draw(st.integers(0, 2**31))
-    plan = Plan.from_strategy(mlp_graph, spec, strategy, prediction, cost_model().id, seed)
+    plan, strategy = draw_plan(data, mlp_graph)
     text = plan.to_json()
     again = Plan.from_dict(json.loads(text))
     assert again == plan and again.to_json() == text

@@ -59,6 +59,34 @@ def build_plan(graph_item, preset, kind, seed=0):
     return Plan.from_strategy(graph_item, resource_spec, strategy, prediction, cost_model().id, seed)
 
 
+def draw_plan(data, graph_item):
+    """A plan of a random valid strategy (hypothesis ``data``) of the real graph; returns (plan, strategy)."""
+    from hypothesis import strategies as st
+    from placement import simulate
+
+    spec = cluster(data.draw(st.sampled_from(["dgx-h100", "p3.16xlarge:2", "g4dn.12xlarge:3", "cpu-2s-25g:2"])))
+    devices = [d.name for d in spec.compute_devices()]
+    count = data.draw(st.integers(1, len(devices)))
+    replicas = [[d] for d in data.draw(st.permutations(devices))[:count]]
+    cpus = [d.name for d in spec.devices("CPU")]
+    ps_count = data.draw(st.integers(0, len(cpus)))
+    sync = {}
+    for v in sorted(graph_item.trainable_variables(), key=lambda v: v.name):
+        if ps_count and data.draw(st.booleans()):
+            tasks = data.draw(st.lists(st.integers(0, ps_count - 1), min_size=1, max_size=ps_count, unique=True))
+            sync[v.name] = VarSync("ps", ps_tasks=tuple(tasks), axis=0)
+        else:
+            sync[v.name] = VarSync(
+                "allreduce",
+                algorithm=data.draw(st.sampled_from(["ring", "hierarchical", "master"])),
+                bucket=data.draw(st.integers(0, 3)),
+            )
+    strategy = Strategy(replicas, sync, ps_devices=cpus[:ps_count])
+    prediction = simulate(graph_item, spec, strategy, cost_model())
+    seed = data.draw(st.integers(0, 2**31))
+    return Plan.from_strategy(graph_item, spec, strategy, prediction, cost_model().id, seed), strategy
+
+
 @pytest.fixture(scope="session")
 def allreduce_rdma_plan(mlp_graph):
     return build_plan(mlp_graph, RDMA_PRESET, "allreduce")
