@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autodist import __version__
 from autodist.errors import InputError
 
 # Kubernetes object names (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/):
@@ -27,7 +28,9 @@ IMAGE_REFERENCE = re.compile(
 FORMATS = ("tfjob", "mpijob")
 GANGS = ("volcano", "coscheduling")
 
-DEFAULT_IMAGE = "tensorflow/tensorflow:2.21.0-gpu"
+# An image of this project: TensorFlow's GPU image (tensorflow/tensorflow:2.21.0-gpu)
+# with autodist installed; nothing is published under this name, build and push it.
+DEFAULT_IMAGE = f"autodist:{__version__}"
 # The RDMA shared device plugin's example resource name (Mellanox k8s-rdma-shared-dev-plugin).
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
 # Name prefix of the InfiniBand/RoCE adapters NCCL may use (ConnectX adapters are mlx5_*).

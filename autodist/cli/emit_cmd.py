@@ -19,7 +19,9 @@ def add_manifest_arguments(parser):
     )
 
     parser.add_argument("--format", choices=FORMATS, default="tfjob", help="job kind (default tfjob)")
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help=f"container image with autodist (default {DEFAULT_IMAGE})")
+    parser.add_argument(
+        "--image", default=DEFAULT_IMAGE, help=f"image with TensorFlow and autodist installed (default {DEFAULT_IMAGE}, built by you)"
+    )
     parser.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
     parser.add_argument("--name", help="job name, a DNS-1035 label (default: the plan's name)")
     parser.add_argument("--gang", choices=GANGS, help="also emit a PodGroup for this gang scheduler")
