@@ -21,6 +21,7 @@ simulator's own cost terms so that a simulated step never falls below it:
 
 from __future__ import annotations
 
+from autodist.strategy import ALLREDUCE_ALGORITHMS
 from placement.baselines import ps_candidates
 from placement.simulator import Simulator
 
@@ -98,8 +99,10 @@ def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slot
         server_updates = [sim.device_costs(resource_spec.device(p))[1] for p in servers]
         for name, nbytes in sim.dense_bytes.items():
             slot = group_slots.get(sim.var_unit[name], 0)
-            devices = [r[slot] for r in replicas]
-            allreduce = min(sim.comm.allreduce_time(nbytes, devices, a) for a in ("ring", "hierarchical", "master"))
+            devices = tuple(r[slot] for r in replicas)
+            allreduce = min(
+                sum(p.seconds for p in sim.allreduce_phases(devices, a, nbytes)) for a in ALLREDUCE_ALGORITHMS
+            )
             allreduce += min(u[name] for u in replica_updates)
             shard = sim.sparse_bytes[name] / max(len(servers), 1)
             ps = 2 * (intercept + slope * shard) + min((u[name] for u in server_updates), default=0.0) / max(len(servers), 1)

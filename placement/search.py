@@ -190,7 +190,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         deadline=started + CLOCK_GUARD * budget_s + CLOCK_GRACE,
         progress=progress,
     )
-    best, _ = annealer.anneal()
+    best = annealer.anneal()[0] if simulator.dense_bytes else copy_strategy(start.strategy)
     final = simulator.simulate(best, trace=True)
     bound = lower_bound(
         graph_item, resource_spec, cost_model, replicas=best.replicas, group_slots=best.group_slots, simulator=simulator

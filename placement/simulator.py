@@ -49,12 +49,17 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from cost_models import gradient_bytes
+from cost_models import Phase, gradient_bytes
 from placement.grouping import group_ops
 
 # Work units charged per simulate() call besides its events: the fixed
 # bookkeeping (buckets, memory) costs about as much as this many events.
 PER_SIMULATION_WORK = 20
+# Work units charged when a transfer or collective is first priced by the
+# CommModel (a path lookup costs about as much as this many events).
+MISS_WORK = 10
+_PROBE_BYTES = 1 << 30
+_CHECK_BYTES = 12_345_679
 
 
 @dataclass
@@ -191,6 +196,7 @@ class Simulator:
         self._costs = {}
         self._schedules = {}
         self._phases = {}
+        self._affine = {}
         self.work = 0  # events processed so far: a machine-independent effort count
 
     # -- costs -----------------------------------------------------------
@@ -234,12 +240,40 @@ class Simulator:
         """
         stages = self._phases.get(key)
         if stages is None:
+            self.work += MISS_WORK
             stages = []
             for i, phase in enumerate(make()):
                 latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
                 stages.append((latency, (phase.seconds - latency) * count, phase.links))
             self._phases[key] = stages
         return stages
+
+    def allreduce_phases(self, devices, algorithm, nbytes):
+        """``CommModel.allreduce_phases``, from a per-(devices, algorithm) affine fit when exact.
+
+        The CommModel's collective phases are latency plus bytes over
+        bandwidth, so two probes give each phase's intercept and slope and a
+        new fusion-bucket size costs no walk over the devices.  A third probe
+        checks the fit; where it fails (e.g. unequal nodes, whose slowest
+        node changes with size), every size is asked of the CommModel.
+        """
+        key = (devices, algorithm)
+        if key not in self._affine:
+            self._affine[key] = self._affine_fit(list(devices), algorithm)
+        fit = self._affine[key]
+        if fit is None:
+            return self.comm.allreduce_phases(nbytes, list(devices), algorithm)
+        return [Phase(a + b * nbytes, links) for a, b, links in fit]
+
+    def _affine_fit(self, devices, algorithm):
+        zero, probe, check = (self.comm.allreduce_phases(n, devices, algorithm) for n in (0, _PROBE_BYTES, _CHECK_BYTES))
+        if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
+            return None
+        fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
+        for (a, b, _), c in zip(fit, check):
+            if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
+                return None
+        return fit
 
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
@@ -359,13 +393,16 @@ class Simulator:
             else:
                 ps_vars.append(name)
 
+        slot_devices = {}
         for (algorithm, bucket, slot), names in sorted(buckets.items()):
-            devices = tuple(r[slot] for r in strategy.replicas)
+            if slot not in slot_devices:
+                slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
+            devices = slot_devices[slot]
             nbytes = sum(self.dense_bytes[v] for v in names)
             ready = max(ready_time(s, v) for s, _ in classes for v in names)
             phases = self._phase_list(
                 ("ar", devices, algorithm, nbytes),
-                lambda: self.comm.allreduce_phases(nbytes, list(devices), algorithm),
+                lambda: self.allreduce_phases(devices, algorithm, nbytes),
             )
 
             def applied(t, names=names, slot=slot, bucket=bucket):

@@ -101,3 +101,22 @@ def test_lower_bound_holds_for_every_baseline(embedding_graph, cost_model):
         s = candidate.strategy
         bound = lower_bound(embedding_graph, spec, cost_model, s.replicas, s.group_slots, simulator=sim)
         assert 0 < bound <= candidate.simulation.step_time
+
+
+def test_a_cluster_without_compute_devices_is_a_placement_error(mlp_graph, cost_model):
+    from autodist.errors import PlacementError
+
+    with pytest.raises(PlacementError, match="'empty' has no compute device"):
+        optimize(mlp_graph, ResourceSpec([], name="empty"), cost_model, budget_s=0.1)
+
+
+@pytest.mark.slow
+def test_resnet50_on_4x8_a100_groups_overlap_and_beats_greedy_ps(resnet50_graph, cost_model):
+    spec = load_cluster(preset="dgx-a100:4")
+    result = optimize(resnet50_graph, spec, cost_model, seed=0, budget_s=1.0)
+    sim = Simulator(resnet50_graph, spec, cost_model)
+    ready = sim._schedule(result.strategy.replicas[0], (), False).gradient_ready
+    assert len(set(ready.values())) > 50  # gradients become ready all through backward
+    best = min(c.simulation.step_time for c in result.candidates)
+    assert result.lower_bound <= result.simulation.step_time <= best
+    assert result.simulation.step_time < result.baseline("greedy-ps").simulation.step_time

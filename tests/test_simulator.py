@@ -128,3 +128,16 @@ def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, co
     end = max(e["ts"] + e["dur"] for e in events)
     assert end == pytest.approx(result.step_time * 1e6)
     json.dumps(trace)
+
+
+def test_allreduce_fit_matches_the_comm_model(mlp_graph, cost_model):
+    spec = load_cluster(preset="dgx-h100:2")
+    sim = Simulator(mlp_graph, spec, cost_model)
+    devices = tuple(d.name for d in spec.gpus())
+    for algorithm in ("ring", "hierarchical", "master"):
+        for nbytes in (0, 4, 1000, 3 << 20, 987_654_321):
+            direct = sim.comm.allreduce_phases(nbytes, list(devices), algorithm)
+            fitted = sim.allreduce_phases(devices, algorithm, nbytes)
+            assert [p.links for p in fitted] == [p.links for p in direct]
+            for f, d in zip(fitted, direct):
+                assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
