@@ -59,6 +59,11 @@ def test_emit_passes_the_training_script_to_every_task(ps_plan_file, capsys):
     expected = ["autodist", "worker", "--plan", "/etc/autodist/plan.json", "/app/train.py", "--epochs", "2", "--name", "a b"]
     for replica in tfjob["spec"]["tfReplicaSpecs"].values():
         assert replica["template"]["spec"]["containers"][0]["command"] == expected
+    # the in-task entry point parses the command as emitted
+    from autodist.cli import AUTODIST_COMMANDS, _build_parser
+
+    args = _build_parser("autodist", AUTODIST_COMMANDS).parse_args(expected[1:])
+    assert (args.plan, args.script, args.script_args) == (expected[3], expected[4], expected[5:])
 
 
 def test_emit_to_stdout_is_deterministic(plan_file, capsys):
