@@ -68,7 +68,6 @@ class PlacedTrainer:
                               field="strategy.sync")
         self._create_variables()
         self._step = None
-        self._graph = None
 
     # -- variables -------------------------------------------------------
     def _create_variables(self):
@@ -76,9 +75,10 @@ class PlacedTrainer:
         import tensorflow as tf
 
         self.copies = {}  # allreduce: name -> one Keras variable per replica
+        self._copy_of = {}  # id of an allreduce copy -> (variable index, replica)
         self.shards = {}  # ps: name -> one Keras variable per shard
         by_location = {}
-        for weight, name in zip(self._weights, self._names):
+        for i, (weight, name) in enumerate(zip(self._weights, self._names)):
             place = self.layout.variables[name]
             value = np.asarray(weight.numpy())
             if place.method == "ps":
@@ -100,10 +100,11 @@ class PlacedTrainer:
                 self.shards[name] = made
             else:
                 made = []
-                for dev in self.devices:
+                for r, dev in enumerate(self.devices):
                     with tf.device(dev):
                         var = keras.Variable(value, dtype=weight.dtype, name=weight.name)
                     by_location.setdefault(dev, []).append(var)
+                    self._copy_of[id(var)] = (i, r)
                     made.append(var)
                 self.copies[name] = made
         self.optimizers = {}
@@ -208,29 +209,30 @@ class PlacedTrainer:
             states.append(state)
         ps_grads = self._sum_ps(grads)
         self._sum_allreduce(grads)
-        index = {name: i for i, name in enumerate(self._names)}
-        replica_of = {dev: r for r, dev in enumerate(self.devices)}
         for dev, (opt, variables) in self.optimizers.items():
-            pairs = []
+            updates = []
             for var in variables:
                 if id(var) in ps_grads:
-                    pairs.append(ps_grads[id(var)])
+                    updates.append(ps_grads[id(var)])
                 else:
-                    name = next(nm for nm, copies in self.copies.items() if any(c is var for c in copies))
-                    pairs.append(grads[replica_of[dev]][index[name]])
+                    i, r = self._copy_of[id(var)]
+                    updates.append(grads[r][i])
             with tf.device(dev):
-                opt.apply(pairs, variables)
+                opt.apply(updates, variables)
         for var, value in zip(self._state, states[0]):
             var.assign(value)
         return tf.add_n(losses)
 
-    def step(self, x, y):
-        """One synchronous step on a global batch; returns the loss (a float)."""
+    def _traced_step(self):
         import tensorflow as tf
 
         if self._step is None:
-            self._step = tf.function(self._step_body)
-        return float(self._step(x, y))
+            self._step = tf.function(self._step_body, reduce_retracing=True)
+        return self._step
+
+    def step(self, x, y):
+        """One synchronous step on a global batch; returns the loss (a float)."""
+        return float(self._traced_step()(x, y))
 
     # -- results -----------------------------------------------------------
     def placed_values(self):
@@ -259,11 +261,7 @@ class PlacedTrainer:
         ``kind`` is ``ps-pull`` (PS to worker), ``ps-push`` (worker to PS) or
         ``allreduce`` (worker to worker); edges from the client's inputs are left out.
         """
-        import tensorflow as tf
-
-        if self._step is None:
-            self._step = tf.function(self._step_body)
-        graph = self._step.get_concrete_function(x, y).graph
+        graph = self._traced_step().get_concrete_function(x, y).graph
         workers = {_canonical(d) for d in self.devices}
         found = set()
         for op in graph.get_operations():
