@@ -75,3 +75,14 @@ def test_embedding_adam_densifies_the_update(embedding_adam_graph):
     types = {op.type for op in embedding_adam_graph.ops.values() if op.phase == "update"}
     assert "UnsortedSegmentSum" in types
     assert len(emb.slots) == 2
+
+
+def test_capturing_the_same_step_twice_gives_the_same_item():
+    from autodist.graph.capture import capture_step
+    from tests.conftest import build_mlp_step
+
+    step, x, y, _ = build_mlp_step(batch_size=4)
+    first = capture_step(step, x, y, model_name="twice")
+    second = capture_step(step, x, y, model_name="twice")
+    assert first.to_dict() == second.to_dict()
+    assert first.content_hash() == second.content_hash()

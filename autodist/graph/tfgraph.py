@@ -76,7 +76,8 @@ def op_infos(graph):
                 value = _attr_value(node_def.attr[key])
                 if value is not None:
                     attrs[key] = value
-        inputs = [t.name for t in op.inputs] + [f"^{c.name}" for c in op.control_inputs]
+        # control inputs come from sets inside TensorFlow: sort them for a reproducible item
+        inputs = [t.name for t in op.inputs] + sorted(f"^{c.name}" for c in op.control_inputs)
         in_shapes = [_shape(t.shape) for t in op.inputs]
         infos.append(
             OpInfo(
