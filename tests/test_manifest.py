@@ -307,3 +307,13 @@ def test_manifest_property(mlp_graph, data):
     gpus = [sum(spec.device(d).kind == "GPU" for d in t["devices"]) for t in plan.tasks_of("worker")]
     limits = only_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]).get("resources", {}).get("limits", {})
     assert limits.get("nvidia.com/gpu", 0) == max(gpus)
+
+
+def test_missing_crd_schemas_are_one_clear_error(allreduce_rdma_plan, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTODIST_K8S_SCHEMAS", str(tmp_path))
+    crd_schema.cache_clear()
+    try:
+        with pytest.raises(LaunchError, match=r"kubeflow.org_tfjobs.yaml: cannot read CRD schema .*AUTODIST_K8S_SCHEMAS"):
+            build_manifests(allreduce_rdma_plan, "tfjob")
+    finally:
+        crd_schema.cache_clear()
