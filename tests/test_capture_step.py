@@ -86,3 +86,33 @@ def test_capturing_the_same_step_twice_gives_the_same_item():
     second = capture_step(step, x, y, model_name="twice")
     assert first.to_dict() == second.to_dict()
     assert first.content_hash() == second.content_hash()
+
+
+def test_nested_tf_function_calls_are_inlined():
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_step
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD()
+
+    @tf.function
+    def forward(x):
+        return model(x)
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((forward(x) - y) ** 2)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    item = capture_step(step, np.zeros((4, 8), np.float32), np.zeros((4, 1), np.float32))
+    assert not any(op.type.endswith("PartitionedCall") for op in item.ops.values())
+    phases = {op.phase for op in item.ops.values() if op.type == "MatMul"}
+    assert phases == {"forward", "backward"}
+    assert item.parameter_count() == model.count_params()
+    for var in item.trainable_variables():
+        assert var.gradients and var.update_ops, var.name

@@ -28,7 +28,7 @@ from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.batch import first_batch
 from autodist.graph.item import GraphItem, JobInfo
 from autodist.graph.loaders import load_graph
-from autodist.graph.tfgraph import op_infos, variable_facts
+from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
 
 __all__ = ["capture_step", "capture_script", "function", "load_graph"]
 
@@ -149,16 +149,15 @@ def _build_optimizer_first(objects):
             optimizer.build(model.trainable_variables)
 
 
-def item_from_graph(graph, variables, job, model_weights=None):
-    """GraphItem of a traced ``FuncGraph`` whose captures include ``variables``.
+def item_from_graph(concrete, variables, job, model_weights=None):
+    """GraphItem of a traced concrete function whose captures include ``variables``.
 
-    ``model_weights`` names the model's own variables; without it, the
-    trainable ones.
+    Nested function calls are inlined first.  ``model_weights`` names the
+    model's own variables; without it, the trainable ones.
     """
     import tensorflow as tf
 
-    ops = {op.name: op for op in op_infos(graph)}
-    assign_phases(ops)
+    graph = concrete.graph
     by_handle = {id(v.handle): v for v in variables}
     handles = {}
     for external, internal in graph.captures:
@@ -167,6 +166,10 @@ def item_from_graph(graph, variables, job, model_weights=None):
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts
+    if has_calls(graph):
+        graph = inlined_graph(concrete, handles)
+    ops = {op.name: op for op in op_infos(graph)}
+    assign_phases(ops)
     return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
 
 
@@ -204,7 +207,7 @@ def _trace(traced, args, kwargs, model_name, source, optimizer=None, input_shape
         tf_version=tf.__version__,
         source=source,
     )
-    return item_from_graph(concrete.graph, variables, job, _model_weight_names(objects) or None)
+    return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 
 
 def _as_tf_function(fn):

@@ -7,7 +7,7 @@ import os
 from autodist.errors import CaptureError, InputError
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
-from autodist.graph.tfgraph import op_infos, variable_facts
+from autodist.graph.tfgraph import inlined_graph, op_infos, variable_facts
 
 GRAPH_DEF_SUFFIXES = (".pb", ".pbtxt")
 
@@ -156,7 +156,6 @@ def _load_graph_def(path):
 
 def _load_saved_model(path):
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import _run_inline_graph_optimization
 
     try:
         loaded = tf.saved_model.load(path)
@@ -173,26 +172,8 @@ def _load_saved_model(path):
     for external, internal in concrete.graph.captures:
         if id(external) in variables:
             known[internal.op.name] = variable_facts(variables[id(external)])
-    graph_def = _run_inline_graph_optimization(concrete, lower_control_flow=False, aggressive_inlining=True)
-    _placeholders_to_var_handles(graph_def, known)
     name = os.path.basename(os.path.normpath(path))
-    return _item(_import(graph_def, path), f"savedmodel:{path} signature {key}", name, known)
-
-
-def _placeholders_to_var_handles(graph_def, known):
-    """Turn the resource placeholders of known variables into VarHandleOps with their real
-    shape and dtype, so that shape inference reaches every op that reads them."""
-    import tensorflow as tf
-
-    for node in graph_def.node:
-        facts = known.get(node.name)
-        if facts is None or node.op != "Placeholder":
-            continue
-        node.op = "VarHandleOp"
-        node.attr.clear()
-        node.attr["dtype"].type = tf.as_dtype(facts["dtype"]).as_datatype_enum
-        node.attr["shape"].shape.CopyFrom(tf.TensorShape(facts["shape"]).as_proto())
-        node.attr["shared_name"].s = facts["name"].encode()
+    return _item(inlined_graph(concrete, known), f"savedmodel:{path} signature {key}", name, known)
 
 
 def _tracked_variables(root):

@@ -5,6 +5,9 @@ from __future__ import annotations
 from autodist.graph.flops import op_flops
 from autodist.graph.item import OpInfo
 
+# Ops that call a function of the graph's library (a nested tf.function, a SavedModel body).
+CALL_TYPES = ("PartitionedCall", "StatefulPartitionedCall")
+
 # Attributes that cost features need; everything else stays in TensorFlow.
 KEPT_ATTRS = (
     "strides",
@@ -110,3 +113,35 @@ def variable_facts(var):
         "bytes": n * var.dtype.size,
         "trainable": bool(var.trainable),
     }
+
+
+def has_calls(graph):
+    """Whether ``graph`` calls library functions whose ops would stay hidden."""
+    return any(op.type in CALL_TYPES for op in graph.get_operations())
+
+
+def inlined_graph(concrete, variables):
+    """The graph of ``concrete`` with every function call inlined (Grappler's inliner).
+
+    ``variables`` maps the names of the resource placeholders of known
+    variables to their facts (see :func:`variable_facts`); those placeholders
+    become ``VarHandleOp``s with the real shape and dtype, so that shape
+    inference reaches every op that reads them.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import _run_inline_graph_optimization
+
+    graph_def = _run_inline_graph_optimization(concrete, lower_control_flow=False, aggressive_inlining=True)
+    for node in graph_def.node:
+        facts = variables.get(node.name)
+        if facts is None or node.op != "Placeholder":
+            continue
+        node.op = "VarHandleOp"
+        node.attr.clear()
+        node.attr["dtype"].type = tf.as_dtype(facts["dtype"]).as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(facts["shape"]).as_proto())
+        node.attr["shared_name"].s = facts["name"].encode()
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return graph
