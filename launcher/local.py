@@ -84,9 +84,7 @@ def local_cluster(plan):
     """Job -> localhost addresses on free ports, one per task of the plan."""
     counts = {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps")}
     ports = iter(free_ports(sum(counts.values())))
-    # PS first and workers last: TensorFlow picks the last job as collective leader.
-    return {job: [f"localhost:{next(ports)}" for _ in range(counts[job])]
-            for job in ("chief", "ps", "worker") if counts[job]}
+    return {job: [f"localhost:{next(ports)}" for _ in range(count)] for job, count in counts.items() if count}
 
 
 class LocalRun:

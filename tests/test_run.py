@@ -122,7 +122,8 @@ class _Runs:
         report = str(self.folder / f"report_{kind}.json")
         weights = str(self.folder / f"weights_{kind}.npz")
         script_args = ["--steps", str(STEPS), "--batch-size", str(BATCH), "--save-weights", weights]
-        # The allreduce plan goes through the CLI; the others through the launcher's API.
+        output = ""
+        # Three entry points: the CLI, the launcher's API, and `autodist worker` per task as in pods.
         if kind == "allreduce":
             done = subprocess.run(
                 [sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan_path, "--report", report, "--",
@@ -131,13 +132,41 @@ class _Runs:
             )
             assert done.returncode == 0, done.stderr[-3000:]
             output = done.stdout
-        else:
+        elif kind == "hybrid":
             from launcher.local import run_local
 
             run_local(plan, plan_path, SCRIPT, script_args, report_path=report)
-            output = ""
+        else:
+            _run_as_pods(plan, plan_path, report, script_args)
         with open(report) as fh:
             return {"plan": plan, "report": json.load(fh), "weights": dict(np.load(weights)), "output": output}
+
+
+def _run_as_pods(plan, plan_path, report, script_args):
+    """Every task as `autodist worker --plan` with its own TF_CONFIG, the way the pods start them."""
+    from launcher.local import local_cluster
+    from launcher.runtime.chief import client_task
+
+    cluster = local_cluster(plan)
+    client = client_task(plan)
+    servers = []
+    try:
+        for job, addresses in cluster.items():
+            for index in range(len(addresses)):
+                env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}))
+                argv = [sys.executable, "-m", "autodist", "worker", "--plan", plan_path]
+                if (job, index) == client:
+                    argv += ["--report", report, SCRIPT, "--", *script_args]
+                    chief = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                else:
+                    servers.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL))
+        _, err = chief.communicate(timeout=400)
+        assert chief.returncode == 0, err[-3000:]
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
 
 
 @pytest.fixture(scope="session")
