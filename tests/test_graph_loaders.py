@@ -20,6 +20,7 @@ def mlp_graph_def(tmp_path_factory):
     graph_def = concrete.graph.as_graph_def(add_shapes=True)
     folder = tmp_path_factory.mktemp("graphdef")
     (folder / "step.pb").write_bytes(graph_def.SerializeToString())
+    (folder / "no_shapes.pb").write_bytes(concrete.graph.as_graph_def().SerializeToString())
     tf.io.write_graph(graph_def, str(folder), "step.pbtxt", as_text=True)
     return folder, model, len(graph_def.node)
 
@@ -37,6 +38,12 @@ def test_graph_def_step_keeps_variables_gradients_and_slots(mlp_graph_def, name)
         assert len(var.slots) == 2  # Adam, matched through the gradient without Keras names
     counts = item.ops_by_phase()
     assert counts["backward"] and counts["update"] and counts["forward"]
+
+
+def test_graph_def_without_variable_shapes_is_refused(mlp_graph_def):
+    folder, _, _ = mlp_graph_def
+    with pytest.raises(CaptureError, match=r"no_shapes.pb: shape of variable .* is unknown .*add_shapes=True"):
+        load_graph(folder / "no_shapes.pb")
 
 
 def test_saved_model_serving_signature_is_forward_only(tmp_path):

@@ -74,7 +74,7 @@ def _import(graph_def, source):
     return graph
 
 
-def _graph_variables(graph, ops, known=None):
+def _graph_variables(graph, ops, source, known=None):
     """Variable facts by handle op: VarHandleOp/VariableV2 nodes and resource placeholders.
 
     ``known`` maps a handle op name to facts taken from a live variable.  For
@@ -100,16 +100,20 @@ def _graph_variables(graph, ops, known=None):
         else:
             continue
         if shape.rank is None or not shape.is_fully_defined():
-            dims = None
-        else:
-            dims = [int(d) for d in shape.as_list()]
+            raise CaptureError(
+                f"shape of variable {name!r} is unknown (write the GraphDef with "
+                "as_graph_def(add_shapes=True))",
+                source=source,
+            )
+        dims = [int(d) for d in shape.as_list()]
         readers = [c.name for c in op.outputs[0].consumers()]
-        readers += [c.name for r in op.outputs[0].consumers() for c in r.outputs[0].consumers()] if op.type == "VariableV2" else []
+        if op.type == "VariableV2":  # a ref variable is read through Identity ops
+            readers += [c.name for r in op.outputs[0].consumers() for c in r.outputs[0].consumers()]
         handles[op.name] = {
             "name": name,
-            "shape": dims or [],
+            "shape": dims,
             "dtype": dtype.name,
-            "bytes": _count(dims) * dtype.size if dims is not None else 0,
+            "bytes": _count(dims) * dtype.size,
             "trainable": any(ops[r].phase == "forward" for r in readers if r in ops),
         }
     return handles
@@ -122,13 +126,13 @@ def _count(dims):
     return n
 
 
-def _item(graph, source, model_name, known=None):
+def _item(graph, path, source, model_name, known=None):
     import tensorflow as tf
 
     ops = {op.name: op for op in op_infos(graph)}
     assign_phases(ops)
     has_gradients = any(op.phase == "backward" for op in ops.values())
-    handles = _graph_variables(graph, ops, known)
+    handles = _graph_variables(graph, ops, path, known)
     note = "" if has_gradients else " (no gradients in the graph: forward only)"
     job = JobInfo(model_name=model_name, tf_version=tf.__version__, source=f"{source}{note}")
     _fill_inputs(graph, job)
@@ -151,7 +155,7 @@ def _fill_inputs(graph, job):
 def _load_graph_def(path):
     graph_def = _parse_graph_def(path)
     name = os.path.splitext(os.path.basename(path))[0]
-    return _item(_import(graph_def, path), f"graphdef:{path}", name)
+    return _item(_import(graph_def, path), path, f"graphdef:{path}", name)
 
 
 def _load_saved_model(path):
@@ -173,7 +177,7 @@ def _load_saved_model(path):
         if id(external) in variables:
             known[internal.op.name] = variable_facts(variables[id(external)])
     name = os.path.basename(os.path.normpath(path))
-    return _item(inlined_graph(concrete, known), f"savedmodel:{path} signature {key}", name, known)
+    return _item(inlined_graph(concrete, known), path, f"savedmodel:{path} signature {key}", name, known)
 
 
 def _tracked_variables(root):
