@@ -80,6 +80,27 @@ class TaskProcess:
         self.process.wait()
 
 
+def local_gpu_count():
+    """GPUs the NVIDIA driver shows on this machine (0 without the driver)."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def check_runs_here(plan):
+    """Raise LaunchError unless every task's devices exist on this machine."""
+    spec = plan.resource_spec
+    need = max(sum(spec.device(d).kind == "GPU" for d in t["devices"]) for t in plan.tasks)
+    have = local_gpu_count()
+    if need > have:
+        raise LaunchError(
+            f"a task of this plan needs {need} GPUs and this machine has {have}; "
+            f"run it on its cluster ({spec.name or 'see the plan'}) with `autodist emit`",
+            source=plan.where,
+        )
+
+
 def local_cluster(plan):
     """Job -> localhost addresses on free ports, one per task of the plan."""
     counts = {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps")}
@@ -93,6 +114,7 @@ class LocalRun:
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
         from launcher.runtime.chief import client_task
 
+        check_runs_here(plan)
         self.plan = plan
         self.plan_path = os.path.abspath(plan_path)
         self.script = script

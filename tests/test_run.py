@@ -332,13 +332,33 @@ def _cli(argv, env=None):
                           env=env)
 
 
-def test_cli_errors_are_one_line(plans, tmp_path):
+def _plan_on_gpus(graph_item, preset):
+    """An all-allreduce plan over every GPU of a preset, predicted by the real simulator."""
+    from autodist.plan import Plan
+    from autodist.resource_spec import load_cluster
+    from autodist.strategy import Strategy, VarSync
+    from cost_models import CostModel
+    from placement import simulate
+
+    spec = load_cluster(preset=preset)
+    strategy = Strategy(replicas=[[g.name] for g in spec.gpus()],
+                        sync={v.name: VarSync("allreduce") for v in graph_item.trainable_variables()})
+    cost_model = CostModel.default()
+    return Plan.from_strategy(graph_item, spec, strategy, simulate(graph_item, spec, strategy, cost_model),
+                              cost_model.id, 0)
+
+
+def test_cli_errors_are_one_line(plans, small_job, tmp_path):
     _, plan_path = plans["ps"]
     missing = _cli(["run", str(tmp_path / "nope.py"), "--plan", plan_path])
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
     assert "nope.py: no such training script" in missing.stderr
     both = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", CLUSTER])
     assert both.returncode == 2 and "--plan" in both.stderr and "Traceback" not in both.stderr
+    gpu_plan = str(tmp_path / "gpu_plan.json")
+    _plan_on_gpus(small_job, "dgx-h100:2").save(gpu_plan)
+    too_big = _cli(["run", SCRIPT, "--plan", str(gpu_plan)])
+    assert too_big.returncode == 2 and "GPUs and this machine has" in too_big.stderr and "autodist emit" in too_big.stderr
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     no_config = _cli(["worker", "--plan", plan_path], env=env)
     assert no_config.returncode == 2 and "TF_CONFIG" in no_config.stderr and "Traceback" not in no_config.stderr
