@@ -39,3 +39,9 @@ class PlacementError(AutoDistError):
 
 class LaunchError(AutoDistError):
     """A plan could not be emitted, validated, submitted or run."""
+
+
+def first_line(exc):
+    """``"<ExceptionType>: <first line of its message>"``, for one-line error reports."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from autodist.errors import CaptureError, InputError
+from autodist.errors import CaptureError, InputError, first_line
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
 from autodist.graph.tfgraph import inlined_graph, op_infos, variable_facts
@@ -52,8 +52,7 @@ def _parse_graph_def(path):
             with open(path, "rb") as fh:
                 graph_def.ParseFromString(fh.read())
     except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CaptureError(f"not a valid GraphDef ({first})", source=path) from None
+        raise CaptureError(f"not a valid GraphDef ({first_line(exc)})", source=path) from None
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror})", source=path) from None
     if not graph_def.node:
@@ -69,8 +68,7 @@ def _import(graph_def, source):
         with graph.as_default():
             tf.graph_util.import_graph_def(graph_def, name="")
     except (ValueError, tf.errors.OpError) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise CaptureError(f"GraphDef does not import ({first})", source=source) from None
+        raise CaptureError(f"GraphDef does not import ({first_line(exc)})", source=source) from None
     return graph
 
 
@@ -164,8 +162,7 @@ def _load_saved_model(path):
     try:
         loaded = tf.saved_model.load(path)
     except Exception as exc:  # TF raises many types for a broken SavedModel
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CaptureError(f"cannot load SavedModel ({first})", source=path) from None
+        raise CaptureError(f"cannot load SavedModel ({first_line(exc)})", source=path) from None
     signatures = dict(loaded.signatures)
     if not signatures:
         raise CaptureError("SavedModel has no signatures", source=path)

@@ -1,0 +1,171 @@
+"""Capture from a running script: the ``keras.Model.fit`` hook and ``autodist.function``."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import runpy
+import sys
+import traceback
+
+from autodist.errors import AutoDistError, CaptureError, first_line
+from autodist.graph.batch import first_batch
+from autodist.graph.trace import shapes_of, spec_of, trace_step
+
+# The script capture that is running, if any (set only inside capture_script).
+_active = None
+
+
+class _StopScript(BaseException):
+    """Raised inside a script once its step is captured; a BaseException so that
+    the script's own ``except Exception`` cannot swallow it."""
+
+
+class _StepFunction:
+    """A ``tf.function`` that, inside :func:`capture_script`, captures its first call."""
+
+    def __init__(self, func, options):
+        import tensorflow as tf
+
+        self._tf_function = tf.function(func, **options)
+        functools.update_wrapper(self, func)
+
+    def __call__(self, *args, **kwargs):
+        session = _active
+        if session is not None and session.item is None:
+            session.item = trace_step(self._tf_function, args, kwargs, session.model_name, session.source)
+            raise _StopScript
+        return self._tf_function(*args, **kwargs)
+
+    def __get__(self, instance, owner):
+        return self if instance is None else functools.partial(self, instance)
+
+    def __getattr__(self, name):
+        return getattr(self._tf_function, name)
+
+
+def function(func=None, **options):
+    """Decorator for a training step: ``tf.function`` outside capture.
+
+    Inside :func:`capture_script`, the first call is traced and recorded as
+    the script's step, and the script stops there.  ``options`` go to
+    ``tf.function`` (e.g. ``jit_compile``); usable bare or with options.
+    """
+    if func is None:
+        return functools.partial(function, **options)
+    return _StepFunction(func, options)
+
+
+class _ScriptCapture:
+    """State of one capture_script run and the fit hook it installs."""
+
+    def __init__(self, path):
+        self.source = path
+        self.model_name = os.path.splitext(os.path.basename(path))[0]
+        self.item = None
+
+    def capture_fit(self, model, x=None, y=None, batch_size=None, sample_weight=None):
+        import tensorflow as tf
+
+        if getattr(model, "optimizer", None) is None:
+            raise CaptureError("model.fit was called on a model that is not compiled", source=self.source)
+        data, names = first_batch(x, y, sample_weight, batch_size, source=self.source)
+        specs = tf.nest.map_structure(spec_of, data)
+        shapes = {n: shapes_of(s) for n, s in zip(names, specs)}
+        traced = tf.function(model.train_step)
+        self.item = trace_step(
+            traced,
+            (specs,),
+            {},
+            self.model_name,
+            self.source,
+            optimizer=type(model.optimizer).__name__,
+            input_shapes=shapes,
+        )
+        raise _StopScript
+
+    @contextlib.contextmanager
+    def hooks(self):
+        """Install the ``keras.Model.fit`` hook and mark this capture active; undo both on exit."""
+        global _active
+        import keras
+
+        session = self
+
+        def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+            return session.capture_fit(model, x, y, batch_size, sample_weight)
+
+        owned = "fit" in vars(keras.Model)
+        original = vars(keras.Model).get("fit")
+        keras.Model.fit = fit
+        _active = self
+        try:
+            yield
+        finally:
+            _active = None
+            if owned:
+                keras.Model.fit = original
+            else:
+                del keras.Model.fit
+
+
+def _script_line(exc, path):
+    """Line of the script where ``exc`` came from (the innermost frame in the script)."""
+    line = None
+    target = os.path.abspath(path)
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.abspath(frame.filename) == target:
+            line = frame.lineno
+    return line
+
+
+def capture_script(path, args=()):
+    """Run a training script in capture mode and return its first step.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A script that trains with ``model.fit`` or calls a step decorated
+        with :func:`function`.
+    args : sequence of str
+        The script's command-line arguments (``sys.argv[1:]``).
+
+    Returns
+    -------
+    GraphItem
+
+    Raises
+    ------
+    CaptureError
+        The script is missing, raises, exits or ends without training.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CaptureError("no such script", source=path)
+    session = _ScriptCapture(path)
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [path, *map(str, args)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        with session.hooks():
+            runpy.run_path(path, run_name="__main__")
+    except _StopScript:
+        pass
+    except AutoDistError:
+        raise
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise CaptureError(f"script exited with status {exc.code!r} before training", source=path) from None
+    except Exception as exc:
+        line = _script_line(exc, path)
+        where = f"{path}:{line}" if line else path
+        raise CaptureError(f"script raised {first_line(exc)}", source=where) from None
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    if session.item is None:
+        raise CaptureError(
+            "script finished without training (no model.fit call and no autodist.function step)",
+            source=path,
+        )
+    return session.item

@@ -1,0 +1,209 @@
+"""Tracing a training step into a GraphItem (capture_step and what the other ways in share)."""
+
+from __future__ import annotations
+
+import inspect
+
+from autodist.errors import AutoDistError, CaptureError, first_line
+from autodist.graph.analysis import analyse_variables, assign_phases
+from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
+
+
+def _shape_list(shape):
+    return [-1 if d is None else int(d) for d in shape]
+
+
+def spec_of(value):
+    import tensorflow as tf
+
+    if isinstance(value, tf.TensorSpec):
+        return value
+    if tf.is_tensor(value) or (hasattr(value, "shape") and hasattr(value, "dtype")):
+        return tf.TensorSpec(tuple(value.shape), tf.as_dtype(value.dtype))
+    return value
+
+
+def shapes_of(specs):
+    """JSON-ready shapes of a nested structure of TensorSpecs (others dropped)."""
+    import tensorflow as tf
+
+    if isinstance(specs, tf.TensorSpec):
+        return _shape_list(specs.shape)
+    if isinstance(specs, dict):
+        out = {str(k): shapes_of(v) for k, v in specs.items()}
+        return {k: v for k, v in out.items() if v is not None}
+    if isinstance(specs, (list, tuple)):
+        out = [shapes_of(v) for v in specs]
+        return [v for v in out if v is not None] or None
+    return None
+
+
+def _batch_size(specs):
+    import tensorflow as tf
+
+    for spec in tf.nest.flatten(specs):
+        if isinstance(spec, tf.TensorSpec) and spec.shape.rank and spec.shape[0] is not None:
+            return int(spec.shape[0])
+    return 0
+
+
+def _referenced_objects(python_fn):
+    """Objects a step function closes over, names as globals, or is bound to."""
+    fn = inspect.unwrap(python_fn)
+    objects = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ()) if _cell_full(c)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        objects += [fn.__globals__[n] for n in code.co_names if n in fn.__globals__]
+    bound = getattr(python_fn, "__self__", None)
+    if bound is not None:
+        objects.append(bound)
+    return objects
+
+
+def _optimizer_name(objects, variables):
+    """Class name of the Keras optimizer among ``objects``.
+
+    Falls back on the Keras 3 naming of optimizer state, ``<optimizer>/iteration``.
+    """
+    import keras
+
+    for obj in objects:
+        if isinstance(obj, keras.optimizers.Optimizer):
+            return type(obj).__name__
+        if isinstance(obj, keras.Model) and getattr(obj, "optimizer", None) is not None:
+            return type(obj.optimizer).__name__
+    for var in variables:
+        prefix, _, last = var.name.rpartition("/")
+        if last == "iteration" and not var.trainable:
+            return prefix
+    return ""
+
+
+def _model_weight_names(objects):
+    """Names of the ``tf.Variable``s behind the weights of the Keras models among ``objects``."""
+    import keras
+
+    names = set()
+    for obj in objects:
+        if isinstance(obj, keras.Model):
+            for weight in obj.weights:
+                names.add(variable_facts(getattr(weight, "value", weight))["name"])
+    return names
+
+
+def _cell_full(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _build_optimizer_first(objects):
+    """Create the optimizer's slots before tracing, as ``model.fit`` does.
+
+    A step that creates variables while tracing is traced twice by
+    ``tf.function``; building the optimizer of the (one, built) Keras model
+    the step uses avoids the second trace.
+    """
+    import keras
+
+    models = {id(o): o for o in objects if isinstance(o, keras.Model) and o.built}
+    optimizers = {id(o): o for o in objects if isinstance(o, keras.optimizers.Optimizer)}
+    optimizers.update({id(m.optimizer): m.optimizer for m in models.values() if getattr(m, "optimizer", None)})
+    if len(models) == 1 and len(optimizers) == 1:
+        model, optimizer = next(iter(models.values())), next(iter(optimizers.values()))
+        if not optimizer.built:
+            optimizer.build(model.trainable_variables)
+
+
+def item_from_graph(concrete, variables, job, model_weights=None):
+    """GraphItem of a traced concrete function whose captures include ``variables``.
+
+    Nested function calls are inlined first.  ``model_weights`` names the
+    model's own variables; without it, the trainable ones.
+    """
+    import tensorflow as tf
+
+    graph = concrete.graph
+    by_handle = {id(v.handle): v for v in variables}
+    handles = {}
+    for external, internal in graph.captures:
+        if internal.dtype == tf.resource and id(external) in by_handle:
+            facts = variable_facts(by_handle[id(external)])
+            if model_weights is not None:
+                facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
+            handles[internal.op.name] = facts
+    if has_calls(graph):
+        graph = inlined_graph(concrete, handles)
+    ops = {op.name: op for op in op_infos(graph)}
+    assign_phases(ops)
+    return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
+
+
+def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None):
+    import tensorflow as tf
+
+    objects = _referenced_objects(traced.python_function)
+    _build_optimizer_first(objects)
+    specs = tf.nest.map_structure(spec_of, tuple(args))
+    kwspecs = tf.nest.map_structure(spec_of, dict(kwargs))
+    try:
+        concrete = traced.get_concrete_function(*specs, **kwspecs)
+    except AutoDistError:
+        raise
+    except Exception as exc:  # the user's step failed to trace: say how, in one line
+        raise CaptureError(f"tracing the step failed: {first_line(exc)}", source=source) from None
+    if input_shapes is None:
+        try:
+            params = list(inspect.signature(traced.python_function).parameters)
+        except (TypeError, ValueError):
+            params = []
+        named = {}
+        for i, spec in enumerate(specs):
+            shapes = shapes_of(spec)
+            if shapes is not None:
+                named[params[i] if i < len(params) else f"arg{i}"] = shapes
+        named.update({k: v for k, v in ((k, shapes_of(s)) for k, s in kwspecs.items()) if v is not None})
+        input_shapes = named
+    variables = concrete.graph.variables
+    job = JobInfo(
+        model_name=model_name,
+        batch_size=_batch_size((specs, kwspecs)),
+        input_shapes=input_shapes,
+        optimizer=optimizer or _optimizer_name(objects, variables),
+        tf_version=tf.__version__,
+        source=source,
+    )
+    return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
+
+
+def _as_tf_function(fn):
+    import tensorflow as tf
+
+    if hasattr(fn, "get_concrete_function"):  # a tf.function, or an autodist.function
+        return fn
+    return tf.function(fn)
+
+
+def capture_step(fn, *example_args, model_name=""):
+    """Trace one training step and return it as a GraphItem.
+
+    Parameters
+    ----------
+    fn : callable
+        The step: forward pass, tape gradients and ``apply_gradients``.  A
+        plain function, a ``tf.function`` or an :func:`function`.
+    *example_args
+        Arguments of one call (arrays, tensors or TensorSpecs); their shapes
+        fix the traced batch shape.  The step is traced, never run.
+    model_name : str, optional
+
+    Returns
+    -------
+    GraphItem
+    """
+    traced = _as_tf_function(fn)
+    name = getattr(fn, "__name__", type(fn).__name__)
+    return trace_step(traced, example_args, {}, model_name or name, f"capture_step:{name}")
