@@ -6,11 +6,10 @@ Two levels:
   of one name scope (backward ops under ``gradient_tape/`` join the scope of
   the forward op they differentiate), with a variable's handle and read ops
   colocated with the op that consumes the value;
-- a *group* is what the simulator schedules: the ops of one unit in one pass
-  (forward or backward).  Contracting the op DAG onto (unit, pass) pairs can
-  close cycles; each strongly connected component becomes one group, and
-  units that share a component are merged, so groups form a DAG and every
-  group belongs to exactly one unit.
+- a *group* is what the simulator schedules: consecutive ops of one unit in
+  one pass (forward or backward).  A unit's pass is split into several
+  groups where keeping it whole would close a cycle (see :func:`group_ops`),
+  so groups form a DAG and every group belongs to exactly one unit.
 
 Optimizer-update ops (phase ``"update"``) are not grouped: the simulator runs
 them after each variable's synchronisation (see ``placement.simulator``).
@@ -20,7 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
+import heapq
+
+from autodist.errors import PlacementError
 
 DEFAULT_MAX_UNITS = 512
 TAPE_PREFIX = "gradient_tape/"
@@ -112,27 +113,42 @@ def _colocate_variables(graph_item, unit_of):
             unit_of[var.handle_op] = unit_of[reads[0]]
 
 
-class _UnionFind:
-    def __init__(self):
-        self.parent = {}
-
-    def find(self, x):
-        root = x
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while x != root:
-            self.parent[x], x = root, self.parent.get(x, x)
-        return root
-
-    def union(self, a, b):
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            lo, hi = sorted((ra, rb))
-            self.parent[hi] = lo
+def _topological(graph_item, ops):
+    """``ops`` in a topological order of their data and control edges (stable)."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    preds = [[] for _ in ops]
+    succs = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        for tensor in op.inputs:
+            src, nbytes = graph_item._edge(tensor)
+            j = index.get(src)
+            if j is not None and j != i:
+                preds[i].append((j, nbytes))
+                succs[j].append(i)
+    remaining = [len(p) for p in preds]
+    ready = [i for i, n in enumerate(remaining) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for k in succs[i]:
+            remaining[k] -= 1
+            if remaining[k] == 0:
+                heapq.heappush(ready, k)
+    if len(order) != len(ops):
+        stuck = next(ops[i].name for i, n in enumerate(remaining) if n)
+        raise PlacementError(f"the step graph has a cycle through op {stuck!r}")
+    return order, preds
 
 
 def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
     """Coarsen ``graph_item`` into a :class:`GroupGraph`.
+
+    Ops are visited in topological order; an op joins the open group of its
+    (unit, pass) unless one of its inputs comes from a group opened later,
+    in which case it opens a new group of that unit.  Every edge so goes
+    from an earlier group to a later one: the groups form a DAG.
 
     Parameters
     ----------
@@ -151,52 +167,26 @@ def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
     depth = _choose_depth(parts.values(), max_units)
     unit_of = {name: "/".join(p[:depth]) for name, p in parts.items()}
     _colocate_variables(graph_item, unit_of)
-    pass_of = {op.name: "backward" if op.phase == "backward" else "forward" for op in ops}
 
-    contracted = nx.DiGraph()
-    for op in ops:
-        contracted.add_node((unit_of[op.name], pass_of[op.name]))
-    op_edges = []
-    for op in ops:
-        dst = (unit_of[op.name], pass_of[op.name])
-        for tensor in op.inputs:
-            src_op, nbytes = graph_item._edge(tensor)
-            if src_op in unit_of and src_op != op.name:
-                src = (unit_of[src_op], pass_of[src_op])
-                op_edges.append((src_op, op.name, nbytes))
-                if src != dst:
-                    contracted.add_edge(src, dst)
-
-    merged = _UnionFind()
-    components = sorted(sorted(c) for c in nx.strongly_connected_components(contracted))
-    node_component = {}
-    for index, members in enumerate(components):
-        for node in members:
-            node_component[node] = index
-            merged.union(members[0][0], node[0])
-
-    condensed = nx.DiGraph()
-    condensed.add_nodes_from(range(len(components)))
-    for a, b in contracted.edges:
-        ca, cb = node_component[a], node_component[b]
-        if ca != cb:
-            condensed.add_edge(ca, cb)
-    order = list(nx.lexicographical_topological_sort(condensed, key=lambda c: components[c]))
-    position = {c: i for i, c in enumerate(order)}
-
-    groups = []
-    for c in order:
-        members = components[c]
-        unit = merged.find(members[0][0])
-        label = "+".join(f"{u}:{p}" for u, p in members)
-        groups.append(OpGroup(name=label, unit=unit))
-    group_of = {}
-    for op in ops:
-        g = position[node_component[(unit_of[op.name], pass_of[op.name])]]
-        group_of[op.name] = g
+    order, preds = _topological(graph_item, ops)
+    groups, open_group, opened, group_at = [], {}, {}, [0] * len(ops)
+    for i in order:
+        op = ops[i]
+        key = (unit_of[op.name], "backward" if op.phase == "backward" else "forward")
+        latest = max((group_at[j] for j, _ in preds[i]), default=-1)
+        g = open_group.get(key, -1)
+        if g < latest or g < 0:
+            g = len(groups)
+            count = opened[key] = opened.get(key, 0) + 1
+            suffix = f"#{count}" if count > 1 else ""
+            groups.append(OpGroup(name=f"{key[0]}:{key[1]}{suffix}", unit=key[0]))
+            open_group[key] = g
+        group_at[i] = g
         groups[g].ops.append(op.name)
         if op.phase == "forward":
             groups[g].activation_bytes += op.total_output_bytes
+    group_of = {ops[i].name: group_at[i] for i in range(len(ops))}
+    op_edges = [(ops[j].name, ops[i].name, nbytes) for i in range(len(ops)) for j, nbytes in preds[i]]
 
     edges = {}
     for src_op, dst_op, nbytes in op_edges:
