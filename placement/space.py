@@ -9,7 +9,8 @@ Each move changes one decision and returns a short label (for statistics):
 - ``algorithm``: a whole fusion bucket to another allreduce algorithm;
 - ``bucket``: an allreduce variable to the neighbouring bucket or a new one;
 - ``split`` / ``merge``: a fusion bucket cut in two at its middle in
-  gradient-ready order, or two buckets of one algorithm fused;
+  gradient-ready order, or one bucket's variables moved into another
+  (taking its algorithm);
 - ``group``: an op group unit to another device of its replica (model
   parallelism; only when replicas span several devices);
 - ``ps_count``: add a PS task (on a node without one, taking half the
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from placement.baselines import ps_candidates, ready_order
-
-MOVES = ("flip", "shard", "partition", "algorithm", "bucket", "split", "merge", "group", "ps_count")
 
 
 def copy_strategy(strategy):
