@@ -162,9 +162,10 @@ DEVICE_MODELS = {
     # a common 2-socket training server with 512 GiB.
     "xeon-8380-2s": _cpu(80, 2.3, AVX512_FP32_PER_CYCLE, 512 * 2**30, 2 * 8 * 3.2e9 * 8),
     # This machine, measured by benchmarks/cluster_local_machine.py (results in
-    # benchmarks/results/cluster_local_machine.json): 2 logical CPUs, numpy
-    # float32 matmul 113-176 GFLOP/s across runs, memory copy 18.7 GB/s;
-    # /proc/meminfo MemTotal 24684084 kB.  The N workers of cpu-local:N share it.
+    # benchmarks/results/cluster_local_machine.json, "earlier_runs": the less
+    # busy runs; under a load average of 8 the same script saw 4-6x less):
+    # 2 logical CPUs, numpy float32 matmul 113-176 GFLOP/s, memory copy
+    # 18.7 GB/s; /proc/meminfo MemTotal 24684084 kB.  cpu-local:N's N workers share it.
     "cpu-local": DeviceModel("CPU", {"float32": 150e9, "float64": 75e9}, 24684084 * 1024, 18.7 * GBPS),
 }
 
@@ -198,10 +199,11 @@ LINK_PRESETS = {
     # the SRD transport and GPUDirect RDMA; latency assumed 5 us per side (not
     # in hw.md).  Ethernet underneath, so kind "ethernet" with rdma set.
     "efa-100g": LinkSpec("ethernet", 12.5 * GBPS, 5 * US, rdma=True, gpudirect=True),
-    # This machine's TCP loopback, measured by benchmarks/cluster_local_machine.py:
-    # 1.35-1.65 GB/s one stream, one-way latency 4-16 us across runs (the machine
-    # is shared); TensorFlow's own per-transfer overhead is calibrated elsewhere
-    # (cost_models), so these stay plain socket figures.
+    # This machine's TCP loopback, measured by benchmarks/cluster_local_machine.py
+    # ("earlier_runs" in its result): 1.35-1.65 GB/s one stream, one-way latency
+    # 4-16 us; busier runs there show 0.2-0.6 GB/s and 5-7 us.  TensorFlow's own
+    # per-transfer overhead is calibrated elsewhere (cost_models), so these stay
+    # plain socket figures.
     "loopback-local": LinkSpec("loopback", 1.5 * GBPS, 5 * US),
 }
 
