@@ -11,6 +11,7 @@ import warnings
 import pytest
 
 from autodist.cli import main
+from autodist.cli.cluster_cmd import format_cluster
 from autodist.errors import InputError
 from autodist.resource_spec import load_cluster
 from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
@@ -143,6 +144,14 @@ def test_mixed_cluster_with_unknown_product_and_guesses():
     assert spec.compute_devices() == spec.gpus()
     # unknown figures survive the file round trip
     assert parse_cluster(dump_cluster(spec)) == spec
+
+
+def test_cloud_node_names_fit_the_cli_width():
+    nodes = [k8s_node(f"ip-10-0-12-{i}.ec2.internal", f"10.0.12.{i}", H100_ALLOCATABLE, H100_LABELS)
+             for i in (34, 135)]
+    text = format_cluster(nodes_to_spec(nodes))
+    assert "ip-10-0-12-135.ec2.internal  nic0-7  infiniband  8" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 def test_gpu_count_from_feature_label_when_not_allocatable():

@@ -4,8 +4,6 @@ import json
 
 from autodist.resource_spec import add_cluster_arguments, cluster_from_args
 
-WIDTH = 100
-
 
 def register(subparsers):
     parser = subparsers.add_parser("cluster", help="describe a cluster (file, preset or Kubernetes)")
@@ -40,10 +38,12 @@ def run_show(args):
 
 
 def format_cluster(spec):
-    """Text tables of ``spec`` that fit in 100 columns."""
+    """Text tables of ``spec``; 100 columns wide for node names up to about 28 characters."""
     lines = [f"cluster {spec.name or '(unnamed)'}: {len(spec.nodes)} node(s)", ""]
+    if any(node.address for node in spec.nodes):
+        lines += _addresses_table(spec) + [""]
     lines += _devices_table(spec) + [""] + _links_table(spec) + [""] + _totals(spec)
-    return "\n".join(line[:WIDTH].rstrip() for line in lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _table(header, rows):
@@ -64,7 +64,7 @@ def _device_rows(node):
             first, last = run[0], run[-1]
             span = f"{first.kind}:{first.index}" + (f"-{last.index}" if len(run) > 1 else "")
             rows.append([
-                node.name, node.address or "-", span, first.model, len(run),
+                node.name, span, first.model, len(run),
                 _tflops(first, "float32"), _tflops(first, "bfloat16"),
                 f"{first.memory_bytes / 1e9:.4g}" if first.memory_bytes else "?",
                 f"{first.memory_bandwidth / 1e9:.4g}" if first.memory_bandwidth else "?",
@@ -79,8 +79,13 @@ def _figures(device):
     return device.kind, device.model, device.peak_flops, device.memory_bytes, device.memory_bandwidth
 
 
+def _addresses_table(spec):
+    rows = [[node.name, node.address or "-"] for node in spec.nodes]
+    return ["nodes"] + _table(["node", "address"], rows)
+
+
 def _devices_table(spec):
-    header = ["node", "address", "devices", "model", "n", "FP32 TF/s", "BF16 TF/s", "mem GB", "mem GB/s"]
+    header = ["node", "devices", "model", "n", "FP32 TF/s", "BF16 TF/s", "mem GB", "mem GB/s"]
     rows = [row for node in spec.nodes for row in _device_rows(node)]
     return ["devices"] + _table(header, rows)
 
@@ -102,7 +107,8 @@ def _nic_runs(node):
             runs[-1][1] = k
         else:
             runs.append([k, k, nic, serves])
-    return [(f"nic{a}" + (f"-{b}" if b > a else ""), b - a + 1, nic, f"{n} {kind or 'device'}(s) each")
+    noun = kind or "device"
+    return [(f"nic{a}" + (f"-{b}" if b > a else ""), b - a + 1, nic, f"{n} {noun}{'' if n == 1 else 's'} each")
             for a, b, nic, n in runs]
 
 
@@ -110,7 +116,8 @@ def _links_table(spec):
     header = ["node", "link", "kind", "n", "GB/s/dir", "lat us", "RDMA", "GPUDirect", "serves"]
     rows = []
     for node in spec.nodes:
-        rows.append(_link_row(node, "fabric", node.fabric, 1, f"{len(node.devices)} device(s)"))
+        count = len(node.devices)
+        rows.append(_link_row(node, "fabric", node.fabric, 1, f"{count} device{'' if count == 1 else 's'}"))
         if node.host_link is not None:
             rows.append(_link_row(node, "host", node.host_link, 1, "CPU <-> GPUs"))
         rows += [_link_row(node, name, nic, count, serves) for name, count, nic, serves in _nic_runs(node)]
