@@ -1,8 +1,9 @@
 """Discovery from Kubernetes Node objects.
 
 No Kubernetes API server runs here: the pure conversion is fed Node objects
-shaped as ``kubectl get nodes -o json`` returns them (``items`` of a NodeList),
-and the client path is exercised only up to its failure to reach a server.
+shaped as ``kubectl get nodes -o json`` returns them (``items`` of a NodeList);
+the official client is run against no server at all and against a small
+stand-in HTTP server that answers only the node list (the outer boundary).
 """
 
 import copy
@@ -80,9 +81,14 @@ H100_ALLOCATABLE = {
 }
 
 
+def h100_node_list():
+    """Two DGX H100 nodes, listed out of name order as an API server may."""
+    return [k8s_node(f"dgx-{i}", f"10.1.0.{i + 10}", H100_ALLOCATABLE, H100_LABELS) for i in (1, 0)]
+
+
 @pytest.fixture
 def h100_nodes():
-    return [k8s_node(f"dgx-{i}", f"10.1.0.{i + 10}", H100_ALLOCATABLE, H100_LABELS) for i in (1, 0)]
+    return h100_node_list()
 
 
 def test_h100_nodes_become_an_rdma_cluster(h100_nodes):
@@ -218,3 +224,55 @@ def test_unreachable_api_server_is_one_line(tmp_path, capsys):
 def test_load_cluster_rejects_missing_kubeconfig(tmp_path):
     with pytest.raises(InputError, match="cannot load kubeconfig"):
         load_cluster(from_kubernetes=True, kubeconfig=str(tmp_path / "nope"))
+
+
+@pytest.fixture
+def fake_api_server(h100_nodes):
+    """A stand-in Kubernetes API server (no real one runs here) that answers GET /api/v1/nodes.
+
+    It serves a NodeList of real-shaped Node objects and records each request's path
+    and query, so the test sees what the official client sent.
+    """
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    requests = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            body = json.dumps({"kind": "NodeList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"},
+                               "items": h100_nodes}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", requests
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_from_kubernetes_through_the_official_client(fake_api_server, tmp_path, capsys):
+    url, requests = fake_api_server
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+        f"clusters: [{{name: lab, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: u, user: {token: not-a-secret}}]\n"
+        "contexts: [{name: lab, context: {cluster: lab, user: u}}]\n"
+    )
+    spec = load_cluster(from_kubernetes=True, kubeconfig=str(kubeconfig), label_selector="gpu=h100")
+    assert spec == nodes_to_spec(h100_node_list())
+    assert requests == ["/api/v1/nodes?labelSelector=gpu%3Dh100"]
+    code, (out, err) = _run(["cluster", "show", "--from-kubernetes", "--kubeconfig", str(kubeconfig)], capsys)
+    assert code == 0 and err == "" and "dgx-1  nic0-7  infiniband  8" in out

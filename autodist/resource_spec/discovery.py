@@ -88,11 +88,14 @@ def from_kubernetes(label_selector=None, kubeconfig=None, timeout_s=10.0):
         response = api.list_node(
             label_selector=label_selector or "", _preload_content=False, _request_timeout=timeout_s
         )
-        items = json.loads(response.data)["items"]
     except client.ApiException as exc:
         raise InputError(f"Kubernetes API refused to list nodes ({exc.status} {exc.reason})", source=where) from None
     except Exception as exc:  # urllib3 wraps connection failures in several types
         raise InputError(f"cannot reach the Kubernetes API server ({_one_line(exc)})", source=where) from None
+    try:
+        items = json.loads(response.data).get("items") or []
+    except (ValueError, AttributeError) as exc:
+        raise InputError(f"unexpected answer to list nodes ({_one_line(exc)})", source=where) from None
     if not items:
         selector = f" matching {label_selector!r}" if label_selector else ""
         raise InputError(f"no nodes{selector}", source=where)
