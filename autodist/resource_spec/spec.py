@@ -102,7 +102,9 @@ class Path:
     """How bytes go from one device to another.
 
     ``links`` are the link resources a transfer occupies, all at once;
-    ``bandwidth`` is the slowest of them, ``latency`` their sum.
+    ``bandwidth`` is the slowest link on the way (a GPU's host PCIe counts
+    when its NIC has no GPUDirect RDMA); ``latency`` is end to end (both NICs
+    across nodes, the slower port inside one).
     ``medium`` is the link kind that sets the bandwidth (one of
     ``LINK_KINDS``; empty on the same device).
     """
