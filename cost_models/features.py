@@ -132,7 +132,7 @@ def roofline_seconds(raw, peak_flops, memory_bandwidth):
 
 
 def _log(x):
-    return np.log10(np.asarray(x, dtype=np.float64) + 1.0)
+    return np.log10(np.maximum(np.asarray(x, dtype=np.float64), 0.0) + 1.0)
 
 
 def design_matrix(raw, peak_flops, memory_bandwidth):

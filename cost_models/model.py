@@ -46,6 +46,7 @@ class CostModel:
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
+        self._id = None
 
     @classmethod
     def default(cls):
@@ -59,6 +60,11 @@ class CostModel:
     @property
     def id(self):
         """A short content id for provenance: ``"costmodel-<hash>"``."""
+        if self._id is None:
+            self._id = self._content_id()
+        return self._id
+
+    def _content_id(self):
         h = hashlib.sha256()
         if self.op_model is not None:
             h.update(json.dumps(
@@ -138,7 +144,7 @@ def fit_default(timings):
 
 
 # Chosen by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
-DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "max_leaf_nodes": 31, "random_state": 0}
+DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 31, "random_state": 0}
 
 
 @lru_cache(maxsize=1)

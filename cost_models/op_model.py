@@ -36,7 +36,7 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
     estimator : {"hist", "gbr"}, default="hist"
         ``HistGradientBoostingRegressor`` (op type as a native category) or
         ``GradientBoostingRegressor`` (op type as an ordinal code).
-    max_iter : int, default=400
+    max_iter : int, default=200
         Boosting iterations.
     learning_rate : float, default=0.1
     max_leaf_nodes : int, default=31
@@ -50,7 +50,7 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, estimator="hist", max_iter=400, learning_rate=0.1, max_leaf_nodes=31, random_state=0):
+    def __init__(self, estimator="hist", max_iter=200, learning_rate=0.1, max_leaf_nodes=31, random_state=0):
         self.estimator = estimator
         self.max_iter = max_iter
         self.learning_rate = learning_rate

@@ -55,7 +55,7 @@ def kernel_times(logdir):
 
     Returns
     -------
-    dict of node name -> list of float
+    dict of node name -> list of (seconds, kernel type)
     """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -77,7 +77,7 @@ def kernel_times(logdir):
                 node, sep, kernel = name.rpartition(":")
                 if not sep or "::" in name:
                     continue
-                times.setdefault(node, []).append(event.duration_ps * 1e-12)
+                times.setdefault(node, []).append((event.duration_ps * 1e-12, kernel))
     return times
 
 
@@ -86,7 +86,7 @@ def profile_calls(fn, args, steps):
 
     Returns
     -------
-    dict of node name -> median kernel seconds per call
+    dict of node name -> (median kernel seconds per call, kernel type)
     """
     import tensorflow as tf
 
@@ -99,7 +99,49 @@ def profile_calls(fn, args, steps):
             tf.profiler.experimental.stop()
         raw = kernel_times(logdir)
     # A node's kernel runs once per call; sum per call when it ran more often.
-    return {node: float(np.median(ts)) * max(len(ts) // steps, 1) for node, ts in raw.items()}
+    return {
+        node: (float(np.median([t for t, _ in ts])) * max(len(ts) // steps, 1), ts[0][1])
+        for node, ts in raw.items()
+    }
+
+
+# Op types oneDNN fuses with their consumers (BiasAdd, Relu, ...): the fused
+# kernel is reported under the last op of the chain.
+FUSION_HEADS = frozenset({"Conv2D", "MatMul", "DepthwiseConv2dNative", "BatchMatMulV2", "Conv3D"})
+
+
+def attribute_fused(item, measured):
+    """Per-op seconds of ``item``, moving fused kernels' time to the op that heads the fusion.
+
+    A kernel such as ``_MklNativeConv2DWithBias`` or ``_FusedMatMul``
+    reported under a BiasAdd (or Relu) node, a kernel type that does not name
+    the node's own op type, ran the whole Conv2D+BiasAdd(+Relu) chain; its time goes to
+    the untimed Conv2D (or MatMul) it starts from, and the ops it absorbed
+    count as untimed (NaN).
+
+    Returns
+    -------
+    dict of op name -> seconds (only ops that ran a kernel)
+    """
+    seconds = {n: t for n, (t, _) in measured.items() if n in item.ops}
+    for node, (t, kernel) in measured.items():
+        op = item.ops.get(node)
+        if op is None or not kernel.startswith("_") or op.type in kernel:
+            continue
+        chain, cur = [node], op
+        for _ in range(3):
+            inputs = cur.data_inputs
+            src = item.ops.get(inputs[0].rpartition(":")[0]) if inputs else None
+            if src is None or src.name in measured:
+                break
+            if src.type in FUSION_HEADS:
+                seconds[src.name] = t
+                for name in chain:
+                    seconds.pop(name, None)
+                break
+            chain.append(src.name)
+            cur = src
+    return seconds
 
 
 def host_device(preset="cpu-local"):
@@ -147,7 +189,7 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         t0 = time.perf_counter()
         _block(fn(*args))
         walls.append(time.perf_counter() - t0)
-    measured = profile_calls(fn, args, steps)
+    measured = attribute_fused(item, profile_calls(fn, args, steps))
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
     rows = make_rows(names, raw, device, origin, seconds)
@@ -286,7 +328,7 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
             item = GraphItem(op_infos(concrete.graph), [], JobInfo(model_name=case.name))
             for _ in range(2):
                 fn(*args)
-            measured = profile_calls(fn, args, repeats)
+            measured = attribute_fused(item, profile_calls(fn, args, repeats))
             names, raw = op_raw_features(item)
             seconds = np.array([measured.get(n, np.nan) for n in names])
             keep = np.isfinite(seconds) & np.array([t not in ("Placeholder", "Identity", "NoOp", "Const", "_Arg", "_Retval")

@@ -1,0 +1,80 @@
+"""CLI: `autodist costmodel eval` and `autodist profile` (bad input, and one real profile)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import numpy as np
+
+from cost_models.dataset import read_meta, read_timings, write_meta, write_timings
+from cost_models.model import TIMINGS, TIMINGS_META
+
+
+def _autodist(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "autodist", *args], capture_output=True, text=True, timeout=timeout)
+
+
+SMALL_MODELS = ("mlp", "wide_deep", "transformer_lm")
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    """The shipped measurements of the micro-benchmarks and the three smallest zoo models."""
+    folder = tmp_path_factory.mktemp("small_data")
+    rows = read_timings(TIMINGS)
+    write_timings(folder / "op_timings.csv.gz", rows.subset(np.isin(rows.origin, ("micro",) + SMALL_MODELS)))
+    meta = read_meta(TIMINGS_META)
+    meta["steps"] = {k: v for k, v in meta["steps"].items() if k in SMALL_MODELS}
+    write_meta(folder / "op_timings.json", meta)
+    return folder
+
+
+def test_costmodel_eval_json_reports_every_measure(small_data):
+    out = _autodist("costmodel", "eval", "--json", "--data", str(small_data))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["op_holdout"]["test_rows_at_least_50us"] > 0
+    assert report["op_holdout"]["mape"] > 0
+    models = report["leave_one_model_out"]["models"]
+    assert set(models) == set(SMALL_MODELS)
+    for r in models.values():
+        assert r["measured_step_seconds"] > 0 and r["predicted_compute_seconds"] > 0
+    assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
+    assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error"}
+
+
+def test_costmodel_eval_text_and_missing_data(tmp_path):
+    out = _autodist("costmodel", "eval", "--data", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "op_timings.csv.gz" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_profile_unknown_model_is_one_line_error():
+    out = _autodist("profile", "ops", "--model", "no_such_model", "--no-micro")
+    assert out.returncode == 2
+    assert out.stderr.startswith("autodist: error:") and "no_such_model" in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.slow
+def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
+    out = _autodist("profile", "ops", "--no-micro", "--model", os.path.join(zoo_dir, "mlp.py"),
+                    "--batch-size", "32", "--steps", "2", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    rows = read_timings(tmp_path / "op_timings.csv.gz")
+    timed = rows.timed()
+    assert len(timed) > 50 and set(rows.origin) == {"mlp"}
+    assert "MatMul" in set(timed.raw["op_type"])
+    meta = read_meta(tmp_path / "op_timings.json")
+    assert meta["steps"]["mlp"]["step_seconds"] > 0
+    assert (tmp_path / "op_model.pkl").exists() and (tmp_path / "op_model.json").exists()
+    # The data evaluates like the shipped data (one model: nothing to leave out).
+    ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path))
+    assert ev.returncode == 0, ev.stderr
+    report = json.loads(ev.stdout)
+    assert report["op_holdout"]["test_rows"] > 0
+    assert report["leave_one_model_out"]["models"] == {}

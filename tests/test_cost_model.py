@@ -1,0 +1,210 @@
+"""Op-cost model: shipped default, op_costs on real graphs, regressor conventions, persistence."""
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
+
+from autodist.errors import CostModelError
+from autodist.graph.item import GraphItem
+from autodist.resource_spec import load_cluster
+from cost_models import CostModel, OpCost, UnknownOpTypeWarning
+from cost_models.dataset import read_timings, write_timings
+from cost_models.features import FEATURES, design_matrix
+from cost_models.model import MODEL_META, TIMINGS, fit_default
+from cost_models.op_model import OpTimeRegressor, load_model, save_model
+from cost_models.types import SOURCES
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return read_timings(TIMINGS).timed()
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return load_cluster(preset="cpu-local").devices("CPU")[0]
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_cluster(preset="dgx-h100").gpus()[0]
+
+
+def _small_fit(timings, n=1500, **params):
+    rows = timings.subset(np.arange(len(timings)) < n)
+    X = design_matrix(rows.raw, rows.peak_flops, rows.memory_bandwidth)
+    return OpTimeRegressor(max_iter=50, **params).fit(X, rows.seconds), X, rows
+
+
+def test_import_and_default_model_load_without_tensorflow():
+    code = (
+        "import sys, autodist, cost_models\n"
+        "cm = cost_models.CostModel.default()\n"
+        "assert cm.op_model is not None and cm.calibration is not None, cm\n"
+        "assert 'tensorflow' not in sys.modules\n"
+        "print(cm.id)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("costmodel-")
+
+
+def test_op_costs_on_real_mlp_graph_cpu(mlp_graph, cpu):
+    cm = CostModel.default()
+    costs = cm.op_costs(mlp_graph, cpu)
+    assert set(costs) == set(mlp_graph.ops)
+    for name, cost in costs.items():
+        assert isinstance(cost, OpCost)
+        assert cost.seconds > 0 and math.isfinite(cost.seconds), name
+        assert cost.source in SOURCES
+    # cpu-local is the device the shipped data was measured on: the MatMuls are learned.
+    matmuls = [n for n, op in mlp_graph.ops.items() if op.type == "MatMul"]
+    assert matmuls and all(costs[n].source == "learned" for n in matmuls)
+
+
+def test_op_costs_on_gpu_come_from_the_prior(mlp_graph, h100):
+    costs = CostModel.default().op_costs(mlp_graph, h100)
+    assert {c.source for c in costs.values()} <= {"prior", "fallback"}
+    # A MatMul's prior is its roofline with the matmul efficiency plus the launch overhead.
+    name, op = next((n, op) for n, op in mlp_graph.ops.items() if op.type == "MatMul" and op.flops)
+    data = sum(mlp_graph.tensor_bytes(t) for t in op.data_inputs) + op.total_output_bytes
+    expected = max(op.flops / (67e12 * 0.8), data / (h100.memory_bandwidth * 0.8)) + 5e-6
+    assert costs[name].seconds == pytest.approx(expected)
+
+
+def test_bigger_matmul_costs_more_on_gpu(h100):
+    from autodist.graph.item import OpInfo
+
+    def mm(n):
+        return OpInfo(f"mm{n}", "MatMul", [f"a{n}:0", f"a{n}:0"], [[n, n]], ["float32"], [4 * n * n], flops=2 * n**3)
+
+    ops = [OpInfo(f"a{n}", "Placeholder", [], [[n, n]], ["float32"], [4 * n * n]) for n in (256, 8192)]
+    item = GraphItem(ops + [mm(256), mm(8192)], [])
+    costs = CostModel.default().op_costs(item, h100)
+    assert costs["mm8192"].seconds > 100 * costs["mm256"].seconds
+
+
+def test_unknown_op_types_are_counted_in_one_warning(mlp_graph, cpu):
+    data = mlp_graph.to_dict()
+    renamed = 0
+    for op in data["ops"]:
+        if op["type"] in ("Relu", "Softmax", "Sqrt"):
+            op["type"] = f"MadeUp{op['type']}"
+            renamed += 1
+    item = GraphItem.from_dict(data)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        costs = CostModel.default().op_costs(item, cpu)
+    ours = [w for w in caught if issubclass(w.category, UnknownOpTypeWarning)]
+    assert len(ours) == 1
+    assert str(ours[0].message).startswith(f"{renamed} ops of ")
+    fallback = [n for n, c in costs.items() if c.source == "fallback"]
+    assert len(fallback) == renamed
+    assert all(costs[n].seconds >= 10e-6 for n in fallback)
+
+
+def test_device_without_figures_is_a_clear_error(mlp_graph, cpu):
+    bare = dataclasses.replace(cpu, memory_bandwidth=0.0)
+    with pytest.raises(CostModelError, match="memory_bandwidth"):
+        CostModel.default().op_costs(mlp_graph, bare)
+
+
+def test_regressor_follows_estimator_conventions(shipped):
+    est = OpTimeRegressor(estimator="hist", max_iter=30)
+    assert est.get_params()["max_iter"] == 30
+    assert clone(est).get_params() == est.get_params()
+    assert not hasattr(est, "estimator_")
+    with pytest.raises(NotFittedError):
+        est.predict(np.empty((1, len(FEATURES)), dtype=object))
+    model, X, rows = _small_fit(shipped)
+    assert model.n_features_in_ == len(FEATURES)
+    assert set(model.op_types_) == set(rows.raw["op_type"])
+    pred = model.predict(X)
+    assert pred.shape == (len(rows),) and np.all(pred > 0)
+    # Fitting is deterministic for a fixed random_state.
+    again, _, _ = _small_fit(shipped)
+    assert np.array_equal(again.predict(X), pred)
+    # Unseen op types are predicted (as a missing category), not refused.
+    X2 = X[:3].copy()
+    X2[:, 0] = "NeverSeenOp"
+    assert np.all(model.predict(X2) > 0)
+    assert not model.knows(["NeverSeenOp"]).any()
+
+
+def test_regressor_rejects_bad_input(shipped):
+    _, X, rows = _small_fit(shipped, n=200)
+    with pytest.raises(ValueError, match="estimator"):
+        OpTimeRegressor(estimator="forest").fit(X, rows.seconds)
+    with pytest.raises(ValueError, match="positive"):
+        OpTimeRegressor().fit(X, -rows.seconds)
+    with pytest.raises(ValueError, match="shape"):
+        OpTimeRegressor(max_iter=5).fit(X[:, :3], rows.seconds)
+
+
+def test_gbr_estimator_fits_too(shipped):
+    model, X, _ = _small_fit(shipped, n=300, estimator="gbr")
+    assert np.all(model.predict(X) > 0)
+
+
+def test_persistence_round_trip_checks_version_and_features(shipped, tmp_path):
+    model, X, _ = _small_fit(shipped, n=400)
+    pkl, meta = tmp_path / "m.pkl", tmp_path / "m.json"
+    save_model(model, pkl, meta, {"rows": 400, "devices": ["cpu-local"]})
+    loaded, info = load_model(pkl, meta)
+    assert np.array_equal(loaded.predict(X), model.predict(X))
+    assert info["features"] == list(FEATURES) and info["training_data"]["rows"] == 400
+    import json
+
+    data = json.loads(meta.read_text())
+    data["sklearn_version"] = "0.0.1"
+    meta.write_text(json.dumps(data))
+    with pytest.raises(CostModelError, match="scikit-learn 0.0.1"):
+        load_model(pkl, meta)
+    data["features"] = ["op_type"]
+    meta.write_text(json.dumps(data))
+    with pytest.raises(CostModelError, match="features"):
+        load_model(pkl, meta)
+
+
+def test_shipped_model_metadata_describes_its_data():
+    import json
+
+    with open(MODEL_META) as fh:
+        meta = json.load(fh)
+    assert meta["features"] == list(FEATURES)
+    assert meta["training_data"]["timed_rows"] > 1000
+    assert "cpu-local" in meta["training_data"]["devices"]
+    assert "micro" in meta["training_data"]["origins"]
+
+
+def test_refit_from_data_learns_the_device_models(shipped):
+    # What CostModel.default() does when the pickle does not match this scikit-learn.
+    rows = shipped.subset(np.arange(len(shipped)) < 2000)
+    model, devices = fit_default(rows)
+    assert devices == ["cpu-local"]
+    assert model.n_features_in_ == len(FEATURES)
+    assert set(model.op_types_) == set(rows.raw["op_type"])
+
+
+def test_timings_round_trip_is_byte_stable(tmp_path):
+    rows = read_timings(TIMINGS)
+    first, second = tmp_path / "a.csv.gz", tmp_path / "b.csv.gz"
+    write_timings(first, rows)
+    write_timings(second, read_timings(first))
+    assert first.read_bytes() == second.read_bytes()
+    assert os.path.getsize(TIMINGS) < 3 * 2**20
+
+
+def test_bad_timing_file_names_the_file(tmp_path):
+    bad = tmp_path / "t.csv.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(CostModelError, match="t.csv.gz"):
+        read_timings(bad)
