@@ -43,6 +43,7 @@ def capture_one(name):
     start = time.perf_counter()
     item = capture_script(os.path.join(ZOO, f"{name}.py"), MODELS[name])
     seconds = time.perf_counter() - start
+    save_seconds, load_seconds, json_bytes = json_round_trip(item)
     return {
         "model": name,
         "script_args": MODELS[name],
@@ -57,9 +58,30 @@ def capture_one(name):
         "model_weight_bytes": sum(v.bytes for v in item.model_weights()),
         "sparse_variables": [v.name for v in item.trainable_variables() if v.sparse_gradient],
         "gflops_per_step": round(item.total_flops() / 1e9, 3),
+        "json_bytes": json_bytes,
+        "json_save_seconds": round(save_seconds, 2),
+        "json_load_seconds": round(load_seconds, 2),
         "tf_import_seconds": round(import_seconds, 2),
         "capture_seconds": round(seconds, 2),
     }
+
+
+def json_round_trip(item):
+    """Seconds to save and to load the item's JSON, and its size in bytes."""
+    import tempfile
+
+    from autodist.graph.item import GraphItem
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "graph.json")
+        start = time.perf_counter()
+        item.save(path)
+        saved = time.perf_counter()
+        loaded = GraphItem.load(path)
+        done = time.perf_counter()
+        if loaded != item:
+            raise SystemExit(f"{item.job.model_name}: JSON round trip changed the item")
+        return saved - start, done - saved, os.path.getsize(path)
 
 
 def machine():
@@ -69,7 +91,13 @@ def machine():
             cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "os": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+    }
 
 
 def main():
@@ -96,7 +124,8 @@ def main():
         print(
             f"{name:15s} {record['ops']:6d} ops {record['trainable_variables']:4d} vars "
             f"{record['parameter_bytes'] / 2**20:9.1f} MiB  capture {record['capture_seconds']:6.1f} s"
-            f"  process {record['process_seconds']:6.1f} s"
+            f"  process {record['process_seconds']:6.1f} s  json save/load "
+            f"{record['json_save_seconds']:.2f}/{record['json_load_seconds']:.2f} s"
         )
     import tensorflow as tf
 
