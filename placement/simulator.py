@@ -163,6 +163,137 @@ class _LinkQueue:
         return start, end
 
 
+class _SyncRun:
+    """One step's synchronisation: transfers queued FIFO on links, updates on devices.
+
+    ``classes`` are ``(schedule, replicas)`` pairs of identical replicas.
+    Transfers wait in a heap ordered by request time; ``drain`` runs them.
+    """
+
+    def __init__(self, sim, strategy, classes, trace, overlap):
+        self.sim = sim
+        self.strategy = strategy
+        self.classes = classes
+        self.trace = trace
+        self.overlap = overlap
+        self.links = _LinkQueue()
+        self.events = []
+        self.finish = [max(schedule.end for schedule, _ in classes)]
+        self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
+        self.upd_busy = {}
+        self.ps_free = {}
+        self.busy = {}
+        self.worker_groups = {}
+        self.heap = []
+        self.seq = 0
+
+    def ready(self, schedule, var):
+        return schedule.gradient_ready[var] if self.overlap else schedule.end
+
+    def submit(self, t, phases, label, on_done, atomic=False):
+        if not phases:
+            on_done(t)
+            return
+        heapq.heappush(self.heap, (t, self.seq, 0, phases, label, on_done, atomic))
+        self.seq += 1
+
+    def drain(self):
+        """Run every queued transfer; a collective runs its phases back to back
+        (one NCCL stream), separate transfers queue phase by phase."""
+        heap, links, sim = self.heap, self.links, self.sim
+        while heap:
+            t, _, index, phases, label, on_done, atomic = heapq.heappop(heap)
+            last = len(phases) if atomic else index + 1
+            end = t
+            for latency, occupancy, used in phases[index:last]:
+                start, end = links.occupy(used, end + latency, occupancy)
+                sim.work += 1
+                if self.trace:
+                    self.events.append((label, "sync", "+".join(used) or "local", start, end))
+            if last < len(phases):
+                heapq.heappush(heap, (end, self.seq, last, phases, label, on_done, atomic))
+                self.seq += 1
+            else:
+                on_done(end)
+
+    # -- allreduce ---------------------------------------------------------
+    def allreduce(self, algorithm, bucket, slot, names, devices):
+        """One fused collective once the bucket's last gradient is ready, then the updates."""
+        sim = self.sim
+        nbytes = sum(sim.dense_bytes[v] for v in names)
+        ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        phases = sim._phase_list(
+            ("ar", devices, algorithm, nbytes),
+            lambda: sim.allreduce_phases(devices, algorithm, nbytes),
+        )
+        self.submit(
+            ready,
+            phases,
+            f"allreduce {algorithm} bucket {bucket}",
+            lambda t: self._apply(t, names, slot, f"update bucket {bucket}"),
+            atomic=True,
+        )
+
+    def _apply(self, t, names, slot, label):
+        for c, (_, members) in enumerate(self.classes):
+            costs = self.sim.device_costs(self.sim.resource_spec.device(members[0][slot]))[1]
+            start = max(t, self.upd_free[(c, slot)])
+            stop = start + sum(costs[v] for v in names)
+            self.upd_free[(c, slot)] = stop
+            self.upd_busy[(c, slot)] = self.upd_busy.get((c, slot), 0.0) + stop - start
+            self.finish.append(stop)
+            if self.trace:
+                self.events.append((label, "update", members[0][slot], start, stop))
+
+    # -- parameter servers -------------------------------------------------
+    def _workers(self, c, slot):
+        """(representative device, count) of class ``c``'s workers at ``slot``, per node."""
+        if (c, slot) not in self.worker_groups:
+            spec = self.sim.resource_spec
+            by_node = {}
+            for r in self.classes[c][1]:
+                by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
+            self.worker_groups[(c, slot)] = [(devs[0], len(devs)) for _, devs in sorted(by_node.items())]
+        return self.worker_groups[(c, slot)]
+
+    def parameter_server(self, name, slot):
+        """Every worker pushes each shard; the PS updates it; every worker pulls it."""
+        s = self.strategy.sync[name]
+        nbytes = -(-self.sim.sparse_bytes[name] // s.shards)
+        targets = [(c, dev, count) for c in range(len(self.classes)) for dev, count in self._workers(c, slot)]
+        for i, task in enumerate(s.ps_tasks):
+            ps_device = self.strategy.ps_devices[task]
+            label = f"{name}/{i}"
+            pushed = self._after_pushes(len(targets), name, label, ps_device, s.shards, nbytes, targets)
+            for c, dev, count in targets:
+                phases = self._ps_transfer(dev, ps_device, nbytes, count)
+                self.submit(self.ready(self.classes[c][0], name), phases, f"push {label}", pushed)
+
+    def _ps_transfer(self, src, dst, nbytes, count):
+        sim = self.sim
+        return sim._phase_list(("ps", src, dst, nbytes, count), lambda: sim.comm.ps_phases(src, dst, nbytes), count)
+
+    def _after_pushes(self, pending, name, label, ps_device, shards, nbytes, targets):
+        """The callback that, at the last push of a shard, updates it and starts the pulls."""
+        left = [pending]
+
+        def pushed(t):
+            left[0] -= 1
+            if left[0]:
+                return
+            cost = self.sim.device_costs(self.sim.resource_spec.device(ps_device))[1][name] / shards
+            start = max(t, self.ps_free.get(ps_device, 0.0))
+            stop = start + cost
+            self.ps_free[ps_device] = stop
+            self.busy[ps_device] = self.busy.get(ps_device, 0.0) + cost
+            if self.trace:
+                self.events.append((f"update {label}", "update", ps_device, start, stop))
+            for _, dev, count in targets:
+                self.submit(stop, self._ps_transfer(ps_device, dev, nbytes, count), f"pull {label}", self.finish.append)
+
+        return pushed
+
+
 class Simulator:
     """Simulates strategies of one job on one cluster, caching what it can.
 
@@ -358,33 +489,9 @@ class Simulator:
             classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
         classes = list(classes.values())
         var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
-        compute_time = max(s.end for s, _ in classes)
+        run = _SyncRun(self, strategy, classes, trace, overlap)
 
-        def ready_time(schedule, var):
-            return schedule.gradient_ready[var] if overlap else schedule.end
-
-        links = _LinkQueue()
-        events = []
-        finish = [compute_time]
-        upd_free = {}
-        upd_busy = {}
-        busy = {}
-        for c, (schedule, _) in enumerate(classes):
-            for slot, t in schedule.slot_end.items():
-                upd_free[(c, slot)] = t
-        heap = []
-        seq = 0
-
-        def submit(t, phases, label, on_done, atomic=False):
-            nonlocal seq
-            if not phases:
-                on_done(t)
-                return
-            heapq.heappush(heap, (t, seq, 0, phases, label, on_done, atomic))
-            seq += 1
-
-        # allreduce buckets: (algorithm, bucket, slot) -> variables
-        buckets = {}
+        buckets = {}  # (algorithm, bucket, slot) -> variables
         ps_vars = []
         for name in sorted(strategy.sync):
             s = strategy.sync[name]
@@ -392,114 +499,36 @@ class Simulator:
                 buckets.setdefault((s.algorithm, s.bucket, var_slot[name]), []).append(name)
             else:
                 ps_vars.append(name)
-
         slot_devices = {}
         for (algorithm, bucket, slot), names in sorted(buckets.items()):
             if slot not in slot_devices:
                 slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
-            devices = slot_devices[slot]
-            nbytes = sum(self.dense_bytes[v] for v in names)
-            ready = max(ready_time(s, v) for s, _ in classes for v in names)
-            phases = self._phase_list(
-                ("ar", devices, algorithm, nbytes),
-                lambda: self.allreduce_phases(devices, algorithm, nbytes),
-            )
-
-            def applied(t, names=names, slot=slot, bucket=bucket):
-                for c, (schedule, members) in enumerate(classes):
-                    model_costs = self.device_costs(spec.device(members[0][slot]))[1]
-                    start = max(t, upd_free[(c, slot)])
-                    stop = start + sum(model_costs[v] for v in names)
-                    upd_free[(c, slot)] = stop
-                    upd_busy[(c, slot)] = upd_busy.get((c, slot), 0.0) + stop - start
-                    finish.append(stop)
-                    if trace:
-                        events.append((f"update bucket {bucket}", "update", members[0][slot], start, stop))
-
-            submit(ready, phases, f"allreduce {algorithm} bucket {bucket}", applied, atomic=True)
-
-        # PS: worker groups per (class, slot): (representative device, count) per node
-        worker_groups = {}
-        ps_free = {}
+            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot])
         for name in ps_vars:
-            s = strategy.sync[name]
-            slot = var_slot[name]
-            for c, (schedule, members) in enumerate(classes):
-                if (c, slot) not in worker_groups:
-                    by_node = {}
-                    for r in members:
-                        by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
-                    worker_groups[(c, slot)] = [(devs[0], len(devs)) for _, devs in sorted(by_node.items())]
-            shards = s.shards
-            push_bytes = -(-self.sparse_bytes[name] // shards)
-            for i, task in enumerate(s.ps_tasks):
-                ps_device = strategy.ps_devices[task]
-                targets = [(c, dev, count) for c in range(len(classes)) for dev, count in worker_groups[(c, slot)]]
-                pending = [len(targets)]
+            run.parameter_server(name, var_slot[name])
+        run.drain()
 
-                def pushed(t, name=name, ps_device=ps_device, targets=targets, pending=pending, shards=shards, nbytes=push_bytes, i=i):
-                    pending[0] -= 1
-                    if pending[0]:
-                        return
-                    cost = self.device_costs(spec.device(ps_device))[1][name] / shards
-                    start = max(t, ps_free.get(ps_device, 0.0))
-                    stop = start + cost
-                    ps_free[ps_device] = stop
-                    busy[ps_device] = busy.get(ps_device, 0.0) + cost
-                    if trace:
-                        events.append((f"update {name}/{i}", "update", ps_device, start, stop))
-                    for _, dev, count in targets:
-                        phases = self._phase_list(
-                            ("ps", ps_device, dev, nbytes, count),
-                            lambda dev=dev: self.comm.ps_phases(ps_device, dev, nbytes),
-                            count,
-                        )
-                        submit(stop, phases, f"pull {name}/{i}", finish.append)
-
-                for c, dev, count in targets:
-                    phases = self._phase_list(
-                        ("ps", dev, ps_device, push_bytes, count),
-                        lambda dev=dev: self.comm.ps_phases(dev, ps_device, push_bytes),
-                        count,
-                    )
-                    submit(ready_time(classes[c][0], name), phases, f"push {name}/{i}", pushed)
-
-        while heap:
-            t, _, index, phases, label, on_done, atomic = heapq.heappop(heap)
-            # a collective runs its phases back to back (one NCCL stream);
-            # separate transfers queue phase by phase
-            last = len(phases) if atomic else index + 1
-            end = t
-            for latency, occupancy, used in phases[index:last]:
-                start, end = links.occupy(used, end + latency, occupancy)
-                self.work += 1
-                if trace:
-                    events.append((label, "sync", "+".join(used) or "local", start, end))
-            if last < len(phases):
-                heapq.heappush(heap, (end, seq, last, phases, label, on_done, atomic))
-                seq += 1
-            else:
-                on_done(end)
-
-        step_time = max(max(finish), max(upd_free.values(), default=0.0), max(ps_free.values(), default=0.0))
+        compute_time = run.finish[0]
+        step_time = max(max(run.finish), max(run.upd_free.values(), default=0.0), max(run.ps_free.values(), default=0.0))
+        busy = run.busy
         for c, (schedule, members) in enumerate(classes):
             for slot, seconds in schedule.slot_busy.items():
-                seconds += upd_busy.get((c, slot), 0.0)
+                seconds += run.upd_busy.get((c, slot), 0.0)
                 for r in members:
                     busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
         memory = self.memory(strategy, slots)
-        limit = {d: spec.device(d).memory_bytes for d in memory}
-        for schedule, members in classes:
-            if trace:
+        events = run.events
+        if trace:
+            for schedule, _ in classes:
                 events.extend(schedule.events)
         return SimResult(
             step_time=step_time,
             compute_time=compute_time,
             exposed_comm_time=max(0.0, step_time - compute_time),
-            link_busy=links.busy,
+            link_busy=run.links.busy,
             device_busy=busy,
             memory=memory,
-            memory_limit=limit,
+            memory_limit={d: spec.device(d).memory_bytes for d in memory},
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
             replicas=len(strategy.replicas),
         )
