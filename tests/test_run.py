@@ -218,6 +218,11 @@ def test_gradients_travel_through_the_planned_channels(runs, kind):
     assert has("allreduce", workers[0], workers[1]) == uses_allreduce
     assert has("allreduce", workers[1], workers[0]) == uses_allreduce
     assert bool(ps_shards) == any(k.startswith("ps-") for k, _, _ in edges)
+    pushes = {op for k, op, _, _ in run["report"]["transfers"] if k == "ps-push"}
+    if plan.strategy.sync["embedding/embeddings"].method == "ps":
+        assert "ConcatV2" in pushes  # the embedding's sparse rows, not a dense sum
+    dense_ps = [n for n, s in plan.strategy.sync.items() if s.method == "ps" and not n.startswith("embedding")]
+    assert ("AddN" in pushes) == bool(dense_ps)
     assert run["report"]["steps"] == STEPS
 
 

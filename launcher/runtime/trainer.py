@@ -3,9 +3,10 @@
 One client (the chief) builds one step graph with explicit devices:
 
 - PS variables are split into their planned shards, one Keras variable per
-  shard on its PS task; every replica reads the shards (pull), each replica's
-  gradient is split the same way and summed on the shard's PS (push), and the
-  shard's optimizer update runs there.
+  shard on its PS task; every replica reads the shards (pull), takes its
+  gradient per shard (an IndexedSlices of the touched rows for a sparse one),
+  the replicas' gradients are summed on the shard's PS (push), and the shard's
+  optimizer update runs there.
 - Allreduce variables get one copy per replica on the replica's device; the
   gradients of one bucket are flattened together and summed across replicas
   with the planned algorithm (see :mod:`launcher.runtime.allreduce`); each
@@ -125,31 +126,43 @@ class PlacedTrainer:
         return out
 
     # -- the step ----------------------------------------------------------
-    def _read(self, name, replica):
+    def _read(self, name, replica, tape):
+        """The variable's value on this replica, and the watched tensors its gradient is taken for.
+
+        An allreduce copy is read where it lives; a PS variable's shards are
+        pulled from their PS tasks and joined on the replica, and its gradient
+        is taken per pulled shard, so a sparse gradient stays an IndexedSlices
+        holding only the rows this replica touched.
+        """
         import tensorflow as tf
 
         if name in self.copies:
-            return tf.convert_to_tensor(self.copies[name][replica])
+            value = tf.convert_to_tensor(self.copies[name][replica])
+            tape.watch(value)
+            return value, [value]
         place = self.layout.variables[name]
         parts = []
         for var, dev in zip(self.shards[name], place.devices):
             with tf.device(dev):
                 parts.append(tf.identity(tf.convert_to_tensor(var), name="ps_pull"))
-        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)
+        tape.watch(parts)
+        return (parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)), parts
 
     def _replica_gradients(self, x, y, lo, hi, n, replica):
+        """Loss share and gradients of one replica: a dense tensor per allreduce
+        variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
         import tensorflow as tf
 
         xs, ys = x[lo:hi], y[lo:hi]
         state = [tf.convert_to_tensor(v) for v in self._state]
-        weights = [self._read(name, replica) for name in self._names]
         with tf.GradientTape() as tape:
-            tape.watch(weights)
-            y_pred, new_state = self.model.stateless_call(weights, state, xs, training=True)
+            reads = [self._read(name, replica, tape) for name in self._names]
+            y_pred, new_state = self.model.stateless_call([value for value, _ in reads], state, xs, training=True)
             share = tf.cast(hi - lo, y_pred.dtype) / tf.cast(n, y_pred.dtype)
             loss = self.model.compute_loss(x=xs, y=ys, y_pred=y_pred, training=True) * share
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, weights)]
-        return loss, grads, new_state
+        grads = tape.gradient(loss, [sources for _, sources in reads])
+        out = [g if name in self.shards else tf.convert_to_tensor(g[0]) for name, g in zip(self._names, grads)]
+        return loss, out, new_state
 
     def _sum_allreduce(self, grads):
         """Replace, per replica, allreduce gradients by their sum across replicas."""
@@ -174,24 +187,24 @@ class PlacedTrainer:
                         grads[r][index[nm]] = tf.reshape(piece, self.copies[nm][0].shape)
 
     def _sum_ps(self, grads):
-        """Per PS shard: its slice of every replica's gradient, summed on the shard's PS."""
+        """Per PS shard: every replica's gradient of it, summed on the shard's PS (sparse stays sparse)."""
         import tensorflow as tf
 
         out = {}
         for i, name in enumerate(self._names):
             if name not in self.shards:
                 continue
-            place = self.layout.variables[name]
-            shards = self.shards[name]
-            pieces = []
-            for r, dev in enumerate(self.devices):
-                with tf.device(dev):
-                    g = grads[r][i]
-                    pieces.append(tf.split(g, [int(s.shape[place.axis]) for s in shards], axis=place.axis)
-                                  if len(shards) > 1 else [g])
-            for k, (var, ps_dev) in enumerate(zip(shards, place.devices)):
+            for k, (var, ps_dev) in enumerate(zip(self.shards[name], self.layout.variables[name].devices)):
+                pushed = [grads[r][i][k] for r in range(len(self.devices))]
                 with tf.device(ps_dev):
-                    out[id(var)] = tf.add_n([p[k] for p in pieces], name="ps_push_sum")
+                    if all(isinstance(g, tf.IndexedSlices) for g in pushed):
+                        out[id(var)] = tf.IndexedSlices(
+                            tf.concat([g.values for g in pushed], axis=0, name="ps_push_rows"),
+                            tf.concat([g.indices for g in pushed], axis=0),
+                            pushed[0].dense_shape,
+                        )
+                    else:
+                        out[id(var)] = tf.add_n([tf.convert_to_tensor(g) for g in pushed], name="ps_push_sum")
         return out
 
     def _step_body(self, x, y):
