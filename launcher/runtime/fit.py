@@ -115,7 +115,7 @@ class PlacedFit:
         for epoch in range(initial_epoch, epochs):
             order = rng.permutation(n) if shuffle else np.arange(n)
             hooks.on_epoch_begin(epoch)
-            loss = float("nan")
+            losses = []
             for b in range(steps_per_epoch):
                 idx = order[b * batch_size:(b + 1) * batch_size]
                 xb, yb = x[idx], y[idx]
@@ -123,11 +123,12 @@ class PlacedFit:
                 hooks.on_train_batch_begin(b)
                 start = time.perf_counter()
                 loss = trainer.step(xb, yb)
+                losses.append(loss)
                 done += 1
                 reporter.step(done, loss, time.perf_counter() - start, len(idx))
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
-            hooks.on_epoch_end(epoch, {"loss": loss})
+            hooks.on_epoch_end(epoch, {"loss": float(np.mean(losses))})  # the epoch's mean, as Keras logs it
             if getattr(model, "stop_training", False):
                 break
         hooks.on_train_end()
