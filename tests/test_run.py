@@ -438,3 +438,15 @@ def test_unsupported_fit_arguments_are_named():
     x, y = make_data(1, BATCH, seed=0)
     with pytest.raises(LaunchError, match="validation_split"):
         _fit_under_plan(build_model(0), x, y, validation_split=0.5)
+
+
+def test_models_with_added_losses_are_refused():
+    import keras
+
+    from autodist.errors import LaunchError
+    from launcher.runtime.trainer import PlacedTrainer
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, kernel_regularizer="l2", name="reg")])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(LaunchError, match="model.losses"):
+        PlacedTrainer(model, _local_hybrid_layout(model))

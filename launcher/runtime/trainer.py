@@ -58,6 +58,9 @@ class PlacedTrainer:
     def __init__(self, model, layout):
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        if model.losses:
+            raise LaunchError("models with regularization or added losses are not supported under a plan yet "
+                              "(their loss would read the unplaced weights)", field="model.losses")
         self.model = model
         self.layout = layout
         self.devices = list(layout.replica_devices)
