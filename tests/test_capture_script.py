@@ -171,3 +171,33 @@ def test_step_that_fails_to_trace(tmp_path):
     )
     with pytest.raises(CaptureError, match="tracing the step failed"):
         capture_script(path)
+
+
+def test_autodist_function_on_a_method_is_captured(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import keras, numpy as np, tensorflow as tf
+        import autodist
+
+        class Trainer:
+            def __init__(self):
+                self.model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+                self.optimizer = keras.optimizers.SGD()
+
+            @autodist.function
+            def step(self, x):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(self.model(x))
+                grads = tape.gradient(loss, self.model.trainable_variables)
+                self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+                return loss
+
+        Trainer().step(np.ones((6, 3), np.float32))
+        """,
+    )
+    item = capture_script(path)
+    assert item.job.input_shapes == {"x": [6, 3]}
+    assert item.job.batch_size == 6
+    assert item.parameter_count() == 3 * 2 + 2
+    assert all(v.gradients and v.update_ops for v in item.trainable_variables())
