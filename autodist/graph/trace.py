@@ -15,6 +15,7 @@ def _shape_list(shape):
 
 
 def spec_of(value):
+    """A ``tf.TensorSpec`` for an array or tensor; any other value is returned as is."""
     import tensorflow as tf
 
     if isinstance(value, tf.TensorSpec):
@@ -142,7 +143,30 @@ def item_from_graph(concrete, variables, job, model_weights=None):
     return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
 
 
+def _named_shapes(python_fn, specs, kwspecs):
+    """Input shapes keyed by the step's parameter names (``argN`` where unknown)."""
+    try:
+        params = list(inspect.signature(python_fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    named = {}
+    for i, spec in enumerate(specs):
+        shapes = shapes_of(spec)
+        if shapes is not None:
+            named[params[i] if i < len(params) else f"arg{i}"] = shapes
+    for key, spec in kwspecs.items():
+        shapes = shapes_of(spec)
+        if shapes is not None:
+            named[key] = shapes
+    return named
+
+
 def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None):
+    """Trace ``traced`` (a tf.function) on ``args``/``kwargs`` and build its GraphItem.
+
+    ``optimizer`` and ``input_shapes`` override what is found from the
+    function itself (``model.fit`` knows them better).
+    """
     import tensorflow as tf
 
     objects = _referenced_objects(traced.python_function)
@@ -156,17 +180,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     except Exception as exc:  # the user's step failed to trace: say how, in one line
         raise CaptureError(f"tracing the step failed: {first_line(exc)}", source=source) from None
     if input_shapes is None:
-        try:
-            params = list(inspect.signature(traced.python_function).parameters)
-        except (TypeError, ValueError):
-            params = []
-        named = {}
-        for i, spec in enumerate(specs):
-            shapes = shapes_of(spec)
-            if shapes is not None:
-                named[params[i] if i < len(params) else f"arg{i}"] = shapes
-        named.update({k: v for k, v in ((k, shapes_of(s)) for k, s in kwspecs.items()) if v is not None})
-        input_shapes = named
+        input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
     variables = concrete.graph.variables
     job = JobInfo(
         model_name=model_name,
