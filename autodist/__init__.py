@@ -21,7 +21,7 @@ _PUBLIC = {
     "capture_script": "autodist.graph.capture",
     "load_graph": "autodist.graph.capture",
     "load_cluster": "autodist.resource_spec",
-    "plan": "autodist.api",
+    "make_plan": "autodist.api",
 }
 
 __all__ = sorted(_PUBLIC) + ["__version__"]

@@ -38,7 +38,7 @@ def cluster_of(cluster):
     return load_cluster(preset=str(cluster))
 
 
-def plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=()):
+def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=()):
     """Search the best placement of a training job on a cluster.
 
     Parameters

@@ -32,8 +32,6 @@ import functools
 import json
 import os
 import re
-import sys
-import types
 from dataclasses import replace
 
 from autodist.errors import InputError
@@ -462,19 +460,3 @@ class Plan:
     def __repr__(self):
         jobs = ", ".join(f"{j}={len(self.tasks_of(j))}" for j in JOBS if self.tasks_of(j))
         return f"Plan({self.name!r}, {jobs}, step_time={self.prediction['step_time']:.6g}s)"
-
-
-class _CallablePlanModule(types.ModuleType):
-    """``autodist.plan`` names both this module and the public function ``autodist.api.plan``.
-
-    Importing a submodule makes it an attribute of its package, which would
-    hide the function; calling the module calls the function instead.
-    """
-
-    def __call__(self, *args, **kwargs):
-        from autodist.api import plan
-
-        return plan(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePlanModule

@@ -204,14 +204,14 @@ def test_device_assignments_and_variable_locations(ps_plan):
         assert [s["device"] for s in entry["shards"]] == [ps_plan.strategy.ps_devices[s["ps_task"]] for s in entry["shards"]]
 
 
-def test_public_plan_function_survives_the_plan_module(mlp_graph):
+def test_public_make_plan_beside_the_plan_module(mlp_graph):
     import autodist
-    import autodist.plan  # noqa: F401  (the submodule becomes the package attribute)
+    import autodist.plan  # noqa: F401  (the submodule is a package attribute too)
 
-    plan = autodist.plan(mlp_graph, "p3.16xlarge:2", seed=3, budget_s=0.3)
+    plan = autodist.make_plan(mlp_graph, "p3.16xlarge:2", seed=3, budget_s=0.3)
     assert isinstance(plan, Plan) and plan.provenance["seed"] == 3
     assert plan.resource_spec == cluster("p3.16xlarge:2")
-    assert plan.to_json() == autodist.plan(mlp_graph, cluster("p3.16xlarge:2"), seed=3, budget_s=0.3).to_json()
+    assert plan.to_json() == autodist.make_plan(mlp_graph, cluster("p3.16xlarge:2"), seed=3, budget_s=0.3).to_json()
 
 
 def test_idle_ps_devices_get_no_task(embedding_graph):

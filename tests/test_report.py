@@ -114,7 +114,7 @@ def test_timeline_is_a_chrome_trace(capsys, tmp_path, mlp_file):
 
 
 def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
-    from autodist.api import plan
+    from autodist.api import make_plan as plan
 
     first = tmp_path / "first.json"
     other = tmp_path / "other.json"
@@ -144,7 +144,7 @@ def _one_line_error(capsys, *argv):
 
 
 def test_bad_input_one_line_exit_2(capsys, tmp_path, mlp_file, mlp_graph):
-    from autodist.api import plan
+    from autodist.api import make_plan as plan
 
     missing = tmp_path / "missing.json"
     assert "missing.json" in _one_line_error(capsys, "report", missing, "--preset", "dgx-h100:1")

@@ -31,7 +31,7 @@ def summary(plan):
 
 def run(args):
     from autodist.api import graph_of
-    from autodist.api import plan as make_plan
+    from autodist.api import make_plan
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
     from autodist.resource_spec import cluster_from_args

@@ -46,7 +46,7 @@ def _parse_rest(args):
 
 def _searched_plan(args):
     from autodist.api import graph_of
-    from autodist.api import plan as make_plan
+    from autodist.api import make_plan
     from autodist.cli.plan_cmd import summary
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
