@@ -8,6 +8,7 @@ are imported only when the CLI starts, so importing autodist stays cheap.
 
 import argparse
 import importlib
+import os
 import sys
 
 from autodist.errors import AutoDistError
@@ -54,6 +55,11 @@ def _run(prog, modules, argv):
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``autodist ... | head``): stop quietly, and keep
+        # Python from failing again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def main(argv=None):
