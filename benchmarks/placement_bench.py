@@ -1,7 +1,6 @@
 """Placement benchmark: baselines vs the annealed plan over zoo models and clusters.
 
-Captures each zoo model once (cached as graph JSON under ``tmp/placement_graphs``,
-git-ignored), then for every (model, cluster) cell runs ``placement.optimize``
+Captures each zoo model once (cached by ``benchmarks/zoo.py``), then for every (model, cluster) cell runs ``placement.optimize``
 and records each baseline's predicted step time, the annealed plan's, its
 throughput gain over greedy PS and over the best baseline, the gap to the
 lower bound and the search time; plus one search on a 1024-GPU cluster.
@@ -14,24 +13,30 @@ Writes benchmarks/results/placement.json and placement.md.
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
-from autodist.graph.item import GraphItem  # noqa: E402
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 from autodist.resource_spec import load_cluster  # noqa: E402
+from zoo import captured, machine  # noqa: E402
 
-ZOO = os.path.join(REPO, "benchmarks", "models")
-CACHE = os.path.join(REPO, "tmp", "placement_graphs")
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 
 # zoo script -> per-replica batch size captured
-MODELS = {"mlp": 256, "resnet50": 32, "vgg16": 32, "inception_v3": 32}
+MODELS = {
+    "mlp": 256,
+    "resnet50": 32,
+    "vgg16": 32,
+    "inception_v3": 32,
+    "bert_base": 8,
+    "transformer_lm": 16,
+    "wide_deep": 512,
+}
 CLUSTERS = {
     "dgx-h100:1": "1 node, 8x H100 SXM on NVLink/NVSwitch",
     "dgx-h100:4": "4 nodes of 8x H100, InfiniBand NDR (8 NICs/node, GPUDirect RDMA)",
@@ -41,17 +46,6 @@ CLUSTERS = {
     "cpu-2s-25g:8": "8 CPU-only nodes (2x Xeon 8380), 25 GbE TCP",
 }
 LARGE = ("resnet50", "dgx-h100:128", "128 nodes of 8x H100 (1024 GPUs), InfiniBand NDR")
-
-
-def captured(name, batch_size):
-    """The zoo model's GraphItem, captured once and cached."""
-    path = os.path.join(CACHE, f"{name}_b{batch_size}.json")
-    if not os.path.exists(path):
-        from autodist.graph.capture import capture_script
-
-        item = capture_script(os.path.join(ZOO, f"{name}.py"), ["--steps", "1", "--batch-size", str(batch_size)])
-        item.save(path)
-    return GraphItem.load(path)
 
 
 def run_cell(graph, preset, cost_model, budget_s, seed):
@@ -130,15 +124,6 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def machine():
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-        f"load average {load:.1f} at start (cores shared with other jobs)"
-    )
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=10.0, help="search budget per cell, seconds")
@@ -151,7 +136,6 @@ def main(argv=None):
 
     models = ["mlp"] if args.quick else args.models
     budget = 1.0 if args.quick else args.budget
-    os.makedirs(CACHE, exist_ok=True)
     cost_model = CostModel.default()
     report = {
         "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/placement_bench.py", *(argv or sys.argv[1:])]),

@@ -6,8 +6,7 @@ allreduce only) with a Volcano PodGroup, and validate every object strictly
 (CRD schemas, core pod schema, operator rules).  Records the plan's tasks,
 predicted step time, plan size and emission time per cell.
 
-Each model is captured once in a fresh process (see capture_zoo.py) and cached
-as graph JSON under ``tmp/plan_emit_graphs`` (git-ignored).
+Each model is captured once in a fresh process and cached (``benchmarks/zoo.py``).
 
     python benchmarks/plan_emit_zoo.py [--budget 2] [--models mlp resnet50 ...]
 
@@ -16,9 +15,7 @@ Writes benchmarks/results/plan_emit_zoo.json and plan_emit_zoo.md.
 
 import argparse
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 
@@ -26,29 +23,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
-from capture_zoo import MODELS, ZOO  # noqa: E402
+from zoo import BATCH_SIZES as MODELS  # noqa: E402
+from zoo import captured, machine  # noqa: E402
 
 from autodist.errors import AutoDistError  # noqa: E402
-from autodist.graph.item import GraphItem  # noqa: E402
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 
-CACHE = os.path.join(REPO, "tmp", "plan_emit_graphs")
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 PRESETS = ["dgx-h100:2", "dgx-a100:4", "p4d.24xlarge:2", "p3.16xlarge:2", "g4dn.12xlarge:4", "cpu-2s-25g:2"]
-
-
-def captured(name):
-    """The zoo model's GraphItem, captured in a fresh process once and cached."""
-    path = os.path.join(CACHE, f"{name}.json")
-    if not os.path.exists(path):
-        os.makedirs(CACHE, exist_ok=True)
-        code = (
-            "import sys; from autodist.graph.capture import capture_script; "
-            "capture_script(sys.argv[1], sys.argv[3:]).save(sys.argv[2])"
-        )
-        script = os.path.join(ZOO, f"{name}.py")
-        subprocess.run([sys.executable, "-c", code, script, path, *MODELS[name]], check=True, cwd=REPO)
-    return GraphItem.load(path)
 
 
 def run_cell(graph, preset, cost_model, budget_s):
@@ -127,7 +109,7 @@ def main(argv=None):
             print(f"{name:15s} {preset:18s} {cell['tasks']} {cell['emitted']}", flush=True)
     doc = {
         "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/plan_emit_zoo.py", *(argv or sys.argv[1:])]),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "budget_s": args.budget,
         "cells": cells,
     }
