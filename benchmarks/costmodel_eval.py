@@ -1,8 +1,9 @@
 """Evaluate the cost models on the shipped data; compare the two gradient-boosting estimators.
 
 Per-op MAPE on held-out rows (ops >= 50 us), leave-one-zoo-model-out step
-error, and the predicted allreduce bus bandwidth of the 8-GPU H100/A100
-presets against nccl-tests.  Writes benchmarks/results/costmodel_eval.json.
+error, the predicted allreduce bus bandwidth of the 8-GPU H100/A100 presets
+against nccl-tests, and how long ``CostModel.op_costs`` takes on the largest
+zoo graphs.  Writes benchmarks/results/costmodel_eval.json.
 
     python benchmarks/costmodel_eval.py [--out PATH]
 """
@@ -15,32 +16,64 @@ import time
 
 from autodist.io import write_json_atomic
 from cost_models.calibration import machine_description
-from cost_models.evaluation import evaluate, format_report
-from cost_models.model import DEFAULT_PARAMS
+from cost_models.dataset import read_timings
+from cost_models.evaluation import evaluate, format_report, op_holdout
+from cost_models.model import DEFAULT_PARAMS, TIMINGS, CostModel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CANDIDATES = {
+ZOO = os.path.join(HERE, "models")
+ESTIMATORS = {
     "hist": dict(DEFAULT_PARAMS, estimator="hist"),
-    "gbr": dict(DEFAULT_PARAMS, estimator="gbr", max_iter=300),
+    "gbr": dict(DEFAULT_PARAMS, estimator="gbr"),
 }
+TIMED_GRAPHS = (("resnet50.py", ["--batch-size", "4"]), ("bert_base.py", ["--batch-size", "2"]))
+
+
+def compare_estimators():
+    """Held-out per-op error of each estimator on the same split."""
+    timings = read_timings(TIMINGS)
+    out = {}
+    for name, params in ESTIMATORS.items():
+        start = time.perf_counter()
+        result = op_holdout(timings, params)
+        out[name] = {"mape": result["mape"], "median_ape": result["median_ape"],
+                     "fit_and_predict_seconds": time.perf_counter() - start}
+        print(f"estimator {name}: held-out MAPE {result['mape'] * 100:.1f}% "
+              f"(median {result['median_ape'] * 100:.1f}%), {out[name]['fit_and_predict_seconds']:.1f} s")
+    return out
+
+
+def time_op_costs():
+    """Seconds of one ``op_costs`` call on large captured zoo graphs (CPU device)."""
+    from autodist.graph.capture import capture_script
+    from autodist.resource_spec import load_cluster
+
+    cm = CostModel.default()
+    device = load_cluster(preset="cpu-local").devices("CPU")[0]
+    out = {}
+    for script, args in TIMED_GRAPHS:
+        item = capture_script(os.path.join(ZOO, script), args)
+        cm.op_costs(item, device)
+        start = time.perf_counter()
+        cm.op_costs(item, device)
+        seconds = time.perf_counter() - start
+        out[item.job.model_name] = {"ops": len(item.ops), "op_costs_seconds": seconds}
+        print(f"op_costs on {item.job.model_name} ({len(item.ops)} ops): {seconds:.3f} s")
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results", "costmodel_eval.json"))
     args = parser.parse_args(argv)
-    reports = {}
-    for name, params in CANDIDATES.items():
-        start = time.perf_counter()
-        reports[name] = evaluate(params=params)
-        reports[name]["evaluation_seconds"] = time.perf_counter() - start
-        print(f"== estimator {name}")
-        print(format_report(reports[name]))
+    report = evaluate()
+    print(format_report(report))
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]),
         "machine": machine_description(),
-        "default_estimator": DEFAULT_PARAMS["estimator"],
-        "estimators": reports,
+        "evaluation": report,
+        "estimators": compare_estimators(),
+        "op_costs_timing": time_op_costs(),
     }
     write_json_atomic(args.out, result)
     print(f"-> {args.out}")

@@ -67,7 +67,7 @@ for _t in (
     "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Pad", "PadV2", "MirrorPad", "Reverse",
     "ReverseV2", "GatherV2", "Gather", "GatherNd", "ResourceGather", "ScatterNd", "OneHot",
     "UnsortedSegmentSum", "SegmentSum", "Unique", "DynamicStitch", "TensorScatterUpdate",
-    "Range", "Cumsum", "TopKV2", "Where", "RandomUniform", "RandomStandardNormal",
+    "Range", "Cumsum", "TopKV2", "Where", "InvertPermutation", "RandomUniform", "RandomStandardNormal",
     "TruncatedNormal", "StatelessRandomUniformV2", "StatelessRandomNormalV2",
     # variable updates
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApplyAdam",
