@@ -177,27 +177,29 @@ def _time_sizes(tf, target, sizes, repeats, deadline):
                     pair.append(tf.reduce_max(tf.identity(var.read_value())))
             fetches.append((nbytes, pair))
         init = tf.compat.v1.global_variables_initializer()
-    out = []
+    remote_times = {nbytes: [] for nbytes, _ in fetches}
+    local_times = {nbytes: [] for nbytes, _ in fetches}
     with tf.compat.v1.Session(target, graph=graph) as sess:
         sess.run(init)
-        for nbytes, (remote, local) in fetches:
-            for op in (remote, local):
-                sess.run(op)  # warm-up
-            remote_times, local_times = [], []
-            for _ in range(repeats):
+        for _, pair in fetches:
+            sess.run(pair)  # warm-up
+        # Rounds over all sizes, so that a change in the machine's load
+        # during the measurement touches every size alike.
+        for _ in range(repeats):
+            for nbytes, (remote, local) in fetches:
                 t0 = time.perf_counter()
                 sess.run(remote)
                 t1 = time.perf_counter()
                 sess.run(local)
-                remote_times.append(t1 - t0)
-                local_times.append(time.perf_counter() - t1)
-                if time.monotonic() > deadline:
-                    break
-            # Difference of medians: the cost the transfer adds to a step.
-            seconds = statistics.median(remote_times) - statistics.median(local_times)
-            out.append({"bytes": int(nbytes), "seconds": max(seconds, 1e-6), "repeats": len(remote_times)})
+                remote_times[nbytes].append(t1 - t0)
+                local_times[nbytes].append(time.perf_counter() - t1)
             if time.monotonic() > deadline:
                 break
+    out = []
+    for nbytes, _ in fetches:
+        # Difference of medians: the cost the transfer adds to a step.
+        seconds = statistics.median(remote_times[nbytes]) - statistics.median(local_times[nbytes])
+        out.append({"bytes": int(nbytes), "seconds": max(seconds, 1e-6), "repeats": len(remote_times[nbytes])})
     return out
 
 
