@@ -22,8 +22,8 @@ def read_json(path):
         raise InputError(f"cannot read ({exc.strerror})", source=path) from None
 
 
-def write_text_atomic(path, text):
-    """Write text to ``path`` through a temp file in the same folder, then rename."""
+def write_bytes_atomic(path, data):
+    """Write bytes to ``path`` through a temp file in the same folder, then rename."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     try:
@@ -32,13 +32,18 @@ def write_text_atomic(path, text):
     except OSError as exc:
         raise InputError(f"cannot write ({exc.strerror})", source=path) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_text_atomic(path, text):
+    """Write text (UTF-8) to ``path`` atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path, data):

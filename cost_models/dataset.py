@@ -17,13 +17,12 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from autodist.errors import CostModelError
-from autodist.io import read_json, write_json_atomic
+from autodist.io import read_json, write_bytes_atomic, write_json_atomic
 from cost_models.features import NUMERIC_RAW, RAW_COLUMNS, to_arrays
 
 DEVICE_COLUMNS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth")
@@ -102,17 +101,7 @@ def write_timings(path, timings):
                 value = "" if not np.isfinite(value) else repr(float(value))
             row.append(value)
         writer.writerow(row)
-    data = gzip.compress(buf.getvalue().encode(), mtime=0)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".tmp-{os.path.basename(path)}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(path, gzip.compress(buf.getvalue().encode(), mtime=0))
 
 
 def read_timings(path):
