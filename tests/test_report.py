@@ -77,6 +77,23 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
     assert doc["job"]["sparse_variables"], "the embedding's gradient is sparse"
 
 
+@pytest.mark.parametrize("preset", ["dgx-h100:4", "g4dn.12xlarge:4", "p3.16xlarge:2", "cpu-local:2"])
+def test_bottleneck_sentence_follows_the_numbers(capsys, embedding_file, preset):
+    status, out, err = placement(capsys, "report", embedding_file, "--preset", preset, "--budget", BUDGET, "--format", "json")
+    assert status == 0, err
+    b = json.loads(out)["bottleneck"]
+    sentence = b["sentence"]
+    if b["bound_by"] == "compute":
+        assert b["exposed_comm_fraction"] <= 0.2
+        assert sentence.startswith("Compute-bound") and b["busiest_device"]["resource"] in sentence
+    else:
+        link = b["busiest_link"]
+        assert sentence.startswith("Communication-bound") and link["resource"] in sentence
+        saturated = link["busy_fraction"] >= b["exposed_comm_fraction"]
+        assert ("Faster links there" in sentence) == saturated
+        assert ("latency and per-transfer overhead" in sentence) == (not saturated)
+
+
 def test_schema_rejects_a_document_missing_a_field(capsys, mlp_file):
     status, out, _ = placement(capsys, "report", mlp_file, "--preset", "dgx-h100:1", "--budget", BUDGET, "--format", "json")
     doc = json.loads(out)

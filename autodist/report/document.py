@@ -161,11 +161,18 @@ def _sentence(plan, b):
     if b["bound_by"] == "communication" and link:
         role = _ps_role(plan, link["resource"]) if "/nic" in link["resource"] else None
         where = f"; {role}" if role else ""
-        return (
-            f"Communication-bound: {b['exposed_comm_fraction']:.0%} of the step waits on transfers. "
+        waiting = f"Communication-bound: {b['exposed_comm_fraction']:.0%} of the step waits on transfers. "
+        busiest = (
             f"The busiest link is {link['resource']}, busy {link['busy_fraction']:.0%} of the step "
             f"({link['share_of_link_time']:.0%} of all link time){where}. "
-            "Faster links there, or fewer bytes crossing it, would shorten the step."
+        )
+        if link["busy_fraction"] >= b["exposed_comm_fraction"]:
+            return waiting + busiest + "Faster links there, or fewer bytes crossing it, would shorten the step."
+        # The wait is longer than any link is busy: bandwidth does not explain it.
+        return (
+            waiting + busiest + "No link is busy for as long as the step waits, so latency and per-transfer "
+            "overhead dominate: fewer, larger transfers (bigger fusion buckets, fewer PS round trips) "
+            "would help more than faster links."
         )
     if device:
         return (
