@@ -48,3 +48,15 @@ def write_text_atomic(path, text):
 
 def write_json_atomic(path, data):
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+
+
+def check_document(data, fmt, version, what, where):
+    """Raise InputError unless ``data`` is a ``fmt`` document of ``version`` (``what`` names it)."""
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise InputError(f"not an autodist {what} (expected format {fmt!r})", source=where)
+    if data.get("version") != version:
+        raise InputError(
+            f"unsupported {what} version {data.get('version')!r} (this autodist reads {version})",
+            source=where,
+            field="version",
+        )

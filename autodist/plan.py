@@ -35,7 +35,7 @@ import re
 from dataclasses import replace
 
 from autodist.errors import InputError
-from autodist.io import read_json, write_json_atomic
+from autodist.io import check_document, read_json, write_json_atomic
 from autodist.resource_spec.spec import ResourceSpec
 from autodist.strategy import Strategy
 
@@ -299,14 +299,7 @@ class Plan:
     # -- reading ---------------------------------------------------------
     @classmethod
     def from_dict(cls, data, where="<plan>"):
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"not an autodist plan (expected format {FORMAT!r})", source=where)
-        if data.get("version") != VERSION:
-            raise InputError(
-                f"unsupported plan version {data.get('version')!r} (this autodist reads {VERSION})",
-                source=where,
-                field="version",
-            )
+        check_document(data, FORMAT, VERSION, "plan", where)
         check_schema(data, where)
         return cls(data, where=where)
 

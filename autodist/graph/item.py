@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 import networkx as nx
 
 from autodist.errors import InputError
-from autodist.io import read_json, write_text_atomic
+from autodist.io import check_document, read_json, write_text_atomic
 
 FORMAT = "autodist.graph_item"
 VERSION = 1
@@ -224,14 +224,7 @@ class GraphItem:
 
     @classmethod
     def from_dict(cls, data, where="<graph item>"):
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"not an autodist graph item (expected format {FORMAT!r})", source=where)
-        if data.get("version") != VERSION:
-            raise InputError(
-                f"unsupported graph item version {data.get('version')!r} (this autodist reads {VERSION})",
-                source=where,
-                field="version",
-            )
+        check_document(data, FORMAT, VERSION, "graph item", where)
         for key in ("ops", "variables", "job"):
             if key not in data:
                 raise InputError("missing field", source=where, field=key)

@@ -23,9 +23,9 @@ def _ratio(slow, fast):
     return slow / fast if slow and fast else None
 
 
-def _job(plan, graph_item):
-    summary = plan.to_dict()["graph"]
-    sparse = sorted(v["name"] for v in plan.to_dict()["variables"] if v.get("sparse"))
+def _job(data, graph_item):
+    summary = data["graph"]
+    sparse = sorted(v["name"] for v in data["variables"] if v.get("sparse"))
     return {
         "model_name": summary["model_name"],
         "batch_size": summary["batch_size"],
@@ -74,10 +74,14 @@ def _cluster(spec):
     }
 
 
-def _baselines(plan, candidates, batch_size, replicas):
-    """Every baseline with its breakdown (from the search) or its stored step time."""
+def _baselines(data, candidates, batch_size, replicas):
+    """Every baseline with its breakdown (from the search) or its stored step time.
+
+    Returns the entries and each baseline's step time per replica batch (a
+    stored baseline is taken to use the plan's replica count).
+    """
     if candidates:
-        return [
+        entries = [
             {
                 "name": c.name,
                 "step_time": c.simulation.step_time,
@@ -87,8 +91,9 @@ def _baselines(plan, candidates, batch_size, replicas):
             }
             for c in candidates
         ]
-    stored = plan.to_dict()["prediction"].get("baselines", {})
-    return [
+        return entries, {c.name: c.simulation.step_time / len(c.strategy.replicas) for c in candidates}
+    stored = data["prediction"].get("baselines", {})
+    entries = [
         {
             "name": name,
             "step_time": t,
@@ -98,12 +103,12 @@ def _baselines(plan, candidates, batch_size, replicas):
         }
         for name, t in stored.items()
     ]
+    return entries, {name: t / replicas for name, t in stored.items()}
 
 
-def _ps_role(plan, link):
+def _ps_role(data, link):
     """How much of the PS-held bytes sit on the node behind ``link``."""
     node = link.rsplit("/", 1)[0]
-    data = plan.to_dict()
     ps_nodes = {t["index"]: t["node"] for t in data["tasks"] if t["job"] == "ps"}
     total = held = 0
     tasks = set()
@@ -124,7 +129,7 @@ def _ps_role(plan, link):
     return f"the PS task {names} on {node} holds {held / total:.0%} of the PS bytes"
 
 
-def _bottleneck(plan, prediction):
+def _bottleneck(data, prediction):
     """The busiest link and device, and one sentence a person can act on."""
     step = prediction["step_time"]
     links = prediction["link_busy"]
@@ -152,14 +157,14 @@ def _bottleneck(plan, prediction):
             "busy_time": device[1],
             "busy_fraction": device[1] / step if step else 0.0,
         }
-    out["sentence"] = _sentence(plan, out)
+    out["sentence"] = _sentence(data, out)
     return out
 
 
-def _sentence(plan, b):
+def _sentence(data, b):
     link, device = b["busiest_link"], b["busiest_device"]
     if b["bound_by"] == "communication" and link:
-        role = _ps_role(plan, link["resource"]) if "/nic" in link["resource"] else None
+        role = _ps_role(data, link["resource"]) if "/nic" in link["resource"] else None
         where = f"; {role}" if role else ""
         waiting = f"Communication-bound: {b['exposed_comm_fraction']:.0%} of the step waits on transfers. "
         busiest = (
@@ -183,17 +188,16 @@ def _sentence(plan, b):
     return "No device or link activity was simulated."
 
 
-def _pods(plan):
+def _pods(data):
     pods = {}
-    for task in plan.to_dict()["tasks"]:
+    for task in data["tasks"]:
         pods.setdefault(task["node"], []).append(
             {"job": task["job"], "index": task["index"], "devices": task["devices"]}
         )
     return [{"node": node, "tasks": tasks} for node, tasks in pods.items()]
 
 
-def _largest_variables(plan):
-    data = plan.to_dict()
+def _largest_variables(data):
     ps_devices = data["strategy"]["ps_devices"]
     rows = []
     for var in sorted(data["variables"], key=lambda v: (-v["bytes"], v["name"]))[:LARGEST_VARIABLES]:
@@ -209,26 +213,27 @@ def _largest_variables(plan):
     return rows
 
 
-def _compare(plan, other, batch_size, replicas):
+def _compare(data, other, batch_size, replicas):
     """The other plan's stored prediction beside this plan's, and what differs."""
-    mine = {v["name"]: v for v in plan.to_dict()["variables"]}
-    theirs = {v["name"]: v for v in other.to_dict()["variables"]}
+    theirs_data = other.to_dict()
+    mine = {v["name"]: v for v in data["variables"]}
+    theirs = {v["name"]: v for v in theirs_data["variables"]}
     differing = sorted(
         n for n in mine.keys() & theirs.keys() if mine[n].get("method") != theirs[n].get("method")
         or mine[n].get("algorithm") != theirs[n].get("algorithm")
         or mine[n].get("shards") != theirs[n].get("shards")
     )
-    step = other.to_dict()["prediction"]["step_time"]
+    step = theirs_data["prediction"]["step_time"]
     other_replicas = len(other.strategy.replicas)
-    this = plan.to_dict()["prediction"]["step_time"]
+    this = data["prediction"]["step_time"]
     return {
         "plan": other.where,
-        "name": other.to_dict()["name"],
+        "name": theirs_data["name"],
         "step_time": step,
         "samples_per_s": _per_sample(step, batch_size, other_replicas),
         "speedup_of_this_plan": _ratio(step / other_replicas, this / replicas),
-        "same_graph": other.to_dict()["provenance"]["graph_hash"] == plan.to_dict()["provenance"]["graph_hash"],
-        "same_cluster": other.to_dict()["provenance"]["cluster_hash"] == plan.to_dict()["provenance"]["cluster_hash"],
+        "same_graph": theirs_data["provenance"]["graph_hash"] == data["provenance"]["graph_hash"],
+        "same_cluster": theirs_data["provenance"]["cluster_hash"] == data["provenance"]["cluster_hash"],
         "variables_with_other_sync": len(differing),
     }
 
@@ -261,17 +266,14 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     batch = data["graph"]["batch_size"]
     replicas = len(plan.strategy.replicas)
     step = prediction["step_time"]
-    baselines = _baselines(plan, search.candidates if search else (), batch, replicas)
-    per_batch = {b["name"]: b["step_time"] / replicas for b in baselines}
-    if search:
-        per_batch = {c.name: c.simulation.step_time / len(c.strategy.replicas) for c in search.candidates}
+    baselines, per_batch = _baselines(data, search.candidates if search else (), batch, replicas)
     best = min(per_batch.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
     stats = search.stats if search else None
     return {
         "format": FORMAT,
         "version": VERSION,
-        "job": _job(plan, graph_item),
+        "job": _job(data, graph_item),
         "cluster": _cluster(plan.resource_spec),
         "plan": {
             "name": data["name"],
@@ -289,9 +291,9 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,
-        "bottleneck": _bottleneck(plan, prediction),
-        "pods": _pods(plan),
-        "largest_variables": _largest_variables(plan),
+        "bottleneck": _bottleneck(data, prediction),
+        "pods": _pods(data),
+        "largest_variables": _largest_variables(data),
         "search": None
         if stats is None
         else {
@@ -302,6 +304,6 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "seed": data["provenance"]["seed"],
             "budget_s": budget_s,
         },
-        "compare": None if other_plan is None else _compare(plan, other_plan, batch, replicas),
+        "compare": None if other_plan is None else _compare(data, other_plan, batch, replicas),
         "provenance": data["provenance"],
     }
