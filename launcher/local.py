@@ -1,8 +1,10 @@
 """Run a plan on this machine: one process per task on free localhost ports.
 
-Every worker and PS task of the plan becomes a TensorFlow server process with
-its own ``TF_CONFIG``; the client task (the chief, or worker 0 when the plan
-has none) runs the user's script with the plan applied.  Each process gets its
+Every task of the plan becomes a process with its own ``TF_CONFIG``: the
+tasks that run the user's script (every worker under a collective plan; the
+chief, or worker 0, otherwise: see :mod:`launcher.runtime.client`) and a
+TensorFlow server for each other task.  The first client's output is shown;
+every other task logs to a file.  Each process gets its
 own process group and a log file in a temporary folder.  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
 stopped before :func:`run_local` returns, and the folder is removed.
@@ -22,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
+from autodist.io import read_json, write_json_atomic
 
 POLL_S = 0.1
 STOP_GRACE_S = 3.0
@@ -112,7 +115,7 @@ class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
-        from launcher.runtime.chief import client_task
+        from launcher.runtime.client import client_tasks
 
         check_runs_here(plan)
         self.plan = plan
@@ -121,7 +124,7 @@ class LocalRun:
         self.args = list(args)
         self.report_path = report_path
         self.out = out or sys.stdout
-        self.client = client_task(plan)
+        self.clients = client_tasks(plan)
         self.cluster = local_cluster(plan)
         self.tasks = []
         self._logdir = None
@@ -150,39 +153,51 @@ class LocalRun:
         self.tasks.append(task)
         return task
 
+    def _report_of(self, job, index):
+        if not self.report_path or len(self.clients) == 1:
+            return self.report_path
+        return os.path.join(self._logdir, f"report-{job}-{index}.json")
+
     def start(self):
-        """Start every server task, then the client with the user's script."""
+        """Start every server task, then the clients with the user's script; returns the client tasks."""
         base = {**os.environ, **TASK_ENV}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):
-                if (job, index) == self.client:
+                if (job, index) in self.clients:
                     continue
                 env = dict(base, TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}}))
                 self._start(f"{job}:{index}", [sys.executable, "-m", "launcher.runtime.server"], env, True)
-        job, index = self.client
-        argv = [sys.executable, "-m", "launcher.runtime.chief", "--plan", self.plan_path,
-                "--cluster", json.dumps(self.cluster), "--job", job, "--index", str(index)]
-        if self.report_path:
-            argv += ["--report", os.path.abspath(self.report_path)]
-        return self._start(f"{job}:{index}", argv + [self.script, *self.args], base, False)
+        clients = []
+        for k, (job, index) in enumerate(self.clients):
+            argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", self.plan_path,
+                    "--cluster", json.dumps(self.cluster), "--job", job, "--index", str(index)]
+            report = self._report_of(job, index)
+            if report:
+                argv += ["--report", os.path.abspath(report)]
+            clients.append(self._start(f"{job}:{index}", argv + [self.script, *self.args], base, k > 0))
+        return clients
 
-    def wait(self, client):
-        """Block until the client ends; a server task that dies first stops the run."""
+    def wait(self, clients):
+        """Block until every client ends; a task that fails or dies first stops the run."""
         while True:
-            code = client.process.poll()
-            if code is not None:
-                if code != 0:
-                    raise LaunchError(f"the training script failed (task {client.name} exit status {code})",
-                                      source=self.script)
-                return
             for task in self.tasks:
-                if task is not client and not task.alive():
-                    tail = "\n  ".join(last_lines(task.log_path)) or "(no output)"
-                    raise LaunchError(
-                        f"task {task.name} (pid {task.process.pid}) died with exit status {task.process.returncode}; "
-                        f"its last log lines:\n  {tail}"
-                    )
+                code = task.process.poll()
+                if code is None or (code == 0 and task in clients):
+                    continue
+                if task is clients[0]:
+                    raise LaunchError(f"the training script failed (task {task.name} exit status {code})",
+                                      source=self.script)
+                tail = "\n  ".join(last_lines(task.log_path)) or "(no output)"
+                raise LaunchError(f"task {task.name} (pid {task.process.pid}) died with exit status {code}; "
+                                  f"its last log lines:\n  {tail}")
+            if all(task.process.poll() == 0 for task in clients):
+                self._merge_reports()
+                return
             time.sleep(POLL_S)
+
+    def _merge_reports(self):
+        if self.report_path and len(self.clients) > 1:
+            merge_reports([self._report_of(job, index) for job, index in self.clients], self.report_path)
 
     def stop_all(self):
         for task in reversed(self.tasks):
@@ -190,6 +205,15 @@ class LocalRun:
 
     def pids(self):
         return [t.process.pid for t in self.tasks]
+
+
+def merge_reports(paths, out_path):
+    """One record of a collective run from its tasks' records: variable devices in replica order, every task's record."""
+    records = sorted((read_json(p) for p in paths), key=lambda r: r["replica"])
+    merged = dict(records[0], tasks=records)
+    merged["variable_devices"] = {name: [d for r in records for d in r["variable_devices"].get(name, [])]
+                                  for name in records[0]["variable_devices"]}
+    write_json_atomic(out_path, merged)
 
 
 def _raise_interrupt(signum, frame):
@@ -218,7 +242,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None)
         ends with its last log lines.
     """
     with LocalRun(plan, plan_path, script, args, report_path) as run:
-        client = run.start()
+        clients = run.start()
         if on_start is not None:
             on_start(run)
-        run.wait(client)
+        run.wait(clients)

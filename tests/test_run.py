@@ -1,9 +1,12 @@
 """`autodist run`: real local jobs (2 workers, PS tasks, a chief) under PS, allreduce and hybrid plans.
 
 Every plan is made from the real captured step of benchmarks/models/run_small_mlp.py
-and the real simulator; every run starts real TensorFlow server processes on
-localhost.  The checks read what the client built (variable devices, the
-cross-device edges of the traced step) and the trained weights.
+and the real simulator; every run starts real TensorFlow processes on
+localhost.  The allreduce plan runs on TensorFlow's collective ops, every
+worker a client, once with model.fit and once with the example's custom loop
+(an @autodist.function step); the PS and hybrid plans run from one client.
+The checks read what the tasks built (variable devices, the collectives or
+the cross-device edges of the traced step) and the trained weights.
 """
 
 import json
@@ -47,7 +50,8 @@ def _strategies():
     }
     # Hybrid: the embedding in two shards on one PS task, the rest allreduced.
     hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 0), axis=0)})
-    return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1])}
+    return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1]),
+            "custom": (allreduce, [])}
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +126,8 @@ class _Runs:
         report = str(self.folder / f"report_{kind}.json")
         weights = str(self.folder / f"weights_{kind}.npz")
         script_args = ["--steps", str(STEPS), "--batch-size", str(BATCH), "--save-weights", weights]
+        if kind == "custom":
+            script_args.append("--custom-loop")
         output = ""
         # Three entry points: the CLI, the launcher's API, and `autodist worker` per task as in pods.
         if kind == "allreduce":
@@ -144,29 +150,34 @@ class _Runs:
 
 def _run_as_pods(plan, plan_path, report, script_args):
     """Every task as `autodist worker --plan` with its own TF_CONFIG, the way the pods start them."""
-    from launcher.local import local_cluster
-    from launcher.runtime.chief import client_task
+    from launcher.local import local_cluster, merge_reports
+    from launcher.runtime.client import client_tasks
 
     cluster = local_cluster(plan)
-    client = client_task(plan)
-    servers = []
+    clients = client_tasks(plan)
+    servers, scripts, reports = [], [], []
     try:
         for job, addresses in cluster.items():
             for index in range(len(addresses)):
                 env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}))
                 argv = [sys.executable, "-m", "autodist", "worker", "--plan", plan_path]
-                if (job, index) == client:
-                    argv += ["--report", report, SCRIPT, "--", *script_args]
-                    chief = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                if (job, index) in clients:
+                    reports.append(report if len(clients) == 1 else f"{report}.{job}-{index}")
+                    argv += ["--report", reports[-1], SCRIPT, "--", *script_args]
+                    scripts.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                    text=True))
                 else:
                     servers.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
                                                     stderr=subprocess.DEVNULL))
-        _, err = chief.communicate(timeout=400)
-        assert chief.returncode == 0, err[-3000:]
+        for process in scripts:
+            _, err = process.communicate(timeout=400)
+            assert process.returncode == 0, err[-3000:]
     finally:
-        for server in servers:
-            server.kill()
-            server.wait()
+        for process in servers + scripts:
+            process.kill()
+            process.wait()
+    if len(clients) > 1:
+        merge_reports(reports, report)
 
 
 @pytest.fixture(scope="session")
@@ -182,7 +193,7 @@ def _same_device(a, b):
         spec_b.job, spec_b.task, spec_b.device_type, spec_b.device_index)
 
 
-KINDS = ["ps", "allreduce", "hybrid"]
+KINDS = ["ps", "allreduce", "hybrid", "custom"]
 
 
 @pytest.mark.slow
@@ -199,7 +210,30 @@ def test_variables_live_where_the_plan_says(runs, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", ["allreduce", "custom"])
+def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_buckets(runs, small_job, kind):
+    run = runs.get(kind)
+    plan, report = run["plan"], run["report"]
+    sizes = {v.name: int(np.prod(v.shape)) for v in small_job.trainable_variables()}
+    buckets = {}
+    for name, sync in plan.strategy.sync.items():
+        buckets.setdefault(sync.bucket, []).append(name)
+    assert report["transfers"] == []  # no variable is read or written across tasks
+    assert len(report["tasks"]) == len(plan.strategy.replicas)
+    for task in report["tasks"]:
+        found = {c["bucket"]: c for c in task["collectives"]}
+        assert len(task["collectives"]) == len(buckets) == len(found)
+        for bucket, names in buckets.items():
+            collective = found[bucket]
+            assert collective["op_type"] == "CollectiveReduceV2" and collective["group_size"] == 2
+            assert sorted(collective["variables"]) == sorted(names)
+            assert collective["elements"] == sum(sizes[n] for n in names)
+            assert collective["communication_hint"] == "ring"
+        assert task["steps"] == STEPS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ps", "hybrid"])
 def test_gradients_travel_through_the_planned_channels(runs, kind):
     run = runs.get(kind)
     plan = run["plan"]
@@ -254,7 +288,9 @@ def _gone(pid):
 
 
 def _port_free(address):
+    """Nothing listens on the port (connections the run closed may linger in TIME_WAIT, as TCP requires)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("localhost", int(address.rsplit(":", 1)[1])))
         except OSError:
@@ -450,3 +486,12 @@ def test_models_with_added_losses_are_refused():
     model.compile(optimizer="sgd", loss="mse")
     with pytest.raises(LaunchError, match="model.losses"):
         PlacedTrainer(model, _local_hybrid_layout(model))
+
+
+@pytest.mark.slow
+def test_custom_loops_under_a_one_client_plan_are_refused_not_run_undistributed(plans):
+    _, plan_path = plans["ps"]
+    done = _cli(["run", SCRIPT, "--plan", plan_path, "--", "--steps", "2", "--custom-loop"])
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "custom training loops (autodist.function)" in done.stderr and "parameter server" in done.stderr
+    assert "step 1:" not in done.stdout

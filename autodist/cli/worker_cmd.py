@@ -1,8 +1,8 @@
 """``autodist worker --plan plan.json [train.py [args]]``: one task of a plan, inside its pod.
 
-Reads ``TF_CONFIG``.  A worker or PS task serves until it is stopped; the
-client task (the chief, or worker 0 when the plan has no chief) runs the
-training script with the plan applied.
+Reads ``TF_CONFIG``.  The tasks that run the training script (every worker
+under a collective plan; otherwise the chief, or worker 0 when the plan has no
+chief) run it with the plan applied; every other task serves until stopped.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ def register(subparsers):
 
 def run(args):
     from autodist.plan import Plan
-    from launcher.runtime.chief import client_task, run_chief
+    from launcher.runtime.client import client_tasks, run_client
     from launcher.runtime.server import read_tf_config, serve
 
     plan = Plan.load(args.plan)
     cluster, job, index = read_tf_config()
     plan.task(job, index)
-    if (job, index) != client_task(plan):
+    if (job, index) not in client_tasks(plan):
         serve(cluster, job, index)
         return 0
     if not args.script:
         raise LaunchError(f"task {job}:{index} runs the training script: give it after --plan", field="script")
     script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
-    run_chief(args.plan, cluster, job, index, args.script, script_args, args.report)
+    run_client(args.plan, cluster, job, index, args.script, script_args, args.report)
     return 0

@@ -15,6 +15,8 @@ from autodist.graph.trace import shapes_of, spec_of, trace_step
 
 # The script capture that is running, if any (set only inside capture_script).
 _active = None
+# The runtime that runs steps under a plan, if any (set only inside steps_run_by).
+_runtime = None
 
 
 class _StopScript(BaseException):
@@ -29,6 +31,8 @@ class _StepFunction:
         import tensorflow as tf
 
         self._tf_function = tf.function(func, **options)
+        self.python_function = func
+        self.options = dict(options)
         functools.update_wrapper(self, func)
 
     def __call__(self, *args, **kwargs):
@@ -36,6 +40,8 @@ class _StepFunction:
         if session is not None and session.item is None:
             session.item = trace_step(self._tf_function, args, kwargs, session.model_name, session.source)
             raise _StopScript
+        if _runtime is not None:
+            return _runtime.call_step(self, args, kwargs)
         return self._tf_function(*args, **kwargs)
 
     def __get__(self, instance, owner):
@@ -43,6 +49,27 @@ class _StepFunction:
 
     def __getattr__(self, name):
         return getattr(self._tf_function, name)
+
+
+@contextlib.contextmanager
+def steps_run_by(runtime):
+    """Inside: every ``autodist.function`` call goes to ``runtime.call_step(step, args, kwargs)``."""
+    global _runtime
+    _runtime = runtime
+    try:
+        yield
+    finally:
+        _runtime = None
+
+
+def is_chief():
+    """True in the process that should write the run's files.
+
+    Under a plan that runs on collectives every worker task runs the script;
+    only the first one is the chief.  Outside ``autodist run`` (and in the
+    single client of other plans) this is always True.
+    """
+    return _runtime is None or _runtime.first
 
 
 def function(func=None, **options):

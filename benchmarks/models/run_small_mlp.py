@@ -12,6 +12,8 @@ import argparse
 import keras
 import numpy as np
 
+import autodist
+
 VOCAB = 64
 
 
@@ -44,15 +46,37 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-weights", help="write the trained weights to this .npz file")
+    parser.add_argument("--custom-loop", action="store_true",
+                        help="train with a custom loop whose step is an @autodist.function instead of model.fit")
     args = parser.parse_args()
     try:
         x, y = make_data(args.steps, args.batch_size, args.seed)
     except ValueError as exc:
         parser.error(str(exc))
     model = build_model(args.seed)
-    model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2)
-    if args.save_weights:
+    if args.custom_loop:
+        train_custom_loop(model, x, y, args.batch_size)
+    else:
+        model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2)
+    if args.save_weights and autodist.is_chief():
         np.savez(args.save_weights, **trained_weights(model))
+
+
+def train_custom_loop(model, x, y, batch_size):
+    """The same training as ``model.fit(..., shuffle=False)``, one epoch, written as a custom loop."""
+    import tensorflow as tf
+
+    @autodist.function
+    def train_step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = model.compute_loss(x=xb, y=yb, y_pred=model(xb, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for start in range(0, len(x), batch_size):
+        loss = train_step(x[start:start + batch_size], y[start:start + batch_size])
+        print(f"step {start // batch_size + 1}: loss {float(loss):.4f}")
 
 
 def trained_weights(model):

@@ -25,29 +25,49 @@ def _ms(seconds):
 
 
 class StepReporter:
-    """Progress lines: step, loss, measured step time and samples/s against the prediction."""
+    """Progress lines: step, loss, measured step time and samples/s against the prediction.
 
-    def __init__(self, predicted_step_time, total_steps, out=None):
+    With ``total_steps`` known, about ten lines in all; without (a custom
+    loop), steps 1-10, then every 10th, then every 100th from step 1000.
+    """
+
+    def __init__(self, predicted_step_time, total_steps=None, out=None):
         self.predicted = predicted_step_time
-        self.total = total_steps
         self.out = out or sys.stdout
         self.times = []
-        self.every = max(1, total_steps // 10)
+        self.expect(total_steps)
 
-    def step(self, index, loss, seconds, samples):
+    def expect(self, total_steps):
+        """From now on the run ends at step ``total_steps`` (None: unknown)."""
+        self.total = total_steps
+        self.every = max(1, (total_steps - len(self.times)) // 10) if total_steps else None
+
+    def _shown(self, index):
+        if self.total:
+            return index == 1 or index == self.total or index % self.every == 0
+        return index <= 10 or index % (100 if index >= 1000 else 10) == 0
+
+    def step(self, index, loss, seconds, samples=None):
         self.times.append(seconds)
-        if index == 1 or index == self.total or index % self.every == 0:
-            print(
-                f"step {index}/{self.total}  loss {loss:.4f}  step {_ms(seconds)}  "
-                f"{samples / seconds:.0f} samples/s  (predicted {_ms(self.predicted)})",
-                file=self.out,
-                flush=True,
-            )
+        if not self._shown(index):
+            return
+        of = f"/{self.total}" if self.total else ""
+        shown_loss = f"  loss {loss:.4f}" if loss is not None else ""
+        rate = f"  {samples / seconds:.0f} samples/s" if samples else ""
+        print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
+              file=self.out, flush=True)
 
     def measured_step_time(self):
         """Median step time, leaving out the first step (it traces the graph)."""
         times = self.times[1:] or self.times
         return float(np.median(times)) if times else 0.0
+
+    def summary(self, plan_path):
+        """The closing line: measured against predicted step time, and the plan used."""
+        measured, predicted = self.measured_step_time(), self.predicted
+        ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
+        print(f"autodist: measured step time {_ms(measured)} vs predicted {_ms(predicted)}{ratio}; plan {plan_path}",
+              file=self.out, flush=True)
 
 
 class PlacedFit:
@@ -132,17 +152,13 @@ class PlacedFit:
             if getattr(model, "stop_training", False):
                 break
         hooks.on_train_end()
-        measured = reporter.measured_step_time()
-        predicted = self.layout.predicted_step_time
-        ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
-        print(f"autodist: measured step time {_ms(measured)} vs predicted {_ms(predicted)}{ratio}; plan {self.plan_path}",
-              file=self.out, flush=True)
+        reporter.summary(self.plan_path)
         if self.report_path:
             write_json_atomic(self.report_path, {
                 "plan": str(self.plan_path),
                 "steps": done,
-                "measured_step_time": measured,
-                "predicted_step_time": predicted,
+                "measured_step_time": reporter.measured_step_time(),
+                "predicted_step_time": reporter.predicted,
                 "variable_devices": trainer.variable_devices(),
                 "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],
             })

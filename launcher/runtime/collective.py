@@ -1,0 +1,260 @@
+"""Allreduce plans on TensorFlow's collective ops: every worker task is a client.
+
+TensorFlow 2.21 refuses remote execution and collective ops in one client
+(``Cannot enable remote execution as well as collective ops at the moment``,
+``tensorflow/python/eager/context.py``), so a plan whose variables are all
+allreduced, one replica per worker task, runs the way
+``MultiWorkerMirroredStrategy`` does: every worker task runs the user's
+script, holds its replica's variables, takes its slice of every global batch
+and sums the gradients with ``CollectiveReduceV2`` (ring on CPUs, NCCL on
+GPUs), one collective per planned bucket, before the optimizer applies them.
+
+The script must build the same global batches on every task (seed its data):
+the tasks check this on their first step.  Float outputs of a step (the loss,
+Keras' metrics) are averaged over the tasks, weighted by each task's share of
+the batch, so they equal the global batch's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from autodist.errors import LaunchError
+
+GRADIENT_GROUP, SETUP_GROUP = 1, 2
+
+
+def why_not_collective(plan):
+    """Why the plan cannot run on collectives (a PS variable, a task with several replicas), or None."""
+    on_ps = sorted(name for name, s in plan.strategy.sync.items() if s.method == "ps")
+    if on_ps:
+        return f"it puts {on_ps[0]!r} on a parameter server"
+    workers = plan.tasks_of("worker")
+    crowded = [t for t in workers if len(t["devices"]) != 1]
+    if crowded or len(workers) != len(plan.strategy.replicas):
+        return "it gives a worker task several replicas"
+    return None
+
+
+def collective_mode(plan):
+    """True when the plan runs on collectives: no PS variable and one replica per worker task."""
+    return why_not_collective(plan) is None
+
+
+class CollectiveGroup:
+    """This task's place in the group of replicas and the collectives it builds.
+
+    Parameters
+    ----------
+    layout : RunLayout
+        The plan's replicas (one per worker task, in replica order) and buckets.
+    task_index : int
+        This process's worker task.
+    """
+
+    def __init__(self, layout, task_index):
+        import tensorflow as tf
+
+        tasks = [tf.DeviceSpec.from_string(d).task for d in layout.replica_devices]
+        if task_index not in tasks:
+            raise LaunchError(f"worker task {task_index} holds no replica of the plan", field="TF_CONFIG")
+        self.layout = layout
+        self.rank = tasks.index(task_index)
+        self.size = len(tasks)
+        self.device_type = tf.DeviceSpec.from_string(layout.replica_devices[self.rank]).device_type or "CPU"
+        self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
+        self._next_key = 1
+        self.collectives = []  # what the traced steps built: one record per collective
+        self.variables = {}  # path -> variable, every variable whose gradient went through a collective
+
+    @property
+    def hint(self):
+        return "nccl" if self.device_type == "GPU" else "ring"
+
+    def _instance_key(self):
+        """A new key per collective, handed out in trace order (the same order on every task)."""
+        key, self._next_key = self._next_key, self._next_key + 1
+        return key
+
+    def all_sum(self, tensor, group_key=GRADIENT_GROUP, name="allreduce"):
+        """The sum of ``tensor`` over every task (one ``CollectiveReduceV2``)."""
+        import tensorflow as tf
+
+        return tf.raw_ops.CollectiveReduceV2(
+            input=tensor, group_size=self.size, group_key=group_key, instance_key=self._instance_key(),
+            ordering_token=[], merge_op="Add", final_op="Id", communication_hint=self.hint, name=name)
+
+    # -- gradients -----------------------------------------------------------------
+    def sum_gradients(self, grads, variables, share):
+        """Every gradient times ``share``, summed over the tasks: one collective per planned bucket and dtype.
+
+        Collectives run one after the other in bucket order, the same on every task.
+        """
+        import tensorflow as tf
+
+        names = [v.path for v in variables]
+        unknown = [n for n in names if n not in self.bucket_of]
+        if unknown:
+            raise LaunchError(f"variable {unknown[0]!r} of the step is not allreduced by the plan "
+                              "(was the plan made for this script?)", field="strategy.sync")
+        out = list(grads)
+        groups = {}
+        for i, (g, name) in enumerate(zip(grads, names)):
+            if g is not None:
+                groups.setdefault((self.bucket_of[name], tf.as_dtype(g.dtype).name), []).append(i)
+        previous = []
+        for (bucket, dtype), members in sorted(groups.items()):
+            with tf.control_dependencies(previous):
+                flat = tf.concat([tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in members], axis=0)
+                summed = self.all_sum(flat * tf.cast(share, flat.dtype), name=f"bucket{bucket}_allreduce")
+            previous = [summed]
+            sizes = [int(np.prod(variables[i].shape)) for i in members]
+            for i, piece in zip(members, tf.split(summed, sizes)):
+                out[i] = tf.reshape(piece, variables[i].shape)
+                self.variables[names[i]] = variables[i]
+            self.collectives.append({
+                "graph": summed.graph, "op": summed.op.name, "bucket": bucket, "dtype": dtype,
+                "variables": [names[i] for i in members], "elements": int(sum(sizes)),
+            })
+        return out
+
+    def broadcast_from_first(self, variables):
+        """Give every task the first task's values of ``variables`` (a sum where only the first task adds)."""
+        import tensorflow as tf
+
+        variables = list(variables)
+        if not variables:
+            return
+
+        @tf.function
+        def broadcast():
+            keep = tf.constant(1.0 if self.rank == 0 else 0.0)
+            for v in variables:
+                value = tf.convert_to_tensor(v)
+                v.assign(self.all_sum(value * tf.cast(keep, value.dtype), SETUP_GROUP, name="initial_broadcast"))
+
+        broadcast()
+
+    def check_same_batch(self, tensors):
+        """Raise LaunchError unless every task holds the same global batch (compared by a checksum)."""
+        import tensorflow as tf
+
+        total = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float64)) for t in tensors] or [tf.constant(0.0, tf.float64)])
+        every = self.all_sum(total, SETUP_GROUP, name="batch_check")
+        if not np.isclose(float(every), float(total) * self.size, rtol=1e-9, atol=1e-9):
+            raise LaunchError("the worker tasks built different global batches; the script must make the same data "
+                              "on every task (seed it)", field="data")
+
+    # -- the replica's step --------------------------------------------------------
+    def replica_step(self, func):
+        """``func`` run on this task's slice of the global batch, gradients summed before they are applied.
+
+        The returned function is meant to be traced (inside ``tf.function``).
+        Every argument that is a tensor or array with the batch's leading
+        dimension is sliced; ``optimizer.apply`` / ``apply_gradients`` called
+        inside ``func`` get the summed gradients.
+        """
+        import tensorflow as tf
+
+        def step(*args, **kwargs):
+            batch = [t for t in tf.nest.flatten((args, kwargs)) if _is_batched(t)]
+            if not batch:
+                raise LaunchError("the training step got no batch (no tensor or array argument)", field="step")
+            rows = batch[0].shape[0]
+            n = tf.shape(batch[0])[0]
+            lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
+            share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
+
+            def cut(t):
+                return t[lo:hi] if _is_batched(t) and t.shape[0] == rows else t
+
+            args, kwargs = tf.nest.map_structure(cut, (args, kwargs))
+            with self._summing_gradients(share) as seen:
+                out = func(*args, **kwargs)
+            if not seen["applied"]:
+                raise LaunchError("the training step never called optimizer.apply or apply_gradients, so its "
+                                  "gradients cannot be summed over the replicas", field="step")
+            return tf.nest.map_structure(lambda t: self._average(t, share), out)
+
+        return step
+
+    def _average(self, value, share):
+        import tensorflow as tf
+
+        if not isinstance(value, (tf.Tensor, tf.Variable)) or not value.dtype.is_floating:
+            return value
+        return self.all_sum(value * tf.cast(share, value.dtype), name="output_average")
+
+    @contextlib.contextmanager
+    def _summing_gradients(self, share):
+        """While tracing the step: the outermost ``optimizer.apply`` receives summed gradients."""
+        from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+        original = BaseOptimizer.apply
+        seen = {"applied": False, "depth": 0}
+        group = self
+
+        def apply(optimizer, grads, trainable_variables=None):
+            if seen["depth"]:  # a wrapper optimizer (loss scaling) calling its inner one
+                return original(optimizer, grads, trainable_variables)
+            variables = list(trainable_variables) if trainable_variables is not None else optimizer._trainable_variables
+            grads = group.sum_gradients(list(grads), variables, share)
+            seen["applied"], seen["depth"] = True, seen["depth"] + 1
+            try:
+                return original(optimizer, grads, trainable_variables)
+            finally:
+                seen["depth"] -= 1
+
+        BaseOptimizer.apply = apply
+        try:
+            yield seen
+        finally:
+            BaseOptimizer.apply = original
+
+    # -- what was built ------------------------------------------------------------
+    def collective_ops(self):
+        """The distinct collectives found in the traced step graphs: op type, attributes, bucket and variables."""
+        import tensorflow as tf
+
+        out = []
+        for record in self.collectives:
+            op = record["graph"].get_operation_by_name(record["op"])
+            entry = {
+                "op_type": op.type,
+                "group_size": int(tf.get_static_value(op.inputs[1])),
+                "communication_hint": op.get_attr("communication_hint").decode(),
+                "bucket": record["bucket"],
+                "dtype": record["dtype"],
+                "elements": record["elements"],
+                "variables": record["variables"],
+            }
+            if entry not in out:
+                out.append(entry)
+        return out
+
+
+def _is_batched(t):
+    import tensorflow as tf
+
+    return isinstance(t, (tf.Tensor, np.ndarray)) and len(t.shape) >= 1
+
+
+def join(cluster, index, device_type="CPU"):
+    """Make this process worker ``index`` of ``cluster`` with collective ops enabled.
+
+    ``MultiWorkerMirroredStrategy``'s constructor is TensorFlow's public way
+    to do it: it starts this task's server and configures the collective
+    runtime (group leader worker 0, NCCL on GPUs); the strategy itself is not
+    entered.  Call before the script creates any tensor.
+    """
+    import tensorflow as tf
+
+    implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if device_type == "GPU"
+                      else tf.distribute.experimental.CommunicationImplementation.RING)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster), task_type="worker", task_id=index, rpc_layer="grpc")
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver,
+        communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))

@@ -1,0 +1,186 @@
+"""One worker task of a collective run: the user's script on this task's replica.
+
+Inside :class:`CollectiveRun`, ``keras.Model.fit`` is Keras' own fit with the
+model's ``train_step`` run on this task's slice of each batch and its
+gradients summed over the tasks (see :mod:`launcher.runtime.collective`);
+``autodist.function`` steps of a custom loop get the same treatment.  Both
+are restored on exit.  The first task prints progress; every task can write
+a JSON record of what it ran.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from autodist.errors import LaunchError
+from autodist.io import write_json_atomic
+
+# Keras callbacks that write files: on every task but the first they would
+# write the same files again, so only the first task keeps them.
+FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
+
+
+def _canonical(device):
+    import tensorflow as tf
+
+    return tf.DeviceSpec.from_string(device).to_string()
+
+
+class CollectiveRun:
+    """Context manager: ``model.fit`` and ``autodist.function`` steps run as this task's replica.
+
+    Parameters
+    ----------
+    group : launcher.runtime.collective.CollectiveGroup
+    plan_path : str
+        Shown in the final summary.
+    """
+
+    def __init__(self, group, plan_path, out=None):
+        from launcher.runtime.fit import StepReporter
+
+        self.group = group
+        self.plan_path = plan_path
+        self.first = group.rank == 0
+        self.out = out or sys.stdout
+        self.reporter = StepReporter(group.layout.predicted_step_time, None, self.out if self.first else _Discard())
+        self.steps = 0
+        self._traced = {}  # id of an autodist.function step -> its tf.function
+        self._original_fit = None
+        self._stack = None
+
+    def __enter__(self):
+        import contextlib
+
+        import keras
+
+        from autodist.graph.script import steps_run_by
+
+        self._original_fit = keras.Model.fit
+        run = self
+
+        def fit(model, *args, **kwargs):
+            return run.fit(model, *args, **kwargs)
+
+        keras.Model.fit = fit
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(steps_run_by(self))
+        return self
+
+    def __exit__(self, *exc):
+        import keras
+
+        keras.Model.fit = self._original_fit
+        self._stack.close()
+        return False
+
+    # -- custom loops ----------------------------------------------------------------
+    def call_step(self, step, args, kwargs):
+        """One call of an ``autodist.function`` step: traced once, first call checks data and broadcasts weights."""
+        import tensorflow as tf
+
+        traced = self._traced.get(id(step))
+        if traced is None:
+            traced = tf.function(self.group.replica_step(step.python_function), **step.options)
+            traced.get_concrete_function(*args, **kwargs)
+            self.group.check_same_batch([t for t in tf.nest.flatten((args, kwargs)) if hasattr(t, "shape")])
+            self.group.broadcast_from_first(self.group.variables.values())
+            self._traced[id(step)] = traced
+        start = time.perf_counter()
+        out = traced(*args, **kwargs)
+        self._count(out, time.perf_counter() - start, _rows(args, kwargs))
+        return out
+
+    def _count(self, out, seconds, samples):
+        loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
+        self.steps += 1
+        self.reporter.step(self.steps, loss, seconds, samples)
+
+    # -- model.fit -------------------------------------------------------------------
+    def fit(self, model, x=None, y=None, batch_size=None, *args, callbacks=None, **kwargs):
+        """Keras' fit, with this task's replica step and a progress callback."""
+        if model.optimizer is None:
+            raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        arrays = [a for a in (x, y) if isinstance(a, np.ndarray)]
+        if arrays:
+            self.group.check_same_batch(arrays)
+        self.group.broadcast_from_first(model.weights)
+        kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
+        rows = (batch_size or 32) if arrays else None
+        progress = _progress_callback(self, rows)
+        model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
+        model.train_function = None
+        try:
+            return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)
+        finally:
+            del model.train_step
+            model.train_function = None
+
+    # -- at the end ------------------------------------------------------------------
+    def record(self):
+        """What this task ran: steps, times, where its variables live and the collectives of its steps."""
+        return {
+            "plan": str(self.plan_path),
+            "replica": self.group.rank,
+            "steps": self.steps,
+            "measured_step_time": self.reporter.measured_step_time(),
+            "predicted_step_time": self.reporter.predicted,
+            "variable_devices": {name: [_canonical(v.value.device)] for name, v in sorted(self.group.variables.items())},
+            "collectives": self.group.collective_ops(),
+            "transfers": [],
+        }
+
+    def finish(self, report_path=None):
+        """Print the summary (first task) and write the record; a run that trained nothing is an error."""
+        if not self.steps:
+            raise LaunchError("the script ended without calling model.fit or an autodist.function step, "
+                              "so nothing ran with the plan")
+        if self.first:
+            self.reporter.summary(self.plan_path)
+        if report_path:
+            write_json_atomic(report_path, self.record())
+
+
+def _progress_callback(run, rows):
+    """A Keras callback that times each training batch and reports it to ``run``."""
+    import keras
+
+    class Progress(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            steps, epochs = self.params.get("steps"), self.params.get("epochs")
+            run.reporter.expect(run.steps + steps * epochs if steps and epochs else None)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            run._count(logs or {}, time.perf_counter() - self.start, rows)
+
+    return Progress()
+
+
+class _Discard:
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def _scalar(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _rows(args, kwargs):
+    import tensorflow as tf
+
+    for t in tf.nest.flatten((args, kwargs)):
+        if hasattr(t, "shape") and len(t.shape) >= 1:
+            return int(t.shape[0])
+    return None
