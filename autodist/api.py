@@ -38,7 +38,7 @@ def cluster_of(cluster):
     return load_cluster(preset=str(cluster))
 
 
-def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=()):
+def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -53,6 +53,10 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         Passed to ``placement.optimize``.
     script_args : sequence of str
         Command-line arguments of a training script.
+    allreduce_only : bool
+        Search only plans that allreduce every variable, one device per
+        replica: what ``autodist run`` needs for a custom training loop
+        (``autodist.function``), which it runs on collective ops only.
 
     Returns
     -------
@@ -66,5 +70,6 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     graph_item = graph_of(source, script_args)
     resource_spec = cluster_of(cluster)
     cost_model = CostModel.default()
-    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress)
+    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
+                      allreduce_only=allreduce_only)
     return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)

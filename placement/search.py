@@ -156,7 +156,13 @@ class PlacementAnnealer(simanneal.Annealer):
         return best, best_sim
 
 
-def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None):
+def allreduces_everything(strategy):
+    """Every variable allreduced and every replica on one device."""
+    return (all(s.method == "allreduce" for s in strategy.sync.values())
+            and all(len(replica) == 1 for replica in strategy.replicas))
+
+
+def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
     Parameters
@@ -171,6 +177,10 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     progress : callable, optional
         ``progress(fraction_done, best_step_time_seconds)``, called about 100
         times (the CLI draws its bar with it).
+    allreduce_only : bool
+        Search only strategies that allreduce every variable, one device per
+        replica (what a custom training loop can run on, see
+        :mod:`launcher.runtime.collective`).
 
     Returns
     -------
@@ -179,8 +189,10 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     started = time.perf_counter()
     simulator = Simulator(graph_item, resource_spec, cost_model)
     candidates = all_baselines(simulator)
+    if allreduce_only:
+        candidates = [c for c in candidates if allreduces_everything(c.strategy)]
     start = min(candidates, key=lambda c: _rank(c.simulation))
-    space = StrategySpace(simulator, random.Random(seed))
+    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only)
     annealer = PlacementAnnealer(
         start.strategy,
         simulator,
@@ -200,6 +212,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         seconds=time.perf_counter() - started,
         work=simulator.work,
         start=start.name,
+        allreduce_only=allreduce_only,
         accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

@@ -46,9 +46,11 @@ class StrategySpace:
         For variable sizes, shapes and op group units.
     rng : random.Random
         The only source of randomness (seeded by the caller).
+    allow_ps : bool
+        False keeps every variable allreduced (no move puts one on a PS).
     """
 
-    def __init__(self, simulator, rng):
+    def __init__(self, simulator, rng, allow_ps=True):
         self.rng = rng
         self.variables = sorted(simulator.dense_bytes)
         self.ready_order = ready_order(simulator)
@@ -56,7 +58,7 @@ class StrategySpace:
         shapes = {v.name: v.shape for v in simulator.variables}
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
         self.units = list(simulator.groups.units)
-        self.candidates = ps_candidates(simulator.resource_spec)
+        self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]

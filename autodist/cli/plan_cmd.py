@@ -15,6 +15,8 @@ def register(subparsers):
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE", help="where to write the plan (default plan.json)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    p.add_argument("--allreduce-only", action="store_true",
+                   help="search only plans that allreduce every variable (what custom training loops run on)")
     p.add_argument("--emit-k8s", metavar="DIR", help="also write Kubernetes manifests for the plan here")
     add_manifest_arguments(p)
     p.set_defaults(func=run)
@@ -43,7 +45,8 @@ def run(args):
         options_from_args(args, script)  # bad manifest options fail before the search
     resource_spec = cluster_from_args(args)
     graph_item = graph_of(args.source, script_args_of(args))
-    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+                     allreduce_only=args.allreduce_only)
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")

@@ -56,7 +56,12 @@ def _searched_plan(args):
     given = args.cluster or args.preset or args.from_kubernetes
     resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     graph_item = graph_of(args.script, args.script_args)
-    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
+    custom_loop = graph_item.job.step == "function"
+    if custom_loop:
+        print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
+              "searching plans that allreduce every variable", flush=True)
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+                     allreduce_only=custom_loop)
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output

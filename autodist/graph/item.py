@@ -98,6 +98,9 @@ class JobInfo:
     optimizer: str = ""
     tf_version: str = ""
     source: str = ""
+    # How the script trains: "fit" (keras.Model.fit), "function" (a custom
+    # loop's step function) or "" (a graph loaded from a file).
+    step: str = ""
 
 
 def _copy(value):

@@ -109,6 +109,7 @@ class _ScriptCapture:
             self.source,
             optimizer=type(model.optimizer).__name__,
             input_shapes=shapes,
+            step="fit",
         )
         raise _StopScript
 

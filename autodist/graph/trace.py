@@ -161,11 +161,12 @@ def _named_shapes(python_fn, specs, kwspecs):
     return named
 
 
-def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None):
+def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None, step="function"):
     """Trace ``traced`` (a tf.function) on ``args``/``kwargs`` and build its GraphItem.
 
     ``optimizer`` and ``input_shapes`` override what is found from the
-    function itself (``model.fit`` knows them better).
+    function itself (``model.fit`` knows them better); ``step`` says how the
+    script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`).
     """
     import tensorflow as tf
 
@@ -189,6 +190,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         optimizer=optimizer or _optimizer_name(objects, variables),
         tf_version=tf.__version__,
         source=source,
+        step=step,
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 

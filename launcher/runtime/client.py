@@ -61,7 +61,8 @@ class RefusedSteps:
     def call_step(self, step, args, kwargs):
         raise LaunchError(f"custom training loops (autodist.function) run only under plans that allreduce every "
                           f"variable, one replica per worker task, and this plan does not: {self.reason}; "
-                          "train with model.fit or use such a plan", field="strategy.sync")
+                          "train with model.fit, or make such a plan (autodist plan --allreduce-only)",
+                          field="strategy.sync")
 
 
 def run_single_client(plan, plan_path, cluster, job, index, script, args=(), report_path=None):
