@@ -495,3 +495,23 @@ def test_custom_loops_under_a_one_client_plan_are_refused_not_run_undistributed(
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "custom training loops (autodist.function)" in done.stderr and "parameter server" in done.stderr
     assert "step 1:" not in done.stdout
+
+
+@pytest.mark.slow
+def test_workers_that_build_different_batches_stop_with_the_reason(plans):
+    """Under collectives every worker runs the script: a script whose data differs per worker is caught."""
+    from launcher.local import local_cluster
+
+    plan, plan_path = plans["allreduce"]
+    cluster = local_cluster(plan)
+    workers = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "autodist", "worker", "--plan", plan_path, SCRIPT, "--", "--seed", str(index)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for worker in workers:
+        _, err = worker.communicate(timeout=200)
+        assert worker.returncode == 2 and "Traceback" not in err, err[-2000:]
+        assert err.strip().splitlines()[-1].endswith("the worker tasks built different global batches; "
+                                                     "the script must make the same data on every task (seed it)")

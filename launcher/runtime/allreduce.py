@@ -1,12 +1,14 @@
-"""Summing one flat tensor per replica across replicas, inside the step graph.
+"""Summing one flat tensor per replica across replicas inside one client's step graph.
 
-TensorFlow's CollectiveReduceV2 needs one client per task: launched from a
-single client over remote tasks (``experimental_connect_to_cluster``) it timed
-out in TensorFlow 2.21 here, and ``MirroredStrategy`` refuses in-graph
-multi-worker training.  So the algorithms are written as ordinary ops pinned to
-the replica devices; TensorFlow's runtime moves every chunk between tasks
-(gRPC between processes, device copies inside one).  Every replica ends with
-bit-identical sums.
+Used by plans that run from one client (hybrid PS + allreduce plans, tasks
+with several replicas): TensorFlow 2.21 refuses collective ops in a client
+that also runs ops on remote tasks ("Cannot enable remote execution as well
+as collective ops at the moment", ``tensorflow/python/eager/context.py``),
+so there the algorithms are ordinary ops pinned to the replica devices, and
+TensorFlow's runtime moves every chunk between tasks (gRPC between
+processes, device copies inside one).  Every replica ends with bit-identical
+sums.  Plans that allreduce everything run on real collective ops instead
+(:mod:`launcher.runtime.collective`).
 """
 
 from __future__ import annotations
