@@ -513,5 +513,6 @@ def test_workers_that_build_different_batches_stop_with_the_reason(plans):
     for worker in workers:
         _, err = worker.communicate(timeout=200)
         assert worker.returncode == 2 and "Traceback" not in err, err[-2000:]
-        assert err.strip().splitlines()[-1].endswith("the worker tasks built different global batches; "
-                                                     "the script must make the same data on every task (seed it)")
+        assert err.strip().splitlines()[-1].endswith("the worker tasks built different global batches; the script "
+                                                     "must make the same data, in the same order, on every task "
+                                                     "(seed it)")

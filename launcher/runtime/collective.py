@@ -9,8 +9,9 @@ script, holds its replica's variables, takes its slice of every global batch
 and sums the gradients with ``CollectiveReduceV2`` (ring on CPUs, NCCL on
 GPUs), one collective per planned bucket, before the optimizer applies them.
 
-The script must build the same global batches on every task (seed its data):
-the tasks check this on their first step.  Float outputs of a step (the loss,
+The script must build the same global batches on every task (seed its data,
+and Keras' shuffling): every step checks it, at no extra collective, by
+summing a checksum of the global batch along with the first bucket.  Float outputs of a step (the loss,
 Keras' metrics) are averaged over the tasks, weighted by each task's share of
 the batch, so they equal the global batch's.
 """
@@ -24,6 +25,8 @@ import numpy as np
 from autodist.errors import LaunchError
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
+BATCH_MISMATCH = ("the worker tasks built different global batches; the script must make the same data, "
+                  "in the same order, on every task (seed it)")
 
 
 def why_not_collective(plan):
@@ -87,10 +90,12 @@ class CollectiveGroup:
             ordering_token=[], merge_op="Add", final_op="Id", communication_hint=self.hint, name=name)
 
     # -- gradients -----------------------------------------------------------------
-    def sum_gradients(self, grads, variables, share):
+    def sum_gradients(self, grads, variables, share, checksum):
         """Every gradient times ``share``, summed over the tasks: one collective per planned bucket and dtype.
 
-        Collectives run one after the other in bucket order, the same on every task.
+        Collectives run one after the other in bucket order, the same on
+        every task.  The first one also carries ``checksum`` (of the global
+        batch); its sum must be the task count times this task's checksum.
         """
         import tensorflow as tf
 
@@ -105,20 +110,43 @@ class CollectiveGroup:
             if g is not None:
                 groups.setdefault((self.bucket_of[name], tf.as_dtype(g.dtype).name), []).append(i)
         previous = []
-        for (bucket, dtype), members in sorted(groups.items()):
+        for k, ((bucket, dtype), members) in enumerate(sorted(groups.items())):
             with tf.control_dependencies(previous):
-                flat = tf.concat([tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in members], axis=0)
-                summed = self.all_sum(flat * tf.cast(share, flat.dtype), name=f"bucket{bucket}_allreduce")
+                parts = [tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in members]
+                flat = tf.concat(parts, axis=0) * tf.cast(share, parts[0].dtype)
+                if k == 0:
+                    flat = tf.concat([flat, tf.reshape(tf.cast(checksum, flat.dtype), [1])], axis=0)
+                summed = self.all_sum(flat, name=f"bucket{bucket}_allreduce")
+                if k == 0:
+                    summed = self._checked(summed, checksum)
             previous = [summed]
             sizes = [int(np.prod(variables[i].shape)) for i in members]
             for i, piece in zip(members, tf.split(summed, sizes)):
                 out[i] = tf.reshape(piece, variables[i].shape)
                 self.variables[names[i]] = variables[i]
             self.collectives.append({
-                "graph": summed.graph, "op": summed.op.name, "bucket": bucket, "dtype": dtype,
+                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket, "dtype": dtype,
                 "variables": [names[i] for i in members], "elements": int(sum(sizes)),
             })
         return out
+
+    def _checked(self, summed, checksum):
+        """``summed`` without its last element, once that element (the summed checksums) matches this task's."""
+        import tensorflow as tf
+
+        mine = tf.cast(checksum, summed.dtype) * self.size
+        tolerance = 8 * self.size * float(np.finfo(summed.dtype.as_numpy_dtype).eps)
+        check = tf.debugging.assert_near(summed[-1], mine, rtol=tolerance, atol=tolerance, message=BATCH_MISMATCH)
+        with tf.control_dependencies([check]):
+            return tf.identity(summed[:-1])
+
+    @staticmethod
+    def _collective_op(tensor):
+        """The CollectiveReduceV2 op ``tensor`` comes from (through the slicing of the checksum)."""
+        op = tensor.op
+        while op.type != "CollectiveReduceV2":
+            op = op.inputs[0].op
+        return op
 
     def broadcast_from_first(self, variables):
         """Give every task the first task's values of ``variables`` (a sum where only the first task adds)."""
@@ -137,16 +165,6 @@ class CollectiveGroup:
 
         broadcast()
 
-    def check_same_batch(self, tensors):
-        """Raise LaunchError unless every task holds the same global batch (compared by a checksum)."""
-        import tensorflow as tf
-
-        total = tf.add_n([tf.reduce_sum(tf.cast(t, tf.float64)) for t in tensors] or [tf.constant(0.0, tf.float64)])
-        every = self.all_sum(total, SETUP_GROUP, name="batch_check")
-        if not np.isclose(float(every), float(total) * self.size, rtol=1e-9, atol=1e-9):
-            raise LaunchError("the worker tasks built different global batches; the script must make the same data "
-                              "on every task (seed it)", field="data")
-
     # -- the replica's step --------------------------------------------------------
     def replica_step(self, func):
         """``func`` run on this task's slice of the global batch, gradients summed before they are applied.
@@ -164,6 +182,7 @@ class CollectiveGroup:
                 raise LaunchError("the training step got no batch (no tensor or array argument)", field="step")
             rows = batch[0].shape[0]
             n = tf.shape(batch[0])[0]
+            checksum = tf.add_n([tf.reduce_mean(tf.cast(t, tf.float64)) for t in batch])
             lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
             share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
 
@@ -171,7 +190,7 @@ class CollectiveGroup:
                 return t[lo:hi] if _is_batched(t) and t.shape[0] == rows else t
 
             args, kwargs = tf.nest.map_structure(cut, (args, kwargs))
-            with self._summing_gradients(share) as seen:
+            with self._summing_gradients(share, checksum) as seen:
                 out = func(*args, **kwargs)
             if not seen["applied"]:
                 raise LaunchError("the training step never called optimizer.apply or apply_gradients, so its "
@@ -188,7 +207,7 @@ class CollectiveGroup:
         return self.all_sum(value * tf.cast(share, value.dtype), name="output_average")
 
     @contextlib.contextmanager
-    def _summing_gradients(self, share):
+    def _summing_gradients(self, share, checksum):
         """While tracing the step: the outermost ``optimizer.apply`` receives summed gradients."""
         from keras.src.optimizers.base_optimizer import BaseOptimizer
 
@@ -200,7 +219,7 @@ class CollectiveGroup:
             if seen["depth"]:  # a wrapper optimizer (loss scaling) calling its inner one
                 return original(optimizer, grads, trainable_variables)
             variables = list(trainable_variables) if trainable_variables is not None else optimizer._trainable_variables
-            grads = group.sum_gradients(list(grads), variables, share)
+            grads = group.sum_gradients(list(grads), variables, share, checksum)
             seen["applied"], seen["depth"] = True, seen["depth"] + 1
             try:
                 return original(optimizer, grads, trainable_variables)

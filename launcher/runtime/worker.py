@@ -10,6 +10,7 @@ a JSON record of what it ran.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -53,8 +54,6 @@ class CollectiveRun:
         self._stack = None
 
     def __enter__(self):
-        import contextlib
-
         import keras
 
         from autodist.graph.script import steps_run_by
@@ -86,11 +85,11 @@ class CollectiveRun:
         if traced is None:
             traced = tf.function(self.group.replica_step(step.python_function), **step.options)
             traced.get_concrete_function(*args, **kwargs)
-            self.group.check_same_batch([t for t in tf.nest.flatten((args, kwargs)) if hasattr(t, "shape")])
             self.group.broadcast_from_first(self.group.variables.values())
             self._traced[id(step)] = traced
         start = time.perf_counter()
-        out = traced(*args, **kwargs)
+        with _batch_mismatch_is_a_launch_error():
+            out = traced(*args, **kwargs)
         self._count(out, time.perf_counter() - start, _rows(args, kwargs))
         return out
 
@@ -105,8 +104,6 @@ class CollectiveRun:
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         arrays = [a for a in (x, y) if isinstance(a, np.ndarray)]
-        if arrays:
-            self.group.check_same_batch(arrays)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
         rows = (batch_size or 32) if arrays else None
@@ -114,7 +111,8 @@ class CollectiveRun:
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
         model.train_function = None
         try:
-            return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)
+            with _batch_mismatch_is_a_launch_error():
+                return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)
         finally:
             del model.train_step
             model.train_function = None
@@ -142,6 +140,21 @@ class CollectiveRun:
             self.reporter.summary(self.plan_path)
         if report_path:
             write_json_atomic(report_path, self.record())
+
+
+@contextlib.contextmanager
+def _batch_mismatch_is_a_launch_error():
+    """The step's batch check fails inside TensorFlow; say it as a LaunchError."""
+    import tensorflow as tf
+
+    from launcher.runtime.collective import BATCH_MISMATCH
+
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as exc:
+        if BATCH_MISMATCH in str(exc):
+            raise LaunchError(BATCH_MISMATCH, field="data") from None
+        raise
 
 
 def _progress_callback(run, rows):
