@@ -516,3 +516,30 @@ def test_workers_that_build_different_batches_stop_with_the_reason(plans):
         assert err.strip().splitlines()[-1].endswith("the worker tasks built different global batches; the script "
                                                      "must make the same data, in the same order, on every task "
                                                      "(seed it)")
+
+
+@pytest.mark.slow
+def test_checkpoints_of_a_collective_run_hold_the_trained_weights_and_a_rerun_resumes(plans, tmp_path):
+    """ModelCheckpoint runs on the chief only; a rerun loads it on every worker and goes on from there."""
+    from run_small_mlp import build_model, make_data, trained_weights
+
+    from launcher.local import run_local
+
+    plan, plan_path = plans["allreduce"]
+    checkpoint = str(tmp_path / "ckpt.weights.h5")
+    args = ["--steps", str(STEPS), "--batch-size", str(BATCH), "--checkpoint", checkpoint]
+    run_local(plan, plan_path, SCRIPT, args)
+    run_local(plan, plan_path, SCRIPT, args + ["--save-weights", str(tmp_path / "resumed.npz")])
+    x, y = make_data(STEPS, BATCH, seed=0)
+    first, plain = build_model(0), build_model(0)  # plain Keras: train, save, load into a fresh model, train
+    first.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    first.save_weights(str(tmp_path / "first.weights.h5"))
+    plain.load_weights(str(tmp_path / "first.weights.h5"))
+    plain.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    resumed = dict(np.load(tmp_path / "resumed.npz"))
+    for name, value in trained_weights(plain).items():
+        np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    restored = build_model(1)
+    restored.load_weights(checkpoint)  # the second run's checkpoint: both runs' training
+    for name, value in trained_weights(plain).items():
+        np.testing.assert_allclose(trained_weights(restored)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -8,6 +8,7 @@ batch its update differs from the dense update the runtime applies.
 """
 
 import argparse
+import os
 
 import keras
 import numpy as np
@@ -46,6 +47,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-weights", help="write the trained weights to this .npz file")
+    parser.add_argument("--checkpoint", help="resume from these weights (.weights.h5) when the file exists, "
+                        "and save them there after every epoch (model.fit's ModelCheckpoint)")
     parser.add_argument("--custom-loop", action="store_true",
                         help="train with a custom loop whose step is an @autodist.function instead of model.fit")
     args = parser.parse_args()
@@ -54,10 +57,15 @@ def main():
     except ValueError as exc:
         parser.error(str(exc))
     model = build_model(args.seed)
+    callbacks = []
+    if args.checkpoint:
+        if os.path.exists(args.checkpoint):
+            model.load_weights(args.checkpoint)
+        callbacks.append(keras.callbacks.ModelCheckpoint(args.checkpoint, save_weights_only=True))
     if args.custom_loop:
         train_custom_loop(model, x, y, args.batch_size)
     else:
-        model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2)
+        model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2, callbacks=callbacks)
     if args.save_weights and autodist.is_chief():
         np.savez(args.save_weights, **trained_weights(model))
 
