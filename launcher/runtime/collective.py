@@ -195,16 +195,24 @@ class CollectiveGroup:
             if not seen["applied"]:
                 raise LaunchError("the training step never called optimizer.apply or apply_gradients, so its "
                                   "gradients cannot be summed over the replicas", field="step")
-            return tf.nest.map_structure(lambda t: self._average(t, share), out)
+            return self._averaged(out, share)
 
         return step
 
-    def _average(self, value, share):
+    def _averaged(self, out, share):
+        """``out`` with its float tensors averaged over the tasks (weighted by ``share``), in one collective."""
         import tensorflow as tf
 
-        if not isinstance(value, (tf.Tensor, tf.Variable)) or not value.dtype.is_floating:
-            return value
-        return self.all_sum(value * tf.cast(share, value.dtype), name="output_average")
+        flat = tf.nest.flatten(out)
+        floats = [i for i, t in enumerate(flat) if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating]
+        if not floats:
+            return out
+        values = [tf.cast(tf.reshape(flat[i], [-1]), tf.float64) for i in floats]
+        summed = self.all_sum(tf.concat(values, axis=0) * share, name="output_average")
+        pieces = tf.split(summed, tf.stack([tf.size(v) for v in values]), num=len(values))
+        for i, piece in zip(floats, pieces):
+            flat[i] = tf.cast(tf.reshape(piece, tf.shape(flat[i])), flat[i].dtype)
+        return tf.nest.pack_sequence_as(out, flat)
 
     @contextlib.contextmanager
     def _summing_gradients(self, share, checksum):
