@@ -27,6 +27,7 @@ from autodist.errors import LaunchError
 from autodist.io import read_json, write_json_atomic
 
 POLL_S = 0.1
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 STOP_GRACE_S = 3.0
 LOG_TAIL_LINES = 15
 # TensorFlow's C++ INFO lines drown the task logs; warnings and errors stay.
@@ -128,29 +129,47 @@ class LocalRun:
         self.cluster = local_cluster(plan)
         self.tasks = []
         self._logdir = None
-        self._old_sigterm = None
+        self._old_handlers = {}
+        self._starting = False  # a task is being started: a stop signal waits until it is recorded
+        self._stop_pending = False
 
     def __enter__(self):
         self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
-        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._old_handlers = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc):
         self.stop_all()
-        signal.signal(signal.SIGTERM, self._old_sigterm)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
         for name in os.listdir(self._logdir):
             os.unlink(os.path.join(self._logdir, name))
         os.rmdir(self._logdir)
         return False
 
+    def _on_stop_signal(self, signum, frame):
+        """Ctrl-C or SIGTERM: stop the run, but not between starting a task and recording it."""
+        if self._starting:
+            self._stop_pending = True
+        else:
+            raise KeyboardInterrupt
+
     def _start(self, name, argv, env, log_to_file):
+        """Start one task and record it, so that teardown always finds it."""
         log_path = os.path.join(self._logdir, name.replace(":", "-") + ".log")
-        with open(log_path, "w") as log:
-            stream = log if log_to_file else None
-            process = subprocess.Popen(argv, env=env, stdout=stream, stderr=subprocess.STDOUT if log_to_file else None,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-        task = TaskProcess(name, process, log_path)
-        self.tasks.append(task)
+        self._starting = True
+        try:
+            with open(log_path, "w") as log:
+                stream = log if log_to_file else None
+                process = subprocess.Popen(argv, env=env, stdout=stream,
+                                           stderr=subprocess.STDOUT if log_to_file else None,
+                                           stdin=subprocess.DEVNULL, start_new_session=True)
+            task = TaskProcess(name, process, log_path)
+            self.tasks.append(task)
+        finally:
+            self._starting = False
+        if self._stop_pending:
+            raise KeyboardInterrupt
         return task
 
     def _report_of(self, job, index):
@@ -214,10 +233,6 @@ def merge_reports(paths, out_path):
     merged["variable_devices"] = {name: [d for r in records for d in r["variable_devices"].get(name, [])]
                                   for name in records[0]["variable_devices"]}
     write_json_atomic(out_path, merged)
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None):

@@ -57,23 +57,13 @@ def _strategies():
 @pytest.fixture(scope="session")
 def small_job():
     """The example's training step, captured in this process."""
-    import tensorflow as tf
-    from run_small_mlp import build_model
+    from run_small_mlp import build_model, make_train_step
 
     from autodist.graph.capture import capture_step
 
-    model = build_model(0)
-
-    def train_step(x, y):
-        with tf.GradientTape() as tape:
-            loss = model.compute_loss(x=x, y=y, y_pred=model(x, training=True))
-        grads = tape.gradient(loss, model.trainable_variables)
-        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
     x = np.zeros((BATCH, 4), np.int32)
     y = np.zeros((BATCH,), np.int32)
-    return capture_step(train_step, x, y, model_name="small_mlp")
+    return capture_step(make_train_step(build_model(0)), x, y, model_name="small_mlp")
 
 
 @pytest.fixture(scope="session")

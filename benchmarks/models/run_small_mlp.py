@@ -70,11 +70,10 @@ def main():
         np.savez(args.save_weights, **trained_weights(model))
 
 
-def train_custom_loop(model, x, y, batch_size):
-    """The same training as ``model.fit(..., shuffle=False)``, one epoch, written as a custom loop."""
+def make_train_step(model):
+    """One training step of ``model`` as a plain function of a batch (forward, gradients, optimizer update)."""
     import tensorflow as tf
 
-    @autodist.function
     def train_step(xb, yb):
         with tf.GradientTape() as tape:
             loss = model.compute_loss(x=xb, y=yb, y_pred=model(xb, training=True))
@@ -82,6 +81,12 @@ def train_custom_loop(model, x, y, batch_size):
         model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    return train_step
+
+
+def train_custom_loop(model, x, y, batch_size):
+    """The same training as ``model.fit(..., shuffle=False)``, one epoch, written as a custom loop."""
+    train_step = autodist.function(make_train_step(model))
     for start in range(0, len(x), batch_size):
         loss = train_step(x[start:start + batch_size], y[start:start + batch_size])
         print(f"step {start // batch_size + 1}: loss {float(loss):.4f}")

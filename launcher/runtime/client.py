@@ -19,8 +19,9 @@ import os
 import runpy
 import sys
 
-from autodist.errors import AutoDistError, LaunchError
+from autodist.errors import LaunchError
 from launcher.runtime.collective import collective_mode, why_not_collective
+from launcher.runtime.server import exit_status
 
 
 def client_tasks(plan):
@@ -118,12 +119,8 @@ def main(argv=None):
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
-    try:
-        run_client(opts.plan, json.loads(opts.cluster), opts.job, opts.index, opts.script, opts.args, opts.report)
-    except AutoDistError as exc:
-        print(f"autodist: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status(run_client, opts.plan, json.loads(opts.cluster), opts.job, opts.index, opts.script, opts.args,
+                       opts.report)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,18 @@ def serve(cluster, job, index):
     server.join()
 
 
-def main():
+def exit_status(run, *args):
+    """Call ``run(*args)``: 0, or 2 with the error's one line on stderr when it raises an AutoDistError."""
     try:
-        serve(*read_tf_config())
+        run(*args)
     except AutoDistError as exc:
         print(f"autodist: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def main():
+    return exit_status(lambda: serve(*read_tf_config()))
 
 
 if __name__ == "__main__":
