@@ -24,7 +24,6 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
-from autodist.io import read_json, write_json_atomic
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -117,6 +116,7 @@ class LocalRun:
 
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
         from launcher.runtime.client import client_tasks
+        from launcher.runtime.collective import collective_mode, replica_places
 
         check_runs_here(plan)
         self.plan = plan
@@ -125,8 +125,15 @@ class LocalRun:
         self.args = list(args)
         self.report_path = report_path
         self.out = out or sys.stdout
-        self.clients = client_tasks(plan)
-        self.cluster = local_cluster(plan)
+        if collective_mode(plan):
+            # One process per replica, on a cluster of its own (no server tasks).
+            places = replica_places(plan)
+            self.cluster = {"worker": [f"localhost:{port}" for port in free_ports(len(places))]}
+            self.clients = [(_replica_name(places, r), ["--replica", str(r)]) for r in range(len(places))]
+        else:
+            self.cluster = local_cluster(plan)
+            job, index = client_tasks(plan)[0]
+            self.clients = [(f"{job}:{index}", ["--job", job, "--index", str(index)])]
         self.tasks = []
         self._logdir = None
         self._old_handlers = {}
@@ -172,28 +179,28 @@ class LocalRun:
             raise KeyboardInterrupt
         return task
 
-    def _report_of(self, job, index):
+    def _report_of(self, k):
         if not self.report_path or len(self.clients) == 1:
             return self.report_path
-        return os.path.join(self._logdir, f"report-{job}-{index}.json")
+        return os.path.join(self._logdir, f"report-{k}.json")
 
     def start(self):
         """Start every server task, then the clients with the user's script; returns the client tasks."""
         base = {**os.environ, **TASK_ENV}
+        names = {name for name, _ in self.clients}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):
-                if (job, index) in self.clients:
+                if f"{job}:{index}" in names or len(self.clients) > 1:
                     continue
                 env = dict(base, TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}}))
                 self._start(f"{job}:{index}", [sys.executable, "-m", "launcher.runtime.server"], env, True)
         clients = []
-        for k, (job, index) in enumerate(self.clients):
+        for k, (name, where) in enumerate(self.clients):
             argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", self.plan_path,
-                    "--cluster", json.dumps(self.cluster), "--job", job, "--index", str(index)]
-            report = self._report_of(job, index)
-            if report:
-                argv += ["--report", os.path.abspath(report)]
-            clients.append(self._start(f"{job}:{index}", argv + [self.script, *self.args], base, k > 0))
+                    "--cluster", json.dumps(self.cluster), *where]
+            if self._report_of(k):
+                argv += ["--report", os.path.abspath(self._report_of(k))]
+            clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0))
         return clients
 
     def wait(self, clients):
@@ -210,13 +217,12 @@ class LocalRun:
                 raise LaunchError(f"task {task.name} (pid {task.process.pid}) died with exit status {code}; "
                                   f"its last log lines:\n  {tail}")
             if all(task.process.poll() == 0 for task in clients):
-                self._merge_reports()
+                if self.report_path and len(self.clients) > 1:
+                    from launcher.runtime.worker import merge_records
+
+                    merge_records([self._report_of(k) for k in range(len(self.clients))], self.report_path)
                 return
             time.sleep(POLL_S)
-
-    def _merge_reports(self):
-        if self.report_path and len(self.clients) > 1:
-            merge_reports([self._report_of(job, index) for job, index in self.clients], self.report_path)
 
     def stop_all(self):
         for task in reversed(self.tasks):
@@ -226,13 +232,11 @@ class LocalRun:
         return [t.process.pid for t in self.tasks]
 
 
-def merge_reports(paths, out_path):
-    """One record of a collective run from its tasks' records: variable devices in replica order, every task's record."""
-    records = sorted((read_json(p) for p in paths), key=lambda r: r["replica"])
-    merged = dict(records[0], tasks=records)
-    merged["variable_devices"] = {name: [d for r in records for d in r["variable_devices"].get(name, [])]
-                                  for name in records[0]["variable_devices"]}
-    write_json_atomic(out_path, merged)
+def _replica_name(places, rank):
+    """``worker:T`` for the only replica of worker task T, ``worker:T replica I`` when it has several."""
+    task, local = places[rank]
+    alone = sum(t == task for t, _ in places) == 1
+    return f"worker:{task}" if alone else f"worker:{task} replica {local}"
 
 
 def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None):

@@ -27,6 +27,7 @@ SCRIPT = os.path.join(ZOO, "run_small_mlp.py")
 STEPS, BATCH = 4, 16
 CLUSTER = "cpu-local:2"
 REPLICAS = [["local-0/CPU:0"], ["local-1/CPU:0"]]
+TWO_PER_TASK = [["local/CPU:0"], ["local/CPU:1"]]
 PS_DEVICES = ["local-0/CPU:0", "local-1/CPU:0"]
 
 
@@ -51,7 +52,7 @@ def _strategies():
     # Hybrid: the embedding in two shards on one PS task, the rest allreduced.
     hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 0), axis=0)})
     return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1]),
-            "custom": (allreduce, [])}
+            "custom": (allreduce, []), "two-per-task": (allreduce, [])}
 
 
 @pytest.fixture(scope="session")
@@ -77,11 +78,17 @@ def plans(small_job, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("plans")
     spec = load_cluster(preset=CLUSTER)
+    # One node with two CPU devices: one worker task holding both replicas.
+    two_cpus = folder / "one-node-two-cpus.yaml"
+    two_cpus.write_text("name: one-node-two-cpus\nnodes:\n"
+                        "  - {name: local, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n")
     cost_model = CostModel.default()
     out = {}
     for kind, (sync, ps_devices) in _strategies().items():
-        strategy = Strategy(replicas=REPLICAS, sync=sync, ps_devices=ps_devices)
-        plan = Plan.from_strategy(small_job, spec, strategy, simulate(small_job, spec, strategy, cost_model),
+        where = load_cluster(str(two_cpus)) if kind == "two-per-task" else spec
+        replicas = TWO_PER_TASK if kind == "two-per-task" else REPLICAS
+        strategy = Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
+        plan = Plan.from_strategy(small_job, where, strategy, simulate(small_job, where, strategy, cost_model),
                                   cost_model.id, 0)
         path = str(folder / f"plan_{kind}.json")
         plan.save(path)
@@ -140,8 +147,9 @@ class _Runs:
 
 def _run_as_pods(plan, plan_path, report, script_args):
     """Every task as `autodist worker --plan` with its own TF_CONFIG, the way the pods start them."""
-    from launcher.local import local_cluster, merge_reports
+    from launcher.local import local_cluster
     from launcher.runtime.client import client_tasks
+    from launcher.runtime.worker import merge_records
 
     cluster = local_cluster(plan)
     clients = client_tasks(plan)
@@ -167,7 +175,7 @@ def _run_as_pods(plan, plan_path, report, script_args):
             process.kill()
             process.wait()
     if len(clients) > 1:
-        merge_reports(reports, report)
+        merge_records(reports, report)
 
 
 @pytest.fixture(scope="session")
@@ -183,7 +191,7 @@ def _same_device(a, b):
         spec_b.job, spec_b.task, spec_b.device_type, spec_b.device_index)
 
 
-KINDS = ["ps", "allreduce", "hybrid", "custom"]
+KINDS = ["ps", "allreduce", "hybrid", "custom", "two-per-task"]
 
 
 @pytest.mark.slow
@@ -200,7 +208,7 @@ def test_variables_live_where_the_plan_says(runs, kind):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["allreduce", "custom"])
+@pytest.mark.parametrize("kind", ["allreduce", "custom", "two-per-task"])
 def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_buckets(runs, small_job, kind):
     run = runs.get(kind)
     plan, report = run["plan"], run["report"]
@@ -208,9 +216,9 @@ def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_bucket
     buckets = {}
     for name, sync in plan.strategy.sync.items():
         buckets.setdefault(sync.bucket, []).append(name)
-    assert report["transfers"] == []  # no variable is read or written across tasks
-    assert len(report["tasks"]) == len(plan.strategy.replicas)
-    for task in report["tasks"]:
+    assert report["transfers"] == []  # no variable is read or written across replicas
+    assert [r["replica"] for r in report["replicas"]] == list(range(len(plan.strategy.replicas)))
+    for task in report["replicas"]:
         found = {c["bucket"]: c for c in task["collectives"]}
         assert len(task["collectives"]) == len(buckets) == len(found)
         for bucket, names in buckets.items():
@@ -489,7 +497,7 @@ def test_custom_loops_under_a_one_client_plan_are_refused_not_run_undistributed(
 
 @pytest.mark.slow
 def test_workers_that_build_different_batches_stop_with_the_reason(plans):
-    """Under collectives every worker runs the script: a script whose data differs per worker is caught."""
+    """Under collectives every replica runs the script: a script whose data differs per replica is caught."""
     from launcher.local import local_cluster
 
     plan, plan_path = plans["allreduce"]
@@ -503,9 +511,9 @@ def test_workers_that_build_different_batches_stop_with_the_reason(plans):
     for worker in workers:
         _, err = worker.communicate(timeout=200)
         assert worker.returncode == 2 and "Traceback" not in err, err[-2000:]
-        assert err.strip().splitlines()[-1].endswith("the worker tasks built different global batches; the script "
-                                                     "must make the same data, in the same order, on every task "
-                                                     "(seed it)")
+        assert err.strip().splitlines()[-1].endswith(
+            "the replicas built different global batches; the script must make the same data, in the same order, "
+            "in every replica process (seed it)")
 
 
 @pytest.mark.slow
@@ -533,3 +541,16 @@ def test_checkpoints_of_a_collective_run_hold_the_trained_weights_and_a_rerun_re
     restored.load_weights(checkpoint)  # the second run's checkpoint: both runs' training
     for name, value in trained_weights(plain).items():
         np.testing.assert_allclose(trained_weights(restored)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_replicas_of_a_task_listen_on_its_port_plus_their_index(plans):
+    from launcher.runtime.client import client_tasks
+    from launcher.runtime.collective import collective_mode, replica_cluster, replica_places, why_not_collective
+
+    two, _ = plans["two-per-task"]
+    assert collective_mode(two) and client_tasks(two) == [("worker", 0)]
+    assert replica_places(two) == [(0, 0), (0, 1)]
+    assert replica_cluster(two, {"worker": ["pod-0.job:2222"]}) == {"worker": ["pod-0.job:2222", "pod-0.job:2223"]}
+    one, _ = plans["allreduce"]
+    assert replica_cluster(one, {"worker": ["a:1", "b:1"]}) == {"worker": ["a:1", "b:1"]}
+    assert why_not_collective(plans["hybrid"][0]) == "it puts 'embedding/embeddings' on a parameter server"

@@ -2,13 +2,13 @@
 
 Two ways, chosen by the plan (:func:`collective_mode`):
 
-- Collectives: every worker task is a client that runs the script on its own
-  replica and sums gradients with TensorFlow's collective ops
-  (:mod:`launcher.runtime.worker`).
+- Collectives: every replica is a process that runs the script and sums
+  gradients with TensorFlow's collective ops (:mod:`launcher.runtime.worker`);
+  a worker task with several replicas starts one process per replica.
 - One client: the chief (or worker 0 when there is none) connects to every
   other task's server and runs one step graph with explicit devices
-  (:mod:`launcher.runtime.fit`); plans with PS variables, and plans that give
-  a worker task several replicas, run this way.
+  (:mod:`launcher.runtime.fit`); plans with PS variables, or with a replica
+  over several devices, run this way.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class RefusedSteps:
 
     def call_step(self, step, args, kwargs):
         raise LaunchError(f"custom training loops (autodist.function) run only under plans that allreduce every "
-                          f"variable, one replica per worker task, and this plan does not: {self.reason}; "
+                          f"variable, one device per replica, and this plan does not: {self.reason}; "
                           "train with model.fit, or make such a plan (autodist plan --allreduce-only)",
                           field="strategy.sync")
 
@@ -81,46 +81,97 @@ def run_single_client(plan, plan_path, cluster, job, index, script, args=(), rep
         raise LaunchError("the script ended without calling model.fit, so nothing ran with the plan", source=script)
 
 
-def run_collective(plan, plan_path, cluster, index, script, args=(), report_path=None):
-    """Join the collective group as worker ``index``, then run the script as that task's replica."""
+def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=None):
+    """Join the replicas' collective group as replica ``rank``, then run the script as that replica."""
     from launcher.runtime.collective import CollectiveGroup, join
     from launcher.runtime.layout import RunLayout
     from launcher.runtime.worker import CollectiveRun
 
-    group = CollectiveGroup(RunLayout.from_plan(plan), index)
-    join(cluster, index, group.device_type)
-    print(f"autodist: task worker:{index} serving at {cluster['worker'][index]}, replica {group.rank} of {group.size}",
-          flush=True)
+    group = CollectiveGroup(RunLayout.from_plan(plan), rank)
+    join(cluster, rank, group.device_type)
+    print(f"autodist: replica {rank} of {group.size} serving at {cluster['worker'][rank]}", flush=True)
     with CollectiveRun(group, plan_path) as run:
         run_script(script, args)
     run.finish(report_path)
 
 
+def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_path=None):
+    """A worker task with several replicas: one process per replica (each sees only its GPU), all awaited.
+
+    The first to fail stops the others and the task, naming the replica.
+    """
+    import subprocess
+    import tempfile
+    import time
+
+    from launcher.runtime.collective import replica_places
+    from launcher.runtime.worker import merge_records
+
+    places = replica_places(plan)
+    gpus = plan.resource_spec.device(plan.strategy.replicas[ranks[0]][0]).kind == "GPU"
+    with tempfile.TemporaryDirectory(prefix="autodist-replicas-") as folder:
+        reports = [os.path.join(folder, f"replica-{r}.json") for r in ranks]
+        processes = []
+        try:
+            for rank, report in zip(ranks, reports):
+                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(places[rank][1])) if gpus else None
+                argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", plan_path,
+                        "--cluster", json.dumps(cluster), "--replica", str(rank), "--report", report, script, *args]
+                processes.append(subprocess.Popen(argv, env=env))
+            while True:
+                codes = [p.poll() for p in processes]
+                failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
+                if failed:
+                    raise LaunchError(f"replica {failed[0][0]} failed with exit status {failed[0][1]}")
+                if all(c == 0 for c in codes):
+                    break
+                time.sleep(0.1)
+        finally:
+            for p in processes:
+                p.kill()
+                p.wait()
+        if report_path:
+            merge_records(reports, report_path)
+
+
 def run_client(plan_path, cluster, job, index, script, args=(), report_path=None):
-    """Run the script as task ``job:index`` of the plan, whichever way the plan runs."""
+    """Run the script as task ``job:index`` of the plan (``cluster`` as in ``TF_CONFIG``), whichever way the plan runs."""
     from autodist.plan import Plan
+    from launcher.runtime.collective import replica_cluster, replica_places
 
     plan = Plan.load(plan_path)
     if (job, index) not in client_tasks(plan):
         raise LaunchError(f"task {job}:{index} does not run the training script under this plan", field="TF_CONFIG")
-    if collective_mode(plan):
-        run_collective(plan, plan_path, cluster, index, script, args, report_path)
-    else:
+    if not collective_mode(plan):
         run_single_client(plan, plan_path, cluster, job, index, script, args, report_path)
+        return
+    ranks = [r for r, (task, _) in enumerate(replica_places(plan)) if task == index]
+    replicas = replica_cluster(plan, cluster)
+    if len(ranks) == 1:
+        run_replica(plan, plan_path, replicas, ranks[0], script, args, report_path)
+    else:
+        run_task_replicas(plan, plan_path, replicas, ranks, script, args, report_path)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m launcher.runtime.client")
     parser.add_argument("--plan", required=True)
-    parser.add_argument("--cluster", required=True, help="cluster spec as JSON (job -> addresses)")
-    parser.add_argument("--job", required=True)
-    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--cluster", required=True,
+                        help="as JSON: the tasks' cluster (with --job, --index) or the replicas' (with --replica)")
+    parser.add_argument("--job")
+    parser.add_argument("--index", type=int)
+    parser.add_argument("--replica", type=int, help="run this replica of a collective plan")
     parser.add_argument("--report")
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
-    return exit_status(run_client, opts.plan, json.loads(opts.cluster), opts.job, opts.index, opts.script, opts.args,
-                       opts.report)
+    cluster = json.loads(opts.cluster)
+    if opts.replica is not None:
+        from autodist.plan import Plan
+
+        return exit_status(lambda: run_replica(Plan.load(opts.plan), opts.plan, cluster, opts.replica, opts.script,
+                                               opts.args, opts.report))
+    return exit_status(run_client, opts.plan, cluster, opts.job, opts.index, opts.script, opts.args, opts.report)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
-"""Allreduce plans on TensorFlow's collective ops: every worker task is a client.
+"""Allreduce plans on TensorFlow's collective ops: every replica is a process.
 
 TensorFlow 2.21 refuses remote execution and collective ops in one client
 (``Cannot enable remote execution as well as collective ops at the moment``,
 ``tensorflow/python/eager/context.py``), so a plan whose variables are all
-allreduced, one replica per worker task, runs the way
-``MultiWorkerMirroredStrategy`` does: every worker task runs the user's
-script, holds its replica's variables, takes its slice of every global batch
-and sums the gradients with ``CollectiveReduceV2`` (ring on CPUs, NCCL on
-GPUs), one collective per planned bucket, before the optimizer applies them.
+allreduced runs the way ``MultiWorkerMirroredStrategy`` runs one device per
+worker: every replica is a process (a worker task with several devices runs
+one per device, each seeing only its GPU) that runs the user's script, holds
+its replica's variables, takes its slice of every global batch and sums the
+gradients with ``CollectiveReduceV2`` (ring on CPUs, NCCL on GPUs), one
+collective per planned bucket, before the optimizer applies them.  The
+replica processes form their own cluster: replica ``i`` of a task listens on
+the task's port plus ``i``.
 
-The script must build the same global batches on every task (seed its data,
-and Keras' shuffling): every step checks it, at no extra collective, by
-summing a checksum of the global batch along with the first bucket.  Float outputs of a step (the loss,
-Keras' metrics) are averaged over the tasks, weighted by each task's share of
-the batch, so they equal the global batch's.
+The script must build the same global batches on every replica (seed its
+data, and Keras' shuffling): every step checks it, at no extra collective,
+by summing a checksum of the global batch along with the first bucket.
+Float outputs of a step (the loss, Keras' metrics) are averaged over the
+replicas, weighted by each one's share of the batch, so they equal the
+global batch's.
 """
 
 from __future__ import annotations
@@ -25,25 +29,41 @@ import numpy as np
 from autodist.errors import LaunchError
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
-BATCH_MISMATCH = ("the worker tasks built different global batches; the script must make the same data, "
-                  "in the same order, on every task (seed it)")
+BATCH_MISMATCH = ("the replicas built different global batches; the script must make the same data, "
+                  "in the same order, in every replica process (seed it)")
 
 
 def why_not_collective(plan):
-    """Why the plan cannot run on collectives (a PS variable, a task with several replicas), or None."""
+    """Why the plan cannot run on collectives (a PS variable, a replica over several devices), or None."""
     on_ps = sorted(name for name, s in plan.strategy.sync.items() if s.method == "ps")
     if on_ps:
         return f"it puts {on_ps[0]!r} on a parameter server"
-    workers = plan.tasks_of("worker")
-    crowded = [t for t in workers if len(t["devices"]) != 1]
-    if crowded or len(workers) != len(plan.strategy.replicas):
-        return "it gives a worker task several replicas"
+    if any(len(replica) > 1 for replica in plan.strategy.replicas):
+        return "it splits a replica over several devices"
     return None
 
 
 def collective_mode(plan):
-    """True when the plan runs on collectives: no PS variable and one replica per worker task."""
+    """True when the plan runs on collectives: no PS variable and one device per replica."""
     return why_not_collective(plan) is None
+
+
+def replica_places(plan):
+    """Per replica, in plan order: (worker task index, the replica's index among that task's devices)."""
+    out = []
+    for replica in plan.strategy.replicas:
+        task = next(t for t in plan.tasks_of("worker") if replica[0] in t["devices"])
+        out.append((task["index"], task["devices"].index(replica[0])))
+    return out
+
+
+def replica_cluster(plan, cluster):
+    """The replicas' own cluster from the tasks' (``TF_CONFIG``'s): replica ``i`` of a task on its port + ``i``."""
+    addresses = []
+    for task, local in replica_places(plan):
+        host, port = cluster["worker"][task].rsplit(":", 1)
+        addresses.append(f"{host}:{int(port) + local}")
+    return {"worker": addresses}
 
 
 class CollectiveGroup:
@@ -52,21 +72,22 @@ class CollectiveGroup:
     Parameters
     ----------
     layout : RunLayout
-        The plan's replicas (one per worker task, in replica order) and buckets.
-    task_index : int
-        This process's worker task.
+        The plan's replicas and buckets.
+    rank : int
+        This process's replica (its place in the plan's replica order, and
+        its task index in the replicas' cluster).
     """
 
-    def __init__(self, layout, task_index):
+    def __init__(self, layout, rank):
         import tensorflow as tf
 
-        tasks = [tf.DeviceSpec.from_string(d).task for d in layout.replica_devices]
-        if task_index not in tasks:
-            raise LaunchError(f"worker task {task_index} holds no replica of the plan", field="TF_CONFIG")
+        if not 0 <= rank < len(layout.replica_devices):
+            raise LaunchError(f"replica {rank} is not in the plan, which has {len(layout.replica_devices)}",
+                              field="replica")
         self.layout = layout
-        self.rank = tasks.index(task_index)
-        self.size = len(tasks)
-        self.device_type = tf.DeviceSpec.from_string(layout.replica_devices[self.rank]).device_type or "CPU"
+        self.rank = rank
+        self.size = len(layout.replica_devices)
+        self.device_type = tf.DeviceSpec.from_string(layout.replica_devices[rank]).device_type or "CPU"
         self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
         self._next_key = 1
         self.collectives = []  # what the traced steps built: one record per collective
@@ -77,12 +98,12 @@ class CollectiveGroup:
         return "nccl" if self.device_type == "GPU" else "ring"
 
     def _instance_key(self):
-        """A new key per collective, handed out in trace order (the same order on every task)."""
+        """A new key per collective, handed out in trace order (the same order in every replica)."""
         key, self._next_key = self._next_key, self._next_key + 1
         return key
 
     def all_sum(self, tensor, group_key=GRADIENT_GROUP, name="allreduce"):
-        """The sum of ``tensor`` over every task (one ``CollectiveReduceV2``)."""
+        """The sum of ``tensor`` over every replica (one ``CollectiveReduceV2``)."""
         import tensorflow as tf
 
         return tf.raw_ops.CollectiveReduceV2(
@@ -91,11 +112,11 @@ class CollectiveGroup:
 
     # -- gradients -----------------------------------------------------------------
     def sum_gradients(self, grads, variables, share, checksum):
-        """Every gradient times ``share``, summed over the tasks: one collective per planned bucket and dtype.
+        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and dtype.
 
         Collectives run one after the other in bucket order, the same on
-        every task.  The first one also carries ``checksum`` (of the global
-        batch); its sum must be the task count times this task's checksum.
+        every replica.  The first one also carries ``checksum`` (of the global
+        batch); its sum must be the replica count times this replica's checksum.
         """
         import tensorflow as tf
 
@@ -131,7 +152,7 @@ class CollectiveGroup:
         return out
 
     def _checked(self, summed, checksum):
-        """``summed`` without its last element, once that element (the summed checksums) matches this task's."""
+        """``summed`` without its last element, once that element (the summed checksums) matches this replica's."""
         import tensorflow as tf
 
         mine = tf.cast(checksum, summed.dtype) * self.size
@@ -149,7 +170,7 @@ class CollectiveGroup:
         return op
 
     def broadcast_from_first(self, variables):
-        """Give every task the first task's values of ``variables`` (a sum where only the first task adds)."""
+        """Give every replica the first replica's values of ``variables`` (a sum where only the first one adds)."""
         import tensorflow as tf
 
         variables = list(variables)
@@ -167,7 +188,7 @@ class CollectiveGroup:
 
     # -- the replica's step --------------------------------------------------------
     def replica_step(self, func):
-        """``func`` run on this task's slice of the global batch, gradients summed before they are applied.
+        """``func`` run on this replica's slice of the global batch, gradients summed before they are applied.
 
         The returned function is meant to be traced (inside ``tf.function``).
         Every argument that is a tensor or array with the batch's leading
@@ -200,7 +221,7 @@ class CollectiveGroup:
         return step
 
     def _averaged(self, out, share):
-        """``out`` with its float tensors averaged over the tasks (weighted by ``share``), in one collective."""
+        """``out`` with its float tensors averaged over the replicas (weighted by ``share``), in one collective."""
         import tensorflow as tf
 
         flat = tf.nest.flatten(out)
@@ -269,10 +290,10 @@ def _is_batched(t):
 
 
 def join(cluster, index, device_type="CPU"):
-    """Make this process worker ``index`` of ``cluster`` with collective ops enabled.
+    """Make this process worker ``index`` of the replicas' ``cluster`` with collective ops enabled.
 
     ``MultiWorkerMirroredStrategy``'s constructor is TensorFlow's public way
-    to do it: it starts this task's server and configures the collective
+    to do it: it starts this process's server and configures the collective
     runtime (group leader worker 0, NCCL on GPUs); the strategy itself is not
     entered.  Call before the script creates any tensor.
     """

@@ -1,10 +1,10 @@
-"""One worker task of a collective run: the user's script on this task's replica.
+"""One replica of a collective run: the user's script in this replica's process.
 
 Inside :class:`CollectiveRun`, ``keras.Model.fit`` is Keras' own fit with the
-model's ``train_step`` run on this task's slice of each batch and its
-gradients summed over the tasks (see :mod:`launcher.runtime.collective`);
+model's ``train_step`` run on this replica's slice of each batch and its
+gradients summed over the replicas (see :mod:`launcher.runtime.collective`);
 ``autodist.function`` steps of a custom loop get the same treatment.  Both
-are restored on exit.  The first task prints progress; every task can write
+are restored on exit.  The first replica prints progress; every one can write
 a JSON record of what it ran.
 """
 
@@ -17,10 +17,10 @@ import time
 import numpy as np
 
 from autodist.errors import LaunchError
-from autodist.io import write_json_atomic
+from autodist.io import read_json, write_json_atomic
 
-# Keras callbacks that write files: on every task but the first they would
-# write the same files again, so only the first task keeps them.
+# Keras callbacks that write files: in every replica but the first they would
+# write the same files again, so only the first one keeps them.
 FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
 
 
@@ -31,7 +31,7 @@ def _canonical(device):
 
 
 class CollectiveRun:
-    """Context manager: ``model.fit`` and ``autodist.function`` steps run as this task's replica.
+    """Context manager: ``model.fit`` and ``autodist.function`` steps run as this process's replica.
 
     Parameters
     ----------
@@ -100,7 +100,7 @@ class CollectiveRun:
 
     # -- model.fit -------------------------------------------------------------------
     def fit(self, model, x=None, y=None, batch_size=None, *args, callbacks=None, **kwargs):
-        """Keras' fit, with this task's replica step and a progress callback."""
+        """Keras' fit, with this replica's step and a progress callback."""
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         arrays = [a for a in (x, y) if isinstance(a, np.ndarray)]
@@ -119,20 +119,31 @@ class CollectiveRun:
 
     # -- at the end ------------------------------------------------------------------
     def record(self):
-        """What this task ran: steps, times, where its variables live and the collectives of its steps."""
+        """What this replica ran: steps, times, where its variables live and the collectives of its steps.
+
+        ``tf_devices`` are the variables' devices as this process names them;
+        ``variable_devices`` name each by the plan's device of this replica,
+        after checking it is this process's own device.
+        """
+        import tensorflow as tf
+
+        own = _canonical(tf.config.list_logical_devices(self.group.device_type)[0].name)
+        tf_devices = {name: _canonical(v.value.device) for name, v in sorted(self.group.variables.items())}
+        planned = self.group.layout.replica_devices[self.group.rank]
         return {
             "plan": str(self.plan_path),
             "replica": self.group.rank,
             "steps": self.steps,
             "measured_step_time": self.reporter.measured_step_time(),
             "predicted_step_time": self.reporter.predicted,
-            "variable_devices": {name: [_canonical(v.value.device)] for name, v in sorted(self.group.variables.items())},
+            "tf_devices": tf_devices,
+            "variable_devices": {name: [planned if device == own else device] for name, device in tf_devices.items()},
             "collectives": self.group.collective_ops(),
             "transfers": [],
         }
 
     def finish(self, report_path=None):
-        """Print the summary (first task) and write the record; a run that trained nothing is an error."""
+        """Print the summary (first replica) and write the record; a run that trained nothing is an error."""
         if not self.steps:
             raise LaunchError("the script ended without calling model.fit or an autodist.function step, "
                               "so nothing ran with the plan")
@@ -155,6 +166,23 @@ def _batch_mismatch_is_a_launch_error():
         if BATCH_MISMATCH in str(exc):
             raise LaunchError(BATCH_MISMATCH, field="data") from None
         raise
+
+
+def merge_records(paths, out_path):
+    """One record of a collective run from its replicas' records (or merged ones): devices in replica order."""
+    records = []
+    for path in paths:
+        record = read_json(path)
+        records.extend(record.get("replicas", [record]))
+    records.sort(key=lambda r: r["replica"])
+    merged = dict(records[0], replicas=records)
+    for key in ("variable_devices", "tf_devices"):
+        merged[key] = {name: [d for r in records for d in _as_list(r[key].get(name, []))] for name in records[0][key]}
+    write_json_atomic(out_path, merged)
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
 
 
 def _progress_callback(run, rows):
