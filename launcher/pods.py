@@ -8,6 +8,7 @@ RDMA or sockets.
 from __future__ import annotations
 
 from autodist.errors import LaunchError
+from launcher.runtime.collective import collective_mode
 
 PLAN_DIR = "/etc/autodist"
 PLAN_FILE = "plan.json"
@@ -170,6 +171,9 @@ def pod_template(plan, options, job_name, role, tasks, command, container_name, 
     container = {"name": container_name, "image": options.image, "command": list(command), "env": env}
     if port is not None:
         container["ports"] = [{"name": "tfjob-port", "containerPort": port}]
+        # Under a collective plan a worker runs one process per replica, replica i on the port + i.
+        replicas = max((len(t["devices"]) for t in tasks), default=1) if role == "worker" and collective_mode(plan) else 1
+        container["ports"] += [{"name": f"replica-{i}", "containerPort": port + i} for i in range(1, replicas)]
     if limits:
         container["resources"] = {"limits": limits}
     mounts = [{"name": "autodist-plan", "mountPath": PLAN_DIR, "readOnly": True}]

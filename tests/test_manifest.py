@@ -84,6 +84,9 @@ def test_allreduce_on_rdma_cluster_one_pod_per_node_with_rdma_settings(allreduce
     assert "NCCL_IB_GID_INDEX" not in env  # InfiniBand, not RoCE
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
+    # one process per GPU replica, replica i on the TF port + i
+    ports = [(p["name"], p["containerPort"]) for p in container["ports"]]
+    assert ports == [("tfjob-port", 2222)] + [(f"replica-{i}", 2222 + i) for i in range(1, 8)]
 
 
 def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
