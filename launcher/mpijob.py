@@ -1,8 +1,10 @@
-"""MPIJob (kubeflow.org/v2beta1) for an allreduce plan, Horovod style.
+"""MPIJob (kubeflow.org/v2beta1) for an allreduce plan.
 
 One Launcher pod runs ``mpirun``; one Worker pod per node holds that node's
-planned GPUs and runs one rank per GPU (``slotsPerWorker``).  The ranks find
-their place from the MPI environment rather than TF_CONFIG.
+planned GPUs and runs one rank per GPU (``slotsPerWorker``).  Each rank is
+``autodist worker``, which finds its replica from the MPI environment rather
+than TF_CONFIG (:mod:`launcher.runtime.mpi`) and sums gradients with
+TensorFlow's collective ops (NCCL).
 """
 
 from __future__ import annotations
@@ -17,26 +19,10 @@ CONTAINER_NAME = "autodist"
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De"]
 
 
-def horovod_environment(plan):
-    """Horovod settings that mirror the plan's collectives.
-
-    From the Horovod docs (https://horovod.readthedocs.io/en/stable/tensor-fusion_include.html
-    and the hierarchical allreduce section of the GPU guide): HOROVOD_HIERARCHICAL_ALLREDUCE=1
-    reduces inside each node with NCCL, then between nodes; HOROVOD_FUSION_THRESHOLD is the
-    fusion buffer in bytes, here the plan's largest gradient bucket.
-    """
-    buckets = plan.collectives["buckets"]
-    hierarchical = any(b["algorithm"] in ("hierarchical", "master") for b in buckets)
-    env = {"HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_HIERARCHICAL_ALLREDUCE": "1" if hierarchical else "0"}
-    if buckets:
-        env["HOROVOD_FUSION_THRESHOLD"] = str(max(b["bytes"] for b in buckets))
-    return env
-
-
 def launcher_command(plan, options, slots):
-    """``mpirun`` over every worker slot, exporting the NCCL and Horovod settings."""
+    """``mpirun`` over every worker slot, exporting the NCCL settings and the plan's path."""
     ranks = slots * len(plan.tasks_of("worker"))
-    names = sorted(nccl_environment(plan, options)) + sorted(horovod_environment(plan)) + ["AUTODIST_PLAN"]
+    names = sorted(nccl_environment(plan, options)) + ["AUTODIST_PLAN"]
     exports = [arg for name in names for arg in ("-x", name)]
     return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-bind-to", "none", "-map-by", "slot", *exports, *worker_command(options)]
 
@@ -47,11 +33,10 @@ def build_mpijob(plan, options, job_name):
         raise LaunchError("an MPIJob runs allreduce plans only; this plan has PS tasks (emit a TFJob)", source=plan.where)
     workers = plan.tasks_of("worker")
     slots = max(gpus_per_task(plan, workers, uniform=True), 1)
-    horovod = horovod_environment(plan)
     launcher = pod_template(
-        plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, nccl=True, extra_env=horovod
+        plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, nccl=True
     )
-    worker = pod_template(plan, options, job_name, "worker", workers, SSHD_COMMAND, CONTAINER_NAME, nccl=True, extra_env=horovod)
+    worker = pod_template(plan, options, job_name, "worker", workers, SSHD_COMMAND, CONTAINER_NAME, nccl=True)
     specs = {
         "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": launcher},
         "Worker": {"replicas": len(workers), "restartPolicy": "OnFailure", "template": worker},

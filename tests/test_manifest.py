@@ -99,7 +99,7 @@ def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
 
 
-def test_mpijob_is_hierarchical_horovod(allreduce_rdma_plan):
+def test_mpijob_runs_one_autodist_worker_per_gpu(allreduce_rdma_plan):
     mpijob = by_kind(build_manifests(allreduce_rdma_plan, "mpijob"))["MPIJob"]
     spec = mpijob["spec"]
     assert spec["slotsPerWorker"] == 8
@@ -107,11 +107,10 @@ def test_mpijob_is_hierarchical_horovod(allreduce_rdma_plan):
     launcher = only_container(spec["mpiReplicaSpecs"]["Launcher"])
     assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
     assert "resources" not in launcher  # the launcher holds no GPU and no RDMA device
+    assert launcher["command"][-4:] == ["autodist", "worker", "--plan", "/etc/autodist/plan.json"]
     env = env_of(launcher)
-    assert env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
-    assert int(env["HOROVOD_FUSION_THRESHOLD"]) == max(b["bytes"] for b in allreduce_rdma_plan.collectives["buckets"])
     for name in env:
-        if name.startswith(("NCCL_", "HOROVOD_")):
+        if name.startswith("NCCL_"):
             assert launcher["command"][launcher["command"].index(name) - 1] == "-x"
 
 

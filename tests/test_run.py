@@ -554,3 +554,49 @@ def test_replicas_of_a_task_listen_on_its_port_plus_their_index(plans):
     one, _ = plans["allreduce"]
     assert replica_cluster(one, {"worker": ["a:1", "b:1"]}) == {"worker": ["a:1", "b:1"]}
     assert why_not_collective(plans["hybrid"][0]) == "it puts 'embedding/embeddings' on a parameter server"
+
+
+def test_mpi_hostfiles_of_both_kinds_give_the_replicas_cluster(tmp_path):
+    from autodist.errors import LaunchError
+    from launcher.runtime.mpi import rank_and_cluster, read_hostfile
+
+    openmpi, mpich, bad = tmp_path / "openmpi", tmp_path / "mpich", tmp_path / "bad"
+    openmpi.write_text("# mpi-operator\njob-worker-0.job slots=2\njob-worker-1.job slots=2\n")
+    mpich.write_text("job-worker-0.job:2\njob-worker-1.job:2\n")
+    bad.write_text("job-worker-0.job slots=two\n")
+    assert read_hostfile(openmpi) == read_hostfile(mpich) == [("job-worker-0.job", 2), ("job-worker-1.job", 2)]
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_MCA_orte_default_hostfile": str(mpich)}
+    rank, local, cluster = rank_and_cluster(env)
+    assert (rank, local) == (3, 1)
+    assert cluster == {"worker": ["job-worker-0.job:2222", "job-worker-0.job:2223",
+                                  "job-worker-1.job:2222", "job-worker-1.job:2223"]}
+    with pytest.raises(LaunchError, match="line 1: slots must be an integer"):
+        read_hostfile(bad)
+    with pytest.raises(LaunchError, match="rank 9 has no slot"):
+        rank_and_cluster(dict(env, OMPI_COMM_WORLD_RANK="9"))
+
+
+@pytest.mark.slow
+def test_ranks_started_by_mpirun_train_as_the_plans_replicas(plans, reference_weights, tmp_path):
+    """What an MPIJob's mpirun starts: `autodist worker` per rank, placed by the MPI environment (no TF_CONFIG)."""
+    from launcher.local import free_ports
+
+    _, plan_path = plans["two-per-task"]
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    weights = tmp_path / "weights.npz"
+    base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    base.update(OMPI_MCA_orte_default_hostfile=str(hostfile), AUTODIST_REPLICA_PORT=str(free_ports(1)[0]))
+    ranks = []
+    for rank in range(2):
+        env = dict(base, OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_RANK=str(rank))
+        ranks.append(subprocess.Popen(
+            [sys.executable, "-m", "autodist", "worker", "--plan", plan_path, SCRIPT, "--", "--steps", str(STEPS),
+             "--batch-size", str(BATCH), "--save-weights", str(weights)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for process in ranks:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-2000:]
+    trained = dict(np.load(weights))
+    for name, expected in reference_weights.items():
+        np.testing.assert_allclose(trained[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -1,8 +1,10 @@
 """``autodist worker --plan plan.json [train.py [args]]``: one task of a plan, inside its pod.
 
-Reads ``TF_CONFIG``.  The tasks that run the training script (every worker
-under a collective plan; otherwise the chief, or worker 0 when the plan has no
-chief) run it with the plan applied; every other task serves until stopped.
+Reads ``TF_CONFIG`` (or, for a rank started by ``mpirun``, the MPI
+environment: see :mod:`launcher.runtime.mpi`).  The tasks that run the
+training script (every worker under a collective plan; otherwise the chief,
+or worker 0 when the plan has no chief) run it with the plan applied; every
+other task serves until stopped.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ def register(subparsers):
 
 
 def run(args):
+    import os
+
     from autodist.plan import Plan
     from launcher.runtime.client import client_tasks, run_client
+    from launcher.runtime.mpi import started_by_mpi
     from launcher.runtime.server import read_tf_config, serve
 
     plan = Plan.load(args.plan)
+    if "TF_CONFIG" not in os.environ and started_by_mpi(os.environ):
+        return run_mpi_rank(plan, args)
     cluster, job, index = read_tf_config()
     plan.task(job, index)
     if (job, index) not in client_tasks(plan):
@@ -34,6 +41,30 @@ def run(args):
         return 0
     if not args.script:
         raise LaunchError(f"task {job}:{index} runs the training script: give it after --plan", field="script")
-    script_args = args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
-    run_client(args.plan, cluster, job, index, args.script, script_args, args.report)
+    run_client(args.plan, cluster, job, index, args.script, _script_args(args), args.report)
     return 0
+
+
+def run_mpi_rank(plan, args):
+    """A rank started by ``mpirun`` (MPIJob): one replica of a collective plan, placed by the MPI environment."""
+    import os
+
+    from launcher.runtime.client import run_replica
+    from launcher.runtime.collective import why_not_collective
+    from launcher.runtime.mpi import rank_and_cluster
+
+    reason = why_not_collective(plan)
+    if reason:
+        raise LaunchError(f"an MPI rank runs one replica of a collective plan, and this plan is not one: {reason}",
+                          source=args.plan)
+    if not args.script:
+        raise LaunchError("an MPI rank runs the training script: give it after --plan", field="script")
+    rank, local, cluster = rank_and_cluster(os.environ)
+    if plan.resource_spec.device(plan.strategy.replicas[rank][0]).kind == "GPU":
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(local)  # before TensorFlow starts: this rank's GPU only
+    run_replica(plan, args.plan, cluster, rank, args.script, _script_args(args), args.report)
+    return 0
+
+
+def _script_args(args):
+    return args.script_args[1:] if args.script_args[:1] == ["--"] else args.script_args
