@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
+from launcher.runtime.server import task_cpu_devices
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -193,7 +194,8 @@ class LocalRun:
                 if f"{job}:{index}" in names or len(self.clients) > 1:
                     continue
                 env = dict(base, TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": job, "index": index}}))
-                self._start(f"{job}:{index}", [sys.executable, "-m", "launcher.runtime.server"], env, True)
+                cpus = str(task_cpu_devices(self.plan, job, index))
+                self._start(f"{job}:{index}", [sys.executable, "-m", "launcher.runtime.server", cpus], env, True)
         clients = []
         for k, (name, where) in enumerate(self.clients):
             argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", self.plan_path,

@@ -28,6 +28,7 @@ STEPS, BATCH = 4, 16
 CLUSTER = "cpu-local:2"
 REPLICAS = [["local-0/CPU:0"], ["local-1/CPU:0"]]
 TWO_PER_TASK = [["local/CPU:0"], ["local/CPU:1"]]
+MODEL_PARALLEL = [["node-0/CPU:0", "node-0/CPU:1"], ["node-1/CPU:0", "node-1/CPU:1"]]
 PS_DEVICES = ["local-0/CPU:0", "local-1/CPU:0"]
 
 
@@ -52,7 +53,14 @@ def _strategies():
     # Hybrid: the embedding in two shards on one PS task, the rest allreduced.
     hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 0), axis=0)})
     return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1]),
-            "custom": (allreduce, []), "two-per-task": (allreduce, [])}
+            "custom": (allreduce, []), "two-per-task": (allreduce, []), "model-parallel": (allreduce, [])}
+
+
+def _later_layers_on_second_device(graph_item):
+    """Op groups: the hidden and logits layers' scopes on each replica's second device."""
+    from placement.grouping import group_ops
+
+    return {unit: 1 for unit in group_ops(graph_item).units if "/hidden" in unit or "/logits" in unit}
 
 
 @pytest.fixture(scope="session")
@@ -78,16 +86,22 @@ def plans(small_job, tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("plans")
     spec = load_cluster(preset=CLUSTER)
-    # One node with two CPU devices: one worker task holding both replicas.
-    two_cpus = folder / "one-node-two-cpus.yaml"
-    two_cpus.write_text("name: one-node-two-cpus\nnodes:\n"
-                        "  - {name: local, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n")
+    # Nodes with two CPU devices: one worker task holding both replicas; two tasks of two-device replicas.
+    clusters = {"two-per-task": "name: one-node-two-cpus\nnodes:\n"
+                                "  - {name: local, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n",
+                "model-parallel": "name: two-nodes-two-cpus\nnodes:\n"
+                                  "  - {name: node, count: 2, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n"}
+    replicas = {"two-per-task": TWO_PER_TASK, "model-parallel": MODEL_PARALLEL}
     cost_model = CostModel.default()
     out = {}
     for kind, (sync, ps_devices) in _strategies().items():
-        where = load_cluster(str(two_cpus)) if kind == "two-per-task" else spec
-        replicas = TWO_PER_TASK if kind == "two-per-task" else REPLICAS
-        strategy = Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
+        where = spec
+        if kind in clusters:
+            (folder / f"{kind}.yaml").write_text(clusters[kind])
+            where = load_cluster(str(folder / f"{kind}.yaml"))
+        groups = _later_layers_on_second_device(small_job) if kind == "model-parallel" else {}
+        strategy = Strategy(replicas=replicas.get(kind, REPLICAS), sync=sync, ps_devices=ps_devices,
+                            group_slots=groups)
         plan = Plan.from_strategy(small_job, where, strategy, simulate(small_job, where, strategy, cost_model),
                                   cost_model.id, 0)
         path = str(folder / f"plan_{kind}.json")
@@ -191,7 +205,7 @@ def _same_device(a, b):
         spec_b.job, spec_b.task, spec_b.device_type, spec_b.device_index)
 
 
-KINDS = ["ps", "allreduce", "hybrid", "custom", "two-per-task"]
+KINDS = ["ps", "allreduce", "hybrid", "custom", "two-per-task", "model-parallel"]
 
 
 @pytest.mark.slow
@@ -231,7 +245,7 @@ def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_bucket
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["ps", "hybrid"])
+@pytest.mark.parametrize("kind", ["ps", "hybrid", "model-parallel"])
 def test_gradients_travel_through_the_planned_channels(runs, kind):
     run = runs.get(kind)
     plan = run["plan"]
@@ -255,6 +269,13 @@ def test_gradients_travel_through_the_planned_channels(runs, kind):
         assert "ConcatV2" in pushes  # the embedding's sparse rows, not a dense sum
     dense_ps = [n for n, s in plan.strategy.sync.items() if s.method == "ps" and not n.startswith("embedding")]
     assert ("AddN" in pushes) == bool(dense_ps)
+    # Op groups on a replica's second device: activations (forward) and their gradients cross inside the replica.
+    activations = {(src, dst, op) for k, op, src, dst in run["report"]["transfers"] if k == "activation"}
+    for replica in plan.strategy.replicas:
+        first, second = (plan.device_string(d, job="worker") for d in (replica + replica)[:2])
+        crossing = {op for src, dst, op in activations if _same_device(src, first) and _same_device(dst, second)}
+        back = {op for src, dst, op in activations if _same_device(src, second) and _same_device(dst, first)}
+        assert bool(crossing) == bool(back) == bool(plan.strategy.group_slots), (crossing, back)
     assert run["report"]["steps"] == STEPS
 
 
@@ -600,3 +621,13 @@ def test_ranks_started_by_mpirun_train_as_the_plans_replicas(plans, reference_we
     trained = dict(np.load(weights))
     for name, expected in reference_weights.items():
         np.testing.assert_allclose(trained[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_op_groups_name_the_layers_whose_scopes_they_are():
+    from launcher.runtime.groups import layer_slots
+
+    groups = {"small_mlp_1/hidden_1": 1, "small_mlp_1/hidden_1/MatMul": 0, "small_mlp_1/dense_1": 1,
+              "small_mlp_1/embedding_1/GatherV2": 1, "compile_loss": 1}
+    # "dense_1" is a layer's own name; "hidden_1" is the scope of layer "hidden"; the layer's own scope wins.
+    assert layer_slots(["hidden", "dense_1", "embedding", "logits"], groups) == {"hidden": 1, "dense_1": 1,
+                                                                              "embedding": 1}

@@ -29,7 +29,7 @@ def run(args):
     from autodist.plan import Plan
     from launcher.runtime.client import client_tasks, run_client
     from launcher.runtime.mpi import started_by_mpi
-    from launcher.runtime.server import read_tf_config, serve
+    from launcher.runtime.server import read_tf_config, serve, task_cpu_devices
 
     plan = Plan.load(args.plan)
     if "TF_CONFIG" not in os.environ and started_by_mpi(os.environ):
@@ -37,7 +37,7 @@ def run(args):
     cluster, job, index = read_tf_config()
     plan.task(job, index)
     if (job, index) not in client_tasks(plan):
-        serve(cluster, job, index)
+        serve(cluster, job, index, cpus=task_cpu_devices(plan, job, index))
         return 0
     if not args.script:
         raise LaunchError(f"task {job}:{index} runs the training script: give it after --plan", field="script")

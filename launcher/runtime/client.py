@@ -21,7 +21,7 @@ import sys
 
 from autodist.errors import LaunchError
 from launcher.runtime.collective import collective_mode, why_not_collective
-from launcher.runtime.server import exit_status
+from launcher.runtime.server import exit_status, task_cpu_devices
 
 
 def client_tasks(plan):
@@ -31,10 +31,13 @@ def client_tasks(plan):
     return [("chief", 0) if plan.tasks_of("chief") else ("worker", 0)]
 
 
-def connect(cluster, job, index):
-    """Make this process task ``job:index`` of ``cluster`` and the client of all the others."""
+def connect(cluster, job, index, cpus=1):
+    """Make this process task ``job:index`` of ``cluster`` (with ``cpus`` CPU devices) and the client of the others."""
     import tensorflow as tf
 
+    if cpus > 1:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * cpus)
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster), job_name=job, task_index=index)
 
 
@@ -73,7 +76,7 @@ def run_single_client(plan, plan_path, cluster, job, index, script, args=(), rep
     from launcher.runtime.layout import RunLayout
 
     layout = RunLayout.from_plan(plan)
-    connect(cluster, job, index)
+    connect(cluster, job, index, task_cpu_devices(plan, job, index))
     refused = RefusedSteps(why_not_collective(plan))
     with PlacedFit(layout, plan_path, report_path=report_path) as placed, steps_run_by(refused):
         run_script(script, args)

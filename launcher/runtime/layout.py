@@ -6,9 +6,8 @@ from a :class:`autodist.plan.Plan`, resolved once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from autodist.errors import LaunchError
 
 
 @dataclass(frozen=True)
@@ -29,34 +28,27 @@ class VariablePlacement:
 
 @dataclass(frozen=True)
 class RunLayout:
-    """Replica devices, their nodes, each variable's placement and the prediction."""
+    """Replica devices, their nodes, each variable's placement and the prediction.
+
+    ``replica_devices`` holds each replica's first device (where its
+    variables live); ``replica_slots`` all of its devices, and
+    ``group_slots`` which slot runs each op group (a name scope of the
+    captured step) when a replica spans several devices.
+    """
 
     replica_devices: tuple
     replica_nodes: tuple
     variables: dict
     predicted_step_time: float
     plan_name: str = ""
+    replica_slots: tuple = ()
+    group_slots: dict = field(default_factory=dict)
 
     @classmethod
     def from_plan(cls, plan):
-        """Resolve a plan's logical devices into TensorFlow device strings.
-
-        Raises
-        ------
-        LaunchError
-            When the plan splits op groups over several devices of one replica,
-            which this runtime does not execute.
-        """
+        """Resolve a plan's logical devices into TensorFlow device strings."""
         strategy = plan.strategy
-        if strategy.group_slots and any(len(replica) > 1 for replica in strategy.replicas):
-            group = sorted(strategy.group_slots)[0]
-            raise LaunchError(
-                f"op group {group!r} is placed on a second device of its replica; "
-                "the runtime runs each replica on one device",
-                source=plan.where,
-                field="strategy.group_slots",
-            )
-        replica_devices = tuple(plan.device_string(r[0], job="worker") for r in strategy.replicas)
+        replica_slots = tuple(tuple(plan.device_string(d, job="worker") for d in r) for r in strategy.replicas)
         replica_nodes = tuple(plan.resource_spec.device(r[0]).node for r in strategy.replicas)
         variables = {}
         for name, sync in sorted(strategy.sync.items()):
@@ -69,11 +61,13 @@ class RunLayout:
                 bucket=sync.bucket,
             )
         return cls(
-            replica_devices=replica_devices,
+            replica_devices=tuple(slots[0] for slots in replica_slots),
             replica_nodes=replica_nodes,
             variables=variables,
             predicted_step_time=float(plan.prediction.get("step_time") or 0.0),
             plan_name=plan.name,
+            replica_slots=replica_slots,
+            group_slots=dict(strategy.group_slots),
         )
 
     def buckets(self):

@@ -21,14 +21,21 @@ def read_tf_config(environ=None):
         raise LaunchError(f"malformed ({type(exc).__name__}: {exc})", field="TF_CONFIG") from None
 
 
-def serve(cluster, job, index):
-    """Start this task's gRPC server and block until the process is stopped."""
+def task_cpu_devices(plan, job, index):
+    """How many CPU devices the plan gives task ``job:index`` (a node's CPU sockets, say); at least 1."""
+    task = plan.task(job, index)
+    return max(1, sum(plan.resource_spec.device(d).kind == "CPU" for d in task["devices"]))
+
+
+def serve(cluster, job, index, cpus=1):
+    """Start this task's gRPC server, with ``cpus`` CPU devices, and block until the process is stopped."""
     import tensorflow as tf
 
     if job not in cluster or not 0 <= index < len(cluster[job]):
         raise LaunchError(f"task {job}:{index} is not in the cluster", field="TF_CONFIG")
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": cpus})
     server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=index, protocol="grpc",
-                                  start=True)
+                                  config=config, start=True)
     print(f"autodist: task {job}:{index} serving at {cluster[job][index]}", flush=True)
     server.join()
 
@@ -43,8 +50,10 @@ def exit_status(run, *args):
     return 0
 
 
-def main():
-    return exit_status(lambda: serve(*read_tf_config()))
+def main(argv=None):
+    """``python -m launcher.runtime.server [CPU_DEVICES]``: serve the task ``TF_CONFIG`` names."""
+    argv = sys.argv[1:] if argv is None else argv
+    return exit_status(lambda: serve(*read_tf_config(), cpus=int(argv[0]) if argv else 1))
 
 
 if __name__ == "__main__":

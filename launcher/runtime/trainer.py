@@ -156,11 +156,16 @@ class PlacedTrainer:
         variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
         import tensorflow as tf
 
+        from launcher.runtime.groups import layers_on_devices
+
         xs, ys = x[lo:hi], y[lo:hi]
         state = [tf.convert_to_tensor(v) for v in self._state]
+        slots = self.layout.replica_slots[replica] if self.layout.replica_slots else (self.devices[replica],)
         with tf.GradientTape() as tape:
             reads = [self._read(name, replica, tape) for name in self._names]
-            y_pred, new_state = self.model.stateless_call([value for value, _ in reads], state, xs, training=True)
+            with layers_on_devices(self.model, slots, self.layout.group_slots):
+                y_pred, new_state = self.model.stateless_call([value for value, _ in reads], state, xs,
+                                                              training=True)
             share = tf.cast(hi - lo, y_pred.dtype) / tf.cast(n, y_pred.dtype)
             loss = self.model.compute_loss(x=xs, y=ys, y_pred=y_pred, training=True) * share
         grads = tape.gradient(loss, [sources for _, sources in reads])
@@ -274,11 +279,13 @@ class PlacedTrainer:
     def transfers(self, x, y):
         """Cross-device edges of the traced step: (kind, op type, source device, destination device).
 
-        ``kind`` is ``ps-pull`` (PS to worker), ``ps-push`` (worker to PS) or
-        ``allreduce`` (worker to worker); edges from the client's inputs are left out.
+        ``kind`` is ``ps-pull`` (PS to worker), ``ps-push`` (worker to PS),
+        ``allreduce`` (between replicas) or ``activation`` (between the
+        devices of one replica); edges from the client's inputs are left out.
         """
         graph = self._traced_step().get_concrete_function(x, y).graph
-        workers = {_canonical(d) for d in self.devices}
+        slots = self.layout.replica_slots or tuple((d,) for d in self.devices)
+        replica_of = {_canonical(d): r for r, devices in enumerate(slots) for d in devices}
         found = set()
         for op in graph.get_operations():
             if not op.device:
@@ -290,11 +297,11 @@ class PlacedTrainer:
                 src = _canonical(tensor.op.device)
                 if src == dst:
                     continue
-                if src in workers and dst in workers:
-                    kind = "allreduce"
-                elif dst in workers:
+                if src in replica_of and dst in replica_of:
+                    kind = "activation" if replica_of[src] == replica_of[dst] else "allreduce"
+                elif dst in replica_of:
                     kind = "ps-pull"
-                elif src in workers:
+                elif src in replica_of:
                     kind = "ps-push"
                 else:
                     continue
