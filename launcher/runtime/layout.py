@@ -1,13 +1,20 @@
 """Where every variable and replica of a plan lives, as TensorFlow device strings.
 
-Pure data, no TensorFlow: :class:`RunLayout` is what the in-task runtime needs
-from a :class:`autodist.plan.Plan`, resolved once.
+Pure data: :class:`RunLayout` is what the in-task runtime needs from a
+:class:`autodist.plan.Plan`, resolved once, without TensorFlow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+
+
+def canonical_device(device):
+    """A TensorFlow device string in its one full spelling (imports TensorFlow)."""
+    import tensorflow as tf
+
+    return tf.DeviceSpec.from_string(device).to_string()
 
 
 @dataclass(frozen=True)

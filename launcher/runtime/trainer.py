@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from autodist.errors import LaunchError
+from launcher.runtime.layout import canonical_device
 
 
 def _clone_optimizer(optimizer):
@@ -38,11 +39,6 @@ def _clone_optimizer(optimizer):
 def _split_sizes(length, parts):
     return [length * (i + 1) // parts - length * i // parts for i in range(parts)]
 
-
-def _canonical(device):
-    import tensorflow as tf
-
-    return tf.DeviceSpec.from_string(device).to_string()
 
 
 class PlacedTrainer:
@@ -125,7 +121,7 @@ class PlacedTrainer:
         out = {}
         for name in self._names:
             placed = self.shards.get(name) or self.copies[name]
-            out[name] = [_canonical(v.value.device) for v in placed]
+            out[name] = [canonical_device(v.value.device) for v in placed]
         return out
 
     # -- the step ----------------------------------------------------------
@@ -285,16 +281,16 @@ class PlacedTrainer:
         """
         graph = self._traced_step().get_concrete_function(x, y).graph
         slots = self.layout.replica_slots or tuple((d,) for d in self.devices)
-        replica_of = {_canonical(d): r for r, devices in enumerate(slots) for d in devices}
+        replica_of = {canonical_device(d): r for r, devices in enumerate(slots) for d in devices}
         found = set()
         for op in graph.get_operations():
             if not op.device:
                 continue
-            dst = _canonical(op.device)
+            dst = canonical_device(op.device)
             for tensor in op.inputs:
                 if not tensor.op.device:
                     continue
-                src = _canonical(tensor.op.device)
+                src = canonical_device(tensor.op.device)
                 if src == dst:
                     continue
                 if src in replica_of and dst in replica_of:

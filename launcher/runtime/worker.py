@@ -17,17 +17,13 @@ import time
 import numpy as np
 
 from autodist.errors import LaunchError
+from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
 # Keras callbacks that write files: in every replica but the first they would
 # write the same files again, so only the first one keeps them.
 FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
 
-
-def _canonical(device):
-    import tensorflow as tf
-
-    return tf.DeviceSpec.from_string(device).to_string()
 
 
 class CollectiveRun:
@@ -127,8 +123,8 @@ class CollectiveRun:
         """
         import tensorflow as tf
 
-        own = _canonical(tf.config.list_logical_devices(self.group.device_type)[0].name)
-        tf_devices = {name: _canonical(v.value.device) for name, v in sorted(self.group.variables.items())}
+        own = canonical_device(tf.config.list_logical_devices(self.group.device_type)[0].name)
+        tf_devices = {name: canonical_device(v.value.device) for name, v in sorted(self.group.variables.items())}
         planned = self.group.layout.replica_devices[self.group.rank]
         return {
             "plan": str(self.plan_path),
