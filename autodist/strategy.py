@@ -58,6 +58,11 @@ class Strategy:
     ps_devices: list = field(default_factory=list)
     group_slots: dict = field(default_factory=dict)
 
+    def allreduces_everything(self):
+        """Every variable allreduced and every replica on one device: the plans that run on collective ops."""
+        return (all(s.method == "allreduce" for s in self.sync.values())
+                and all(len(replica) == 1 for replica in self.replicas))
+
     def devices_of(self, group):
         """The device of op group ``group`` in each replica."""
         slot = self.group_slots.get(group, 0)

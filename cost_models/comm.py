@@ -61,11 +61,18 @@ class CommModel:
         overhead is TensorFlow's fixed cost per transferred tensor or
         collective launch on every path; transfers over a ``loopback`` fabric
         take its measured curve.  Without one, only link latencies count.
+    collectives : cost_models.calibration.TransferCalibration or None
+        Measured TensorFlow CPU ring allreduces between two processes over
+        loopback (:mod:`cost_models.collectives`).  An allreduce that runs on
+        collective ops (``collective_ops=True``) around a ring of loopback
+        hops takes this curve: TensorFlow's CPU collectives are much slower
+        than its point-to-point transfers.
     """
 
-    def __init__(self, resource_spec, calibration=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None):
         self.resource_spec = resource_spec
         self.calibration = calibration
+        self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
 
     # -- links ---------------------------------------------------------------
@@ -102,11 +109,14 @@ class CommModel:
         return self.transfer_phases(worker_device, ps_device, nbytes)
 
     # -- collectives ---------------------------------------------------------
-    def allreduce_phases(self, nbytes, devices, algorithm="ring"):
+    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False):
         """Phases of one allreduce of ``nbytes`` over ``devices``.
 
         A fused bucket is one allreduce of the bucket's summed bytes, so it
         pays the per-collective latency terms once instead of once per tensor.
+        ``collective_ops``: the runtime sums it with TensorFlow's collective
+        ops (plans that allreduce everything) rather than with transfers
+        between the replicas' devices.
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -114,6 +124,11 @@ class CommModel:
             raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
         if len(devices) < 2:
             return []
+        if collective_ops and self.collectives is not None and self._all_loopback(devices):
+            from cost_models.collectives import ring_allreduce_seconds
+
+            _, _, links = self._ring_links(devices)
+            return [Phase(ring_allreduce_seconds(self.collectives, nbytes, len(devices)), links)]
         groups = self._by_node(devices)
         if algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
@@ -145,6 +160,10 @@ class CommModel:
         spec = self.resource_spec
         media = {spec.path(a, b).medium for a, b in zip(devices, devices[1:] + devices[:1])}
         return bool(media & GRPC_MEDIA)
+
+    def _all_loopback(self, devices):
+        spec = self.resource_spec
+        return all(spec.path(a, b).medium == "loopback" for a, b in zip(devices, devices[1:] + devices[:1]))
 
     def _by_node(self, devices):
         groups = {}

@@ -23,6 +23,7 @@ TIMINGS_META = os.path.join(DATA_DIR, "op_timings.json")
 MODEL_PICKLE = os.path.join(DATA_DIR, "op_model.pkl")
 MODEL_META = os.path.join(DATA_DIR, "op_model.json")
 CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
+COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
 
 
 class UnknownOpTypeWarning(UserWarning):
@@ -40,12 +41,15 @@ class CostModel:
         Device models (``DeviceSpec.model``) the op model was trained on; on
         any other device the prior is used.
     calibration : cost_models.calibration.TransferCalibration or None
+    collectives : cost_models.calibration.TransferCalibration or None
+        The CPU collective calibration (see :class:`~cost_models.comm.CommModel`).
     """
 
-    def __init__(self, op_model=None, learned_devices=(), calibration=None):
+    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
+        self.collectives = collectives
         self._id = None
 
     @classmethod
@@ -73,6 +77,9 @@ class CostModel:
             h.update(np.asarray(self.op_model.estimator_.predict(_probe_matrix(self.op_model))).tobytes())
         if self.calibration is not None:
             h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
+
+        if self.collectives is not None:
+            h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
 
     def op_costs(self, graph_item, device):
@@ -117,7 +124,7 @@ class CostModel:
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
-        return CommModel(resource_spec, self.calibration)
+        return CommModel(resource_spec, self.calibration, self.collectives)
 
 
 def _probe_matrix(op_model):
@@ -153,14 +160,15 @@ def _default_model():
     from cost_models.op_model import load_model
 
     calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
+    collectives = TransferCalibration.load(COLLECTIVES) if os.path.exists(COLLECTIVES) else None
     if not os.path.exists(TIMINGS):
-        return CostModel(calibration=calibration)
+        return CostModel(calibration=calibration, collectives=collectives)
     try:
         op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
         devices = meta["training_data"]["devices"]
     except (CostModelError, KeyError):
         op_model, devices = fit_default(read_timings(TIMINGS))
-    return CostModel(op_model, devices, calibration)
+    return CostModel(op_model, devices, calibration, collectives)
 
 
 def save_default(timings, meta, folder=DATA_DIR):

@@ -156,12 +156,6 @@ class PlacementAnnealer(simanneal.Annealer):
         return best, best_sim
 
 
-def allreduces_everything(strategy):
-    """Every variable allreduced and every replica on one device."""
-    return (all(s.method == "allreduce" for s in strategy.sync.values())
-            and all(len(replica) == 1 for replica in strategy.replicas))
-
-
 def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
@@ -190,7 +184,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     simulator = Simulator(graph_item, resource_spec, cost_model)
     candidates = all_baselines(simulator)
     if allreduce_only:
-        candidates = [c for c in candidates if allreduces_everything(c.strategy)]
+        candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     start = min(candidates, key=lambda c: _rank(c.simulation))
     space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only)
     annealer = PlacementAnnealer(

@@ -222,9 +222,10 @@ class _SyncRun:
         sim = self.sim
         nbytes = sum(sim.dense_bytes[v] for v in names)
         ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        collective_ops = self.strategy.allreduces_everything()
         phases = sim._phase_list(
-            ("ar", devices, algorithm, nbytes),
-            lambda: sim.allreduce_phases(devices, algorithm, nbytes),
+            ("ar", devices, algorithm, nbytes, collective_ops),
+            lambda: sim.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         )
         self.submit(
             ready,
@@ -379,7 +380,7 @@ class Simulator:
             self._phases[key] = stages
         return stages
 
-    def allreduce_phases(self, devices, algorithm, nbytes):
+    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
         """``CommModel.allreduce_phases``, from a per-(devices, algorithm) affine fit when exact.
 
         The CommModel's collective phases are latency plus bytes over
@@ -388,16 +389,17 @@ class Simulator:
         checks the fit; where it fails (e.g. unequal nodes, whose slowest
         node changes with size), every size is asked of the CommModel.
         """
-        key = (devices, algorithm)
+        key = (devices, algorithm, collective_ops)
         if key not in self._affine:
-            self._affine[key] = self._affine_fit(list(devices), algorithm)
+            self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
         fit = self._affine[key]
         if fit is None:
-            return self.comm.allreduce_phases(nbytes, list(devices), algorithm)
+            return self.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops)
         return [Phase(a + b * nbytes, links) for a, b, links in fit]
 
-    def _affine_fit(self, devices, algorithm):
-        zero, probe, check = (self.comm.allreduce_phases(n, devices, algorithm) for n in (0, _PROBE_BYTES, _CHECK_BYTES))
+    def _affine_fit(self, devices, algorithm, collective_ops):
+        zero, probe, check = (self.comm.allreduce_phases(n, devices, algorithm, collective_ops)
+                              for n in (0, _PROBE_BYTES, _CHECK_BYTES))
         if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
             return None
         fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]

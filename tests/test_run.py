@@ -385,6 +385,20 @@ def test_ctrl_c_stops_every_task(plans):
     assert cli.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert len(children) == len(plans["hybrid"][0].tasks)
     assert all(_gone(pid) for pid in children)
+    assert not _processes_naming(plan_path)  # nor any task started after the children were counted
+
+
+def _processes_naming(text):
+    """Pids of live processes whose command line contains ``text``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if text.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 def _cli(argv, env=None):

@@ -44,13 +44,11 @@ def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_mode
 
 
 def test_allreduce_only_search_never_uses_a_parameter_server(embedding_graph, cost_model):
-    from placement.search import allreduces_everything
-
     spec = load_cluster(preset="cpu-2s-25g:2")
     free = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
     assert "greedy-ps" in {c.name for c in free.candidates}
     only = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2, allreduce_only=True)
-    assert allreduces_everything(only.strategy) and not only.strategy.ps_devices
+    assert only.strategy.allreduces_everything() and not only.strategy.ps_devices
     assert {c.name for c in only.candidates} == {"ring", "hierarchical"}
     assert only.stats["allreduce_only"] and not free.stats["allreduce_only"]
     assert only.stats["moves_tried"] > 0

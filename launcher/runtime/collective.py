@@ -45,7 +45,7 @@ def why_not_collective(plan):
 
 def collective_mode(plan):
     """True when the plan runs on collectives: no PS variable and one device per replica."""
-    return why_not_collective(plan) is None
+    return plan.strategy.allreduces_everything()
 
 
 def replica_places(plan):
