@@ -46,22 +46,29 @@ def _worker(cluster, index, sizes, repeats):
         cluster_resolver=resolver,
         communication_options=tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING))
-    functions = []
-    for key, nbytes in enumerate(sizes, start=1):
 
+    def allreduce_of(key):
         @tf.function
-        def allreduce(x, key=key):
+        def allreduce(x):
             return tf.raw_ops.CollectiveReduceV2(input=x, group_size=2, group_key=1, instance_key=key,
                                                  ordering_token=[], merge_op="Add", final_op="Id",
                                                  communication_hint="ring")
 
-        x = tf.ones([max(nbytes // 4, 1)], tf.float32)
+        return allreduce
+
+    barrier, token = allreduce_of(len(sizes) + 1), tf.ones([1])
+    functions = []
+    for key, nbytes in enumerate(sizes, start=1):
+        allreduce, x = allreduce_of(key), tf.ones([max(nbytes // 4, 1)], tf.float32)
         allreduce(x).numpy()  # warm-up: traces and resolves the group
         functions.append((nbytes, allreduce, x))
     times = {nbytes: [] for nbytes in sizes}
-    # Rounds over all sizes, so that a change in load touches every size alike.
+    # Rounds over all sizes, so that a change in load touches every size alike.  A
+    # tiny untimed allreduce first lines the two processes up, so that one's lag
+    # from the size before is not timed.
     for _ in range(repeats):
         for nbytes, allreduce, x in functions:
+            barrier(token).numpy()
             start = time.perf_counter()
             allreduce(x).numpy()
             times[nbytes].append(time.perf_counter() - start)

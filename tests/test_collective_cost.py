@@ -51,3 +51,20 @@ def test_simulator_prices_all_allreduce_plans_with_the_collective_curve(mlp_grap
     plain = simulate(mlp_graph, spec, everything, CostModel(base.op_model, base.learned_devices, base.calibration))
     priced = simulate(mlp_graph, spec, everything, curve)
     assert priced.step_time > plain.step_time  # the measured collectives are slower than transfers
+
+
+@pytest.mark.slow
+def test_profile_collectives_measures_real_allreduces_between_two_processes(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "collectives.json"
+    done = subprocess.run([sys.executable, "-m", "autodist", "profile", "collectives", "--repeats", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = TransferCalibration.load(str(out))
+    sizes = [m["bytes"] for m in calibration.measurements]
+    assert sizes == sorted(sizes) and sizes[0] == 4096 and sizes[-1] == 64 * 2**20
+    seconds = {m["bytes"]: m["seconds"] for m in calibration.measurements}
+    assert seconds[64 * 2**20] > 4 * seconds[4 * 2**20] > 0  # bandwidth-bound at the large end
+    assert calibration.command.startswith("autodist profile collectives")

@@ -3,7 +3,8 @@
 ``autodist profile ops`` runs micro-benchmarks and real training steps of zoo
 models under the TensorFlow profiler, writes the timing rows and fits the op
 model; ``autodist profile transfers`` measures loopback gRPC transfers and
-writes the transfer calibration.
+writes the transfer calibration; ``autodist profile collectives`` does the
+same for TensorFlow's CPU ring allreduce between two processes.
 """
 
 import os
@@ -40,6 +41,12 @@ def register(subparsers):
     tr.add_argument("--out", default=None, metavar="FILE",
                     help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
     tr.set_defaults(func=run_transfers)
+
+    co = sub.add_parser("collectives", help="calibrate TensorFlow's CPU ring allreduce between two processes")
+    co.add_argument("--repeats", type=int, default=15, help="timed repeats per size (default 15)")
+    co.add_argument("--out", default=None, metavar="FILE",
+                    help="calibration JSON (default: the package's cost_models/data/collective_calibration.json)")
+    co.set_defaults(func=run_collectives)
 
 
 def _script(name):
@@ -82,11 +89,23 @@ def run_transfers(args):
     from cost_models.calibration import calibrate
     from cost_models.model import CALIBRATION
 
+    return _calibrate(args, calibrate, CALIBRATION)
+
+
+def run_collectives(args):
+    from cost_models.collectives import calibrate_collectives
+    from cost_models.model import COLLECTIVES
+
+    return _calibrate(args, calibrate_collectives, COLLECTIVES)
+
+
+def _calibrate(args, calibrate, default_path):
+    """Measure with ``calibrate(repeats=, command=)``, save, and print the fitted line."""
     if args.repeats < 3:
         raise InputError("must be at least 3", field="--repeats")
     command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     calibration = calibrate(repeats=args.repeats, command=command)
-    path = args.out or CALIBRATION
+    path = args.out or default_path
     calibration.save(path)
     print(f"overhead {calibration.overhead * 1e6:.0f} us, bandwidth {calibration.bandwidth / 1e9:.2f} GB/s "
           f"({len(calibration.measurements)} sizes) -> {path}")
