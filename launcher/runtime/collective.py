@@ -67,7 +67,7 @@ def replica_cluster(plan, cluster):
 
 
 class CollectiveGroup:
-    """This task's place in the group of replicas and the collectives it builds.
+    """This replica's place in the group of replicas and the collectives it builds.
 
     Parameters
     ----------
