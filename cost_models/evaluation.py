@@ -2,9 +2,11 @@
 
 - Per-op MAPE on a random 20% of the timed rows held out from fitting, for
   ops of at least 50 us (the learned model beside the roofline prior).
-- Leave one zoo model out: fit on every other row, predict every op of the
-  left-out model's step and compare the predicted compute time (the sum of
-  predicted op times) with the step time measured when profiling.
+- Leave one zoo model out: fit the op model and the executor overhead on
+  every other model's rows and steps, predict the left-out model's step
+  compute time as the simulator does for one device (the sum of
+  ``CostModel`` op costs over every op of the step) and compare it with the
+  step time measured when profiling.
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
 """
@@ -18,7 +20,8 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.dataset import read_meta, read_timings
 from cost_models.features import design_matrix
-from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel
+from cost_models.model import (DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, fit_executor_overhead,
+                               fit_op_model)
 from cost_models.prior import prior_seconds
 
 MIN_OP_SECONDS = 50e-6
@@ -29,17 +32,6 @@ TARGETS = {"op_mape": 0.25, "step_error": 0.10, "busbw_error": 0.15}
 # "Collective measurements"): 8x H100 SXM ~370 GB/s; 8x A100 SXM ~200-208 GB/s.
 NCCL_BUSBW = {"dgx-h100": 370e9, "dgx-a100": 204e9}
 BUSBW_MESSAGE_BYTES = 8 * 2**30
-
-
-def _fit(timed, params):
-    from cost_models.op_model import OpTimeRegressor
-
-    X = design_matrix(timed.raw, timed.peak_flops, timed.memory_bandwidth)
-    return OpTimeRegressor(**params).fit(X, timed.seconds)
-
-
-def _predict(model, rows):
-    return model.predict(design_matrix(rows.raw, rows.peak_flops, rows.memory_bandwidth))
 
 
 def _prior(rows):
@@ -57,14 +49,13 @@ def _mape(pred, true):
 
 
 def op_holdout(timings, params=DEFAULT_PARAMS, seed=0):
-    """Per-op error on held-out rows (random split of the timed rows)."""
-    timed = timings.timed()
+    """Per-op error of kernel times on held-out rows (a random split of all rows)."""
     rng = np.random.default_rng(seed)
-    test = rng.random(len(timed)) < HOLDOUT_FRACTION
-    model = _fit(timed.subset(~test), params)
-    held = timed.subset(test)
+    test = rng.random(len(timings)) < HOLDOUT_FRACTION
+    model = fit_op_model(timings.subset(~test), params)
+    held = timings.subset(test).timed()
     big = held.seconds >= MIN_OP_SECONDS
-    pred = _predict(model, held)
+    pred = model.predict(design_matrix(held.raw, held.peak_flops, held.memory_bandwidth), ran_kernel=True)
     by_type = {}
     for t in sorted(set(held.raw["op_type"][big])):
         m = big & (held.raw["op_type"] == t)
@@ -80,63 +71,39 @@ def op_holdout(timings, params=DEFAULT_PARAMS, seed=0):
     }
 
 
-def fit_step_aggregate(kernel_sums, op_counts, step_seconds):
-    """Fit ``step = overlap * sum(op seconds) + overhead * ops`` (relative least squares).
-
-    On a multi-core CPU, TensorFlow runs independent ops at once (a step
-    takes less than the sum of its kernels) and pays executor time per op;
-    the two coefficients are learned from the measured steps of other models.
-
-    Returns
-    -------
-    (overlap, overhead) : floats >= 0
-    """
-    k = np.asarray(kernel_sums, dtype=np.float64)
-    n = np.asarray(op_counts, dtype=np.float64)
-    t = np.asarray(step_seconds, dtype=np.float64)
-    A = np.stack([k, n], axis=1) / t[:, None]
-    from scipy.optimize import nnls
-
-    coef, _ = nnls(A, np.ones_like(t))
-    return float(coef[0]), float(coef[1])
+def _step_seconds(cost_model, rows):
+    """Predicted compute seconds of a one-device step whose ops are ``rows``."""
+    total = 0.0
+    for model in sorted(set(rows.device_model)):
+        mine = rows.device_model == model
+        sub = rows.subset(mine)
+        seconds, _ = cost_model.predict_raw(sub.raw, sub.device_kind[0], model, sub.peak_flops[0], sub.memory_bandwidth[0])
+        total += float(seconds.sum())
+    return total
 
 
 def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS):
-    """Step-level error per zoo model, fitted without that model's rows.
-
-    ``sum``: the sum of predicted times of every op of the model's step (ops
-    that ran no kernel too: the predictor cannot know which ops TensorFlow
-    folds away).  ``aggregate``: that sum put through
-    :func:`fit_step_aggregate`, fitted on the other models' measured steps.
-    """
+    """Step-level error per zoo model, with the op model and executor overhead fitted without it."""
     results = {}
     known = {name: r for name, r in steps.items() if (timings.origin == name).any()}
     for name, record in sorted(known.items()):
         mine = timings.origin == name
-        rest = timings.subset(~mine).timed()
-        others = [o for o in known if o != name]
-        if len(rest) == 0 or len(others) < 2:
+        rest = timings.subset(~mine)
+        others = {o: r for o, r in known.items() if o != name}
+        if len(rest.timed()) == 0 or len(others) < 2:
             continue
-        model = _fit(rest, params)
+        overhead = fit_executor_overhead(rest, others)
+        cost_model = CostModel(fit_op_model(rest, params), set(rest.timed().device_model), executor_overhead=overhead)
         rows = timings.subset(mine)
-        pred = _predict(model, rows)
-        timed = np.isfinite(rows.seconds)
-        overlap, overhead = fit_step_aggregate(
-            [np.nansum(timings.seconds[timings.origin == o]) for o in others],
-            [int((timings.origin == o).sum()) for o in others],
-            [known[o]["step_seconds"] for o in others],
-        )
+        predicted = _step_seconds(cost_model, rows)
         measured = float(record["step_seconds"])
-        total = float(pred.sum())
-        aggregate = overlap * total + overhead * len(rows)
+        timed = np.isfinite(rows.seconds)
         results[name] = {
             "measured_step_seconds": measured,
-            "predicted_sum_seconds": total,
-            "sum_error": (total - measured) / measured,
-            "predicted_compute_seconds": aggregate,
-            "error": abs(aggregate - measured) / measured,
-            "signed_error": (aggregate - measured) / measured,
-            "aggregate": {"overlap": overlap, "overhead_per_op_seconds": overhead},
+            "predicted_compute_seconds": predicted,
+            "error": abs(predicted - measured) / measured,
+            "signed_error": (predicted - measured) / measured,
+            "executor_overhead_per_op_seconds": overhead,
             "ops": int(len(rows)),
             "timed_ops": int(timed.sum()),
             "measured_kernel_sum_seconds": float(rows.seconds[timed].sum()),
@@ -201,14 +168,14 @@ def format_report(report):
         f"data: {report['data']['timed_rows']} timed rows of {report['data']['rows']} ({report['data']['file']})",
         f"per-op MAPE, held-out ops >= 50 us ({ops['test_rows_at_least_50us']} rows): "
         f"learned {_pct(ops['mape'])}, roofline prior {_pct(ops['prior_mape'])} (target <= 25%)",
-        "leave-one-zoo-model-out step time (predicted = overlap x sum of predicted op times + per-op overhead,",
-        "  both coefficients fitted on the other models; raw sum error in brackets):",
+        "leave-one-zoo-model-out step time (predicted = sum over the step's ops of expected kernel time",
+        "  + executor overhead per op, both fitted on the other models; measured kernel sum in brackets):",
     ]
     for name, r in lomo["models"].items():
         lines.append(
             f"  {name:<16} measured {r['measured_step_seconds'] * 1e3:9.1f} ms  predicted "
             f"{r['predicted_compute_seconds'] * 1e3:9.1f} ms  error {r['signed_error'] * 100:+6.1f}%  "
-            f"(sum {r['sum_error'] * 100:+6.1f}%)"
+            f"(kernels {r['measured_kernel_sum_seconds'] * 1e3:.1f} ms)"
         )
     lines.append(f"  mean error {_pct(lomo['mean_error'])}, max {_pct(lomo['max_error'])} (target <= 10%)")
     lines.append("allreduce bus bandwidth, 8 GPUs, ring, 8 GiB message:")

@@ -8,7 +8,7 @@ BiasAddGrad, ReluGrad, MaxPoolGrad, ...) are timed at the same shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 INT_INPUT_MAX = 1000  # the smallest gather table
@@ -19,6 +19,7 @@ class Case:
     name: str
     fn: object
     inputs: list  # [(shape, tf.DType)]; integer inputs are ids below INT_INPUT_MAX
+    variables: list = field(default_factory=list)  # float32 variable shapes, passed before the inputs
 
 
 def _with_grad(forward):
@@ -97,7 +98,64 @@ def micro_cases(rng, scale=1):
             return tf.reduce_sum(tf.gather(table, ids))
 
         cases.append(Case(f"gather{i}", _with_grad_first(gather), [((vocab, dim), f32), ((nids,), tf.int32)]))
+    cases += _large_cases(rng, scale)
     return cases
+
+
+def _large_cases(rng, scale):
+    """Shapes as large as the zoo's: optimizer updates of big variables, 1M-row
+    tables, 64M-element elementwise ops, 224-pixel convolutions, wide dense
+    layers.  Tree models cannot extrapolate, so the data must reach these sizes."""
+    import tensorflow as tf
+
+    f32 = tf.float32
+    cases = []
+    for i in range(10 * scale):
+        n = _pick(rng, [2**p for p in range(10, 27, 2)])
+        cols = _pick(rng, [64, 256, 1024]) if n >= 1024 else n
+        shape = (max(n // cols, 1), cols)
+        cases.append(Case(f"adam{i}", _adam_update, [(shape, f32)], variables=[shape] * 3))
+    for i in range(6 * scale):
+        n = _pick(rng, [2**p for p in range(22, 27)])
+        shape = (n // 64, 64)
+        cases.append(Case(f"checks{i}", _finite_checks, [(shape, f32), (shape, f32)]))
+    for i in range(8 * scale):
+        b, hw = _pick(rng, [1, 2]), _pick(rng, [112, 224])
+        cin, cout = _pick(rng, [3, 64, 128]), _pick(rng, [64, 128])
+
+        def conv(x, w):
+            return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
+
+        cases.append(Case(f"bigconv{i}", _with_grad(conv), [((b, hw, hw, cin), f32), ((3, 3, cin, cout), f32)]))
+    for i in range(6 * scale):
+        m, k, n = _pick(rng, [2, 8, 64]), _pick(rng, [4096, 9216, 25088]), _pick(rng, [1000, 4096])
+        cases.append(Case(f"bigmatmul{i}", _with_grad(lambda x, w: tf.nn.relu(tf.matmul(x, w))),
+                          [((m, k), f32), ((k, n), f32)]))
+    for i in range(4 * scale):
+        dim, nids = _pick(rng, [16, 64]), _pick(rng, [256, 4096])
+
+        def gather(table, ids):
+            return tf.reduce_sum(tf.gather(table, ids))
+
+        cases.append(Case(f"biggather{i}", _with_grad_first(gather), [((1_000_000, dim), f32), ((nids,), tf.int32)]))
+    return cases
+
+
+def _adam_update(var, m, v, grad):
+    """One Adam step written as Keras 3 writes it (separate assign ops, not fused)."""
+    import tensorflow as tf
+
+    m.assign_add((grad - m) * 0.1)
+    v.assign_add((tf.square(grad) - v) * 0.001)
+    var.assign_sub(m * 0.001 / (tf.sqrt(v) + 1e-7))
+    return tf.reduce_sum(var)
+
+
+def _finite_checks(x, w):
+    """Element-wise tests over large tensors (the finite-gradient checks of Keras optimizers)."""
+    import tensorflow as tf
+
+    return tf.reduce_any(tf.logical_or(tf.math.is_nan(x), tf.equal(x, w)))
 
 
 def _with_grad_first(forward):

@@ -43,13 +43,17 @@ class CostModel:
     calibration : cost_models.calibration.TransferCalibration or None
     collectives : cost_models.calibration.TransferCalibration or None
         The CPU collective calibration (see :class:`~cost_models.comm.CommModel`).
+    executor_overhead : float
+        Seconds TensorFlow's executor spends on every op of a step besides
+        its kernel, on the learned devices (see :func:`fit_executor_overhead`).
     """
 
-    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None):
+    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
         self.collectives = collectives
+        self.executor_overhead = float(executor_overhead)
         self._id = None
 
     @classmethod
@@ -73,7 +77,8 @@ class CostModel:
         if self.op_model is not None:
             h.update(json.dumps(
                 {"params": self.op_model.get_params(), "types": self.op_model.op_types_,
-                 "devices": sorted(self.learned_devices)}, sort_keys=True).encode())
+                 "kernel_rates": self.op_model.kernel_rate_, "devices": sorted(self.learned_devices),
+                 "executor_overhead": self.executor_overhead}, sort_keys=True).encode())
             h.update(np.asarray(self.op_model.estimator_.predict(_probe_matrix(self.op_model))).tobytes())
         if self.calibration is not None:
             h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
@@ -102,16 +107,7 @@ class CostModel:
             raise CostModelError(str(exc), field="peak_flops") from None
         if not device.memory_bandwidth or device.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
-        seconds, fallback = prior_seconds(raw, device.kind, peak, device.memory_bandwidth)
-        sources = np.where(fallback, "fallback", "prior").astype(object)
-        if self.op_model is not None and device.model in self.learned_devices:
-            learned = self.op_model.knows(raw["op_type"])
-            if learned.any():
-                rows = {k: v[learned] for k, v in raw.items()}
-                X = design_matrix(rows, peak, device.memory_bandwidth)
-                seconds = seconds.copy()
-                seconds[learned] = self.op_model.predict(X)
-                sources[learned] = "learned"
+        seconds, sources = self.predict_raw(raw, device.kind, device.model, peak, device.memory_bandwidth)
         unknown = sources == "fallback"
         if unknown.any():
             types = sorted(set(raw["op_type"][unknown]))
@@ -121,6 +117,24 @@ class CostModel:
                 stacklevel=2,
             )
         return {name: OpCost(float(s), str(src)) for name, s, src in zip(names, seconds, sources)}
+
+    def predict_raw(self, raw, device_kind, device_model, peak_flops, memory_bandwidth):
+        """Seconds and source (learned, prior or fallback) per row of raw op features.
+
+        On a learned device, every op the op model knows costs its expected
+        kernel time plus the executor overhead; the rest get the prior.
+        """
+        seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
+        sources = np.where(fallback, "fallback", "prior").astype(object)
+        if self.op_model is not None and device_model in self.learned_devices:
+            learned = self.op_model.knows(raw["op_type"])
+            if learned.any():
+                rows = {k: v[learned] for k, v in raw.items()}
+                X = design_matrix(rows, peak_flops, memory_bandwidth)
+                seconds = seconds.copy()
+                seconds[learned] = self.op_model.predict(X) + self.executor_overhead
+                sources[learned] = "learned"
+        return seconds, sources
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
@@ -138,25 +152,51 @@ def _probe_matrix(op_model):
     return op_model._encode(X)
 
 
-def fit_default(timings):
-    """Fit the default op model on ``timings``; returns (model, learned device models)."""
+def fit_op_model(timings, params=None):
+    """An op model fitted on every row of ``timings`` (untimed rows set the kernel rates)."""
     from cost_models.op_model import OpTimeRegressor
 
-    timed = timings.timed()
-    if len(timed) == 0:
+    if len(timings.timed()) == 0:
         raise CostModelError("no timed rows to fit", source=TIMINGS)
-    X = design_matrix(timed.raw, timed.peak_flops, timed.memory_bandwidth)
-    model = OpTimeRegressor(**DEFAULT_PARAMS).fit(X, timed.seconds)
-    return model, sorted(set(timed.device_model))
+    X = design_matrix(timings.raw, timings.peak_flops, timings.memory_bandwidth)
+    return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, timings.seconds)
+
+
+def fit_executor_overhead(timings, steps):
+    """Seconds per op that a measured step spends beyond its kernels.
+
+    Fits ``step = sum of kernel seconds + overhead * ops`` over the profiled
+    zoo steps in ``steps`` (name -> record with ``step_seconds``), by least
+    squares on the relative error; 0 when no step was measured.
+    """
+    kernel, ops, step = [], [], []
+    for name, record in sorted(steps.items()):
+        mine = timings.origin == name
+        if mine.any():
+            kernel.append(float(np.nansum(timings.seconds[mine])))
+            ops.append(float(mine.sum()))
+            step.append(float(record["step_seconds"]))
+    if not step:
+        return 0.0
+    kernel, ops, step = map(np.asarray, (kernel, ops, step))
+    a, b = ops / step, (step - kernel) / step
+    return max(float(a @ b / (a @ a)), 0.0)
+
+
+def fit_default(timings, steps=None):
+    """Fit the default op model on ``timings``; returns (model, learned device models, executor overhead)."""
+    model = fit_op_model(timings)
+    return model, sorted(set(timings.timed().device_model)), fit_executor_overhead(timings, steps or {})
 
 
 # Chosen by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
-DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 31, "random_state": 0}
+DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 200, "learning_rate": 0.1, "max_leaf_nodes": 31, "random_state": 0,
+                  "target": "roofline_ratio"}
 
 
 @lru_cache(maxsize=1)
 def _default_model():
-    from cost_models.dataset import read_timings
+    from cost_models.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
     calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
@@ -166,9 +206,10 @@ def _default_model():
     try:
         op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
         devices = meta["training_data"]["devices"]
+        overhead = meta["training_data"]["executor_overhead_seconds"]
     except (CostModelError, KeyError):
-        op_model, devices = fit_default(read_timings(TIMINGS))
-    return CostModel(op_model, devices, calibration, collectives)
+        op_model, devices, overhead = fit_default(read_timings(TIMINGS), read_meta(TIMINGS_META).get("steps"))
+    return CostModel(op_model, devices, calibration, collectives, overhead)
 
 
 def save_default(timings, meta, folder=DATA_DIR):
@@ -183,12 +224,13 @@ def save_default(timings, meta, folder=DATA_DIR):
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)
-    op_model, devices = fit_default(timings)
+    op_model, devices, overhead = fit_default(timings, meta.get("steps"))
     timed = timings.timed()
     description = {
         "rows": len(timings),
         "timed_rows": len(timed),
         "devices": devices,
+        "executor_overhead_seconds": overhead,
         "origins": sorted(set(timings.origin)),
         "op_types": len(set(timed.raw["op_type"])),
         "file": os.path.basename(TIMINGS),
@@ -201,4 +243,5 @@ def save_default(timings, meta, folder=DATA_DIR):
     if os.path.abspath(folder) == DATA_DIR:
         _default_model.cache_clear()
     calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
-    return CostModel(op_model, devices, calibration)
+    collectives = TransferCalibration.load(COLLECTIVES) if os.path.exists(COLLECTIVES) else None
+    return CostModel(op_model, devices, calibration, collectives, overhead)

@@ -45,6 +45,27 @@ def unfused_graphs():
         tf.config.optimizer.set_experimental_options(restore)
 
 
+def one_op_at_a_time():
+    """Run graph ops one at a time (one inter-op thread) from now on in this process.
+
+    Each kernel then has the machine to itself, so its time is its own
+    rather than stretched by whatever ran beside it, and a step's kernel
+    times add up to its compute time.  Each op still uses every core
+    (intra-op threads).  On this 2-core machine the step times of the zoo
+    models differ from the default executor's by a few percent (see
+    benchmarks/results/costmodel_eval.json).  Must run before TensorFlow
+    starts its runtime.
+    """
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        if tf.config.threading.get_inter_op_parallelism_threads() != 1:
+            raise CostModelError("profile before TensorFlow runs anything in this process "
+                                 "(ops must run one at a time)") from None
+
+
 def kernel_times(logdir):
     """Per node name, the durations (seconds) of its kernels in a profile.
 
@@ -322,7 +343,7 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
             if time.monotonic() > deadline:
                 break
             fn = tf.function(case.fn)
-            args = [
+            args = [tf.Variable(tf.random.uniform(s)) for s in case.variables] + [
                 tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, INT_INPUT_MAX, dtype=d)
                 for s, d in case.inputs
             ]
@@ -364,6 +385,7 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
         The rows and the ``steps`` record per zoo model.
     """
     say = progress or (lambda msg: None)
+    one_op_at_a_time()
     start = time.monotonic()
     device = device or host_device()
     say(f"device {device['device_model']}: {device['peak_flops'] / 1e9:.0f} GFLOP/s peak, "

@@ -18,7 +18,8 @@ from autodist.resource_spec import load_cluster
 from cost_models import CostModel, OpCost, UnknownOpTypeWarning
 from cost_models.dataset import read_timings, write_timings
 from cost_models.features import FEATURES, design_matrix
-from cost_models.model import MODEL_META, TIMINGS, fit_default
+from cost_models.dataset import read_meta
+from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_default, fit_executor_overhead
 from cost_models.op_model import OpTimeRegressor, load_model, save_model
 from cost_models.types import SOURCES
 
@@ -145,6 +146,10 @@ def test_regressor_rejects_bad_input(shipped):
         OpTimeRegressor(estimator="forest").fit(X, rows.seconds)
     with pytest.raises(ValueError, match="positive"):
         OpTimeRegressor().fit(X, -rows.seconds)
+    with pytest.raises(ValueError, match="some timed"):
+        OpTimeRegressor().fit(X, np.full(len(rows), np.nan))
+    with pytest.raises(ValueError, match="target"):
+        OpTimeRegressor(target="minutes").fit(X, rows.seconds)
     with pytest.raises(ValueError, match="shape"):
         OpTimeRegressor(max_iter=5).fit(X[:, :3], rows.seconds)
 
@@ -188,23 +193,65 @@ def test_shipped_model_metadata_describes_its_data():
 def test_refit_from_data_learns_the_device_models(shipped):
     # What CostModel.default() does when the pickle does not match this scikit-learn.
     rows = shipped.subset(np.arange(len(shipped)) < 2000)
-    model, devices = fit_default(rows)
+    model, devices, overhead = fit_default(rows)
     assert devices == ["cpu-local"]
     assert model.n_features_in_ == len(FEATURES)
     assert set(model.op_types_) == set(rows.raw["op_type"])
+    assert overhead == 0.0  # no measured step to fit it on
 
 
-def test_timings_round_trip_is_byte_stable(tmp_path):
+def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, cpu):
+    cm = CostModel.default()
+    assert cm.op_model.kernel_rate_["Const"] == 0.0
+    assert 0 < cm.executor_overhead < 100e-6
+    costs = cm.op_costs(mlp_graph, cpu)
+    consts = [n for n, op in mlp_graph.ops.items() if op.type == "Const"]
+    assert consts and all(costs[n] == OpCost(cm.executor_overhead, "learned") for n in consts)
+
+
+def test_expected_time_is_kernel_rate_times_kernel_time():
     rows = read_timings(TIMINGS)
-    first, second = tmp_path / "a.csv.gz", tmp_path / "b.csv.gz"
-    write_timings(first, rows)
-    write_timings(second, read_timings(first))
-    assert first.read_bytes() == second.read_bytes()
-    assert os.path.getsize(TIMINGS) < 3 * 2**20
+    rows = rows.subset(rows.origin == "mlp")
+    X = design_matrix(rows.raw, rows.peak_flops, rows.memory_bandwidth)
+    model = OpTimeRegressor(max_iter=30).fit(X, rows.seconds)
+    types = rows.raw["op_type"]
+    for t in ("Const", "MatMul", "BiasAdd"):
+        ran = np.isfinite(rows.seconds[types == t])
+        assert model.kernel_rate_[t] == pytest.approx(ran.mean())
+    rate = np.array([model.kernel_rate_[t] for t in types])
+    assert np.allclose(model.predict(X), rate * model.predict(X, ran_kernel=True))
 
 
-def test_bad_timing_file_names_the_file(tmp_path):
-    bad = tmp_path / "t.csv.gz"
-    bad.write_bytes(b"not gzip")
-    with pytest.raises(CostModelError, match="t.csv.gz"):
-        read_timings(bad)
+def test_roofline_ratio_target_scales_past_the_largest_measured_op(shipped):
+    # Trees are flat outside their data: on log seconds a matmul four times
+    # larger than any measured one costs no more; on the roofline ratio it does.
+    matmuls = shipped.subset(shipped.raw["op_type"] == "MatMul")
+    biggest = int(np.argmax(matmuls.raw["flops"]))
+    row = {k: v[biggest:biggest + 1].copy() for k, v in matmuls.raw.items()}
+    grown = {k: v.copy() for k, v in row.items()}
+    for column in ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements"):
+        grown[column] = grown[column] * 4
+    X = design_matrix(matmuls.raw, matmuls.peak_flops, matmuls.memory_bandwidth)
+    pair = np.concatenate([design_matrix(r, matmuls.peak_flops[0], matmuls.memory_bandwidth[0]) for r in (row, grown)])
+    ratio = OpTimeRegressor(max_iter=50).fit(X, matmuls.seconds).predict(pair)
+    seconds = OpTimeRegressor(max_iter=50, target="seconds").fit(X, matmuls.seconds).predict(pair)
+    assert ratio[1] > 3 * ratio[0]
+    assert seconds[1] == pytest.approx(seconds[0], rel=0.05)
+
+
+def test_executor_overhead_is_the_best_fit_of_kernels_to_measured_steps():
+    rows = read_timings(TIMINGS)
+    steps = read_meta(TIMINGS_META)["steps"]
+    overhead = fit_executor_overhead(rows, steps)
+    assert overhead > 0
+
+    def relative_error(per_op):
+        total = 0.0
+        for name, record in steps.items():
+            mine = rows.origin == name
+            predicted = np.nansum(rows.seconds[mine]) + per_op * mine.sum()
+            total += ((predicted - record["step_seconds"]) / record["step_seconds"]) ** 2
+        return total
+
+    best = relative_error(overhead)
+    assert all(best <= relative_error(overhead * f) for f in (0.0, 0.5, 0.9, 1.1, 2.0))

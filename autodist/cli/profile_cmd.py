@@ -69,15 +69,17 @@ def run_ops(args):
         raise InputError("give one --batch-size per --model, or none", field="--batch-size")
     sizes = args.batch_size or [None] * len(args.model)
     scripts = [(_script(m), ["--batch-size", str(b)] if b else []) for m, b in zip(args.model, sizes)]
+    load_before = os.getloadavg()
     rows, steps = collect(scripts, micro=not args.no_micro, steps=args.steps, seed=args.seed,
                           time_limit_s=args.time_limit, progress=lambda msg: print(msg, flush=True))
     meta = {
         "command": "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "machine": machine_description(),
         "steps": steps,
+        "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
         "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls); "
-                 "the machine's 2 cores were shared with other jobs while measuring, so times are noisy; "
-                 "Grappler remapping and arithmetic optimisation were off while profiling"),
+                 "ops ran one at a time (one inter-op thread); Grappler remapping and arithmetic "
+                 "optimisation were off while profiling"),
     }
     folder = args.out or DATA_DIR
     save_default(rows, meta, folder)
