@@ -8,6 +8,7 @@ command and machine as data (``cost_models/data/transfer_calibration.json``).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
@@ -184,9 +185,12 @@ def _time_sizes(tf, target, sizes, repeats, deadline):
         for _, pair in fetches:
             sess.run(pair)  # warm-up
         # Rounds over all sizes, so that a change in the machine's load
-        # during the measurement touches every size alike.
+        # during the measurement touches every size alike; each round in a
+        # new order, so that no size always follows the largest transfer.
+        order = np.random.default_rng(0)
         for _ in range(repeats):
-            for nbytes, (remote, local) in fetches:
+            for i in order.permutation(len(fetches)):
+                nbytes, (remote, local) = fetches[i]
                 t0 = time.perf_counter()
                 sess.run(remote)
                 t1 = time.perf_counter()
@@ -203,8 +207,37 @@ def _time_sizes(tf, target, sizes, repeats, deadline):
     return out
 
 
-def calibrate(sizes=SIZES, repeats=15, command=""):
-    """Measure and fit; returns a :class:`TransferCalibration`."""
-    points = measure_transfers(sizes, repeats)
+_SESSION_SCRIPT = """
+import json, sys
+from cost_models.calibration import measure_transfers
+print(json.dumps(measure_transfers([int(s) for s in sys.argv[2:]], int(sys.argv[1]))))
+"""
+
+
+def measure_sessions(sizes=SIZES, repeats=15, sessions=3):
+    """Per-size medians of :func:`measure_transfers` run in ``sessions`` separate processes.
+
+    Whole measurement sessions on this machine differ by up to ~20% at the
+    same size (gRPC channel and process state), more than the repeats inside
+    one session show; the median over sessions is what a later run expects.
+    """
+    runs = []
+    for _ in range(sessions):
+        done = subprocess.run([sys.executable, "-c", _SESSION_SCRIPT, str(repeats), *map(str, sizes)],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise CostModelError(f"a transfer measurement session failed: {done.stderr.strip().splitlines()[-1:]}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return [
+        {"bytes": points[0]["bytes"], "seconds": statistics.median(p["seconds"] for p in points),
+         "repeats": sum(p["repeats"] for p in points), "sessions": len(points),
+         "seconds_per_session": [p["seconds"] for p in points]}
+        for points in zip(*runs)
+    ]
+
+
+def calibrate(sizes=SIZES, repeats=15, command="", sessions=3):
+    """Measure (median over ``sessions`` processes) and fit; returns a :class:`TransferCalibration`."""
+    points = measure_sessions(sizes, repeats, sessions)
     overhead, bandwidth = fit_line([p["bytes"] for p in points], [p["seconds"] for p in points])
     return TransferCalibration(overhead, bandwidth, points, command, machine_description())

@@ -1,6 +1,7 @@
 """Op-cost features per (op, device).
 
-Raw features describe an op alone (type, dtype, FLOPs, bytes, main sizes);
+Raw features describe an op (type, dtype, FLOPs, bytes, main sizes, and
+whether any op reads its outputs);
 device features add the device's peak FLOP/s and memory bandwidth and the
 roofline estimate ``max(FLOPs / peak, bytes / bandwidth)``.  The same raw
 columns are stored with every measured timing (see cost_models.dataset), so
@@ -24,6 +25,7 @@ RAW_COLUMNS = (
     "out_rank",
     "n_inputs",
     "out_last_dim",
+    "unread",
 )
 NUMERIC_RAW = RAW_COLUMNS[2:]
 
@@ -52,6 +54,39 @@ DTYPE_BYTES = {
 }
 
 
+# TensorFlow switches a resource variable to copy-on-read once a sparse op
+# gathers from or scatters into it (EnsureSparseVariableAccess in
+# tensorflow/core/kernels/resource_variable_ops.cc): from then on every dense
+# read copies the whole variable.  Such reads get their own op type.
+COPY_ON_READ = "ReadVariableOp(copy)"
+SPARSE_ACCESS_PREFIXES = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
+
+
+def _sparse_handles(ops):
+    """Input tensors of the ops that touch a variable sparsely (its handles among them)."""
+    return {t for op in ops if op.type.startswith(SPARSE_ACCESS_PREFIXES) for t in op.data_inputs}
+
+
+def op_type_of(op, sparse_handles):
+    """The op type the cost model sees: a dense read of a copy-on-read variable is its own type."""
+    if op.type == "ReadVariableOp" and op.data_inputs and op.data_inputs[0] in sparse_handles:
+        return COPY_ON_READ
+    return op.type
+
+
+def unread_ops(ops):
+    """Names of the ops with outputs that no op reads as data.
+
+    Nothing fetched depends on them (control edges from automatic control
+    dependencies aside), so Grappler prunes them and they never run: in the
+    profiled zoo steps, none of these ops ran a kernel (e.g. the
+    ``Shape/ReadVariableOp`` of a Keras embedding, the input gradient of a
+    network's first convolution).
+    """
+    read = {tensor.rpartition(":")[0] for op in ops for tensor in op.data_inputs}
+    return {op.name for op in ops if op.output_shapes and op.name not in read}
+
+
 def _elements(shape):
     """Elements of a static shape; 0 when unknown."""
     if shape is None:
@@ -76,6 +111,8 @@ def op_raw_features(graph_item):
     """
     ops = list(graph_item.ops.values())
     shapes = {op.name: op.output_shapes for op in ops}
+    sparse_handles = _sparse_handles(ops)
+    pruned = unread_ops(ops)
     rows = {c: [] for c in RAW_COLUMNS}
     for op in ops:
         inputs = op.data_inputs
@@ -88,7 +125,7 @@ def op_raw_features(graph_item):
             i = int(idx) if idx.isdigit() else 0
             in_shapes.append(out[i] if i < len(out) else None)
         out0 = op.output_shapes[0] if op.output_shapes else None
-        rows["op_type"].append(op.type)
+        rows["op_type"].append(op_type_of(op, sparse_handles))
         rows["dtype"].append(op.output_dtypes[0] if op.output_dtypes else "")
         rows["flops"].append(op.flops)
         rows["input_bytes"].append(input_bytes)
@@ -99,6 +136,7 @@ def op_raw_features(graph_item):
         rows["out_rank"].append(len(out0) if out0 is not None else -1)
         rows["n_inputs"].append(len(inputs))
         rows["out_last_dim"].append(out0[-1] if out0 else 0)
+        rows["unread"].append(1.0 if op.name in pruned else 0.0)
     return [op.name for op in ops], to_arrays(rows)
 
 

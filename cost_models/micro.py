@@ -104,8 +104,10 @@ def micro_cases(rng, scale=1):
 
 def _large_cases(rng, scale):
     """Shapes as large as the zoo's: optimizer updates of big variables, 1M-row
-    tables, 64M-element elementwise ops, 224-pixel convolutions, wide dense
-    layers.  Tree models cannot extrapolate, so the data must reach these sizes."""
+    tables (and dense reads of them after a sparse update), 64M-element
+    elementwise ops, 224-pixel and asymmetric (1x7) convolutions, token-sized
+    and wide dense layers.  Trees do not extrapolate well, so the data must
+    reach these sizes."""
     import tensorflow as tf
 
     f32 = tf.float32
@@ -127,10 +129,28 @@ def _large_cases(rng, scale):
             return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
 
         cases.append(Case(f"bigconv{i}", _with_grad(conv), [((b, hw, hw, cin), f32), ((3, 3, cin, cout), f32)]))
+    kernels = [(1, 7), (7, 1), (1, 3), (3, 1), (3, 3), (5, 5), (1, 1)]
+    for i in range(16 * scale):
+        b, hw = _pick(rng, [1, 2]), _pick(rng, [8, 17, 35, 73, 147])
+        cin, cout = _pick(rng, [32, 64, 128, 192, 384, 768]), _pick(rng, [32, 64, 128, 192, 384])
+        kh, kw = kernels[rng.integers(len(kernels))]
+
+        def conv(x, w):
+            return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
+
+        cases.append(Case(f"asymconv{i}", _with_grad(conv), [((b, hw, hw, cin), f32), ((kh, kw, cin, cout), f32)]))
+    for i in range(16 * scale):
+        m = _pick(rng, [256, 512, 1024, 2048])
+        k, n = (_pick(rng, [256, 512, 768, 1024, 2048, 3072, 4096]) for _ in range(2))
+        cases.append(Case(f"tokenmatmul{i}", _with_grad(lambda x, w: tf.matmul(x, w)), [((m, k), f32), ((k, n), f32)]))
     for i in range(6 * scale):
         m, k, n = _pick(rng, [2, 8, 64]), _pick(rng, [4096, 9216, 25088]), _pick(rng, [1000, 4096])
         cases.append(Case(f"bigmatmul{i}", _with_grad(lambda x, w: tf.nn.relu(tf.matmul(x, w))),
                           [((m, k), f32), ((k, n), f32)]))
+    for i in range(12 * scale):
+        rows, dim = _pick(rng, [10_000, 100_000, 1_000_000]), _pick(rng, [1, 16, 32, 64])
+        cases.append(Case(f"copyonread{i}", _scatter_then_read, [((256,), tf.int32), ((256, dim), f32)],
+                          variables=[(rows, dim)]))
     for i in range(4 * scale):
         dim, nids = _pick(rng, [16, 64]), _pick(rng, [256, 4096])
 
@@ -149,6 +169,14 @@ def _adam_update(var, m, v, grad):
     v.assign_add((tf.square(grad) - v) * 0.001)
     var.assign_sub(m * 0.001 / (tf.sqrt(v) + 1e-7))
     return tf.reduce_sum(var)
+
+
+def _scatter_then_read(table, ids, rows):
+    """A sparse update (which makes ``table`` copy-on-read) and a dense read of it."""
+    import tensorflow as tf
+
+    table.scatter_add(tf.IndexedSlices(rows, ids))
+    return tf.reduce_sum(table.read_value())
 
 
 def _finite_checks(x, w):

@@ -122,7 +122,8 @@ class CostModel:
         """Seconds and source (learned, prior or fallback) per row of raw op features.
 
         On a learned device, every op the op model knows costs its expected
-        kernel time plus the executor overhead; the rest get the prior.
+        kernel time plus the executor overhead; the rest get the prior.  Ops
+        whose outputs no op reads cost nothing: Grappler prunes them.
         """
         seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
         sources = np.where(fallback, "fallback", "prior").astype(object)
@@ -134,7 +135,7 @@ class CostModel:
                 seconds = seconds.copy()
                 seconds[learned] = self.op_model.predict(X) + self.executor_overhead
                 sources[learned] = "learned"
-        return seconds, sources
+        return np.where(raw["unread"] > 0, 0.0, seconds), sources
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
@@ -153,9 +154,13 @@ def _probe_matrix(op_model):
 
 
 def fit_op_model(timings, params=None):
-    """An op model fitted on every row of ``timings`` (untimed rows set the kernel rates)."""
+    """An op model fitted on the rows of ``timings`` that may run (untimed ones set the kernel rates).
+
+    Unread ops are left out: they are pruned by rule, not by chance.
+    """
     from cost_models.op_model import OpTimeRegressor
 
+    timings = timings.subset(timings.raw["unread"] == 0)
     if len(timings.timed()) == 0:
         raise CostModelError("no timed rows to fit", source=TIMINGS)
     X = design_matrix(timings.raw, timings.peak_flops, timings.memory_bandwidth)
@@ -167,14 +172,15 @@ def fit_executor_overhead(timings, steps):
 
     Fits ``step = sum of kernel seconds + overhead * ops`` over the profiled
     zoo steps in ``steps`` (name -> record with ``step_seconds``), by least
-    squares on the relative error; 0 when no step was measured.
+    squares on the relative error; 0 when no step was measured.  Unread ops
+    (pruned, see cost_models.features.unread_ops) are not counted.
     """
     kernel, ops, step = [], [], []
     for name, record in sorted(steps.items()):
         mine = timings.origin == name
         if mine.any():
             kernel.append(float(np.nansum(timings.seconds[mine])))
-            ops.append(float(mine.sum()))
+            ops.append(float((mine & (timings.raw["unread"] == 0)).sum()))
             step.append(float(record["step_seconds"]))
     if not step:
         return 0.0

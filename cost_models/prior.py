@@ -15,7 +15,10 @@ unless stated:
   executor's per-op cost is taken as 2 us (eager dispatch measured ~15 us
   here, graph execution is far cheaper).
 Ops that do no kernel work (constants, identities, variable handles) cost the
-launch overhead only.  Op types in none of the tables get the documented
+launch overhead only; so do control flow and function calls (If, While,
+PartitionedCall), whose bodies a capture does not hold (their work is not
+counted).  A dense read of a copy-on-read variable (see
+cost_models.features.COPY_ON_READ) is a copy: memory bound.  Op types in none of the tables get the documented
 fallback: streaming their bytes at 0.5 of memory bandwidth, at least 10 us.
 """
 
@@ -74,7 +77,7 @@ for _t in (
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyKerasMomentum",
     "ResourceApplyAdagradV2", "ResourceApplyRMSProp", "ResourceScatterAdd", "ResourceScatterSub",
     "ResourceScatterUpdate", "ResourceSparseApplyAdagradV2", "ResourceSparseApplyMomentum",
-    "ResourceSparseApplyKerasMomentum", "ResourceSparseApplyGradientDescent",
+    "ResourceSparseApplyKerasMomentum", "ResourceSparseApplyGradientDescent", "ReadVariableOp(copy)",
 ):
     OP_CLASS[_t] = "memory"
 for _t in (
@@ -83,6 +86,8 @@ for _t in (
     "Reshape", "ExpandDims", "Squeeze", "StopGradient", "PreventGradient", "Snapshot", "_Arg",
     "_Retval", "_Send", "_Recv", "Enter", "Exit", "Merge", "Switch", "NextIteration",
     "LoopCond", "Assert", "PrintV2", "DestroyResourceOp", "EnsureShape", "CheckNumerics",
+    "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",
+    "StatefulPartitionedCall",
 ):
     OP_CLASS[_t] = "trivial"
 

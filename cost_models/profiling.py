@@ -205,12 +205,11 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     """
     for _ in range(warmup):
         fn(*args)
-    walls = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        _block(fn(*args))
-        walls.append(time.perf_counter() - t0)
+    # Steps are timed both before and after the profiled ones, so that a
+    # machine whose speed drifts moves the step time and the kernel times alike.
+    walls = _wall_times(fn, args, (steps + 1) // 2)
     measured = attribute_fused(item, profile_calls(fn, args, steps))
+    walls += _wall_times(fn, args, steps // 2)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
     rows = make_rows(names, raw, device, origin, seconds)
@@ -223,6 +222,15 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         "device_model": device["device_model"],
     }
     return rows, record
+
+
+def _wall_times(fn, args, count):
+    walls = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        _block(fn(*args))
+        walls.append(time.perf_counter() - t0)
+    return walls
 
 
 def _block(result):
@@ -362,7 +370,7 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
 
 
 
-def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, progress=None, device=None):
+def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, progress=None, device=None, runs=1):
     """Profile micro-benchmarks and zoo scripts on this machine.
 
     Parameters
@@ -378,6 +386,11 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     progress : callable(str) or None
     device : dict or None
         Device columns; default :func:`host_device`.
+    runs : int
+        Measure everything this many times, minutes apart: a shared machine's
+        speed drifts by more than a step's repeats show.  Each zoo op's time
+        and each step time is the median over the runs; every run's
+        micro-benchmarks are kept (run ``r`` draws its shapes with ``seed + r``).
 
     Returns
     -------
@@ -390,22 +403,45 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     device = device or host_device()
     say(f"device {device['device_model']}: {device['peak_flops'] / 1e9:.0f} GFLOP/s peak, "
         f"{device['memory_bandwidth'] / 1e9:.1f} GB/s")
-    parts, steps_record = [], {}
-    if micro:
-        rows = profile_micro(device, seed=seed, time_limit_s=time_limit_s / 3)
+    micro_parts, zoo = [], {}
+    for run in range(runs):
+        if micro:
+            rows = profile_micro(device, seed=seed + run, time_limit_s=time_limit_s / (3 * runs))
+            micro_parts.append(rows)
+            say(f"run {run + 1}/{runs}: micro-benchmarks: {len(rows)} timed ops after {time.monotonic() - start:.0f} s")
+        for script, args in zoo_scripts:
+            name = os.path.splitext(os.path.basename(script))[0]
+            if time.monotonic() - start > time_limit_s:
+                say(f"run {run + 1}/{runs}: time limit reached, skipping {name}")
+                continue
+            try:
+                rows, record = profile_zoo_script(script, device, args, steps=steps)
+            except AutoDistError as exc:
+                say(f"run {run + 1}/{runs}: skipping {name}: {exc}")
+                continue
+            zoo.setdefault(name, []).append((rows, dict(record, args=list(args))))
+            say(f"run {run + 1}/{runs}: {name}: step {record['step_seconds'] * 1e3:.1f} ms, "
+                f"{record['timed_ops']} of {record['ops']} ops timed")
+    parts, steps_record = list(micro_parts), {}
+    for name, measured in zoo.items():
+        rows, record = _median_of_runs(measured)
         parts.append(rows)
-        say(f"micro-benchmarks: {len(rows)} timed ops in {time.monotonic() - start:.0f} s")
-    for script, args in zoo_scripts:
-        if time.monotonic() - start > time_limit_s:
-            say(f"time limit reached, skipping {script}")
-            continue
-        name = os.path.splitext(os.path.basename(script))[0]
-        try:
-            rows, record = profile_zoo_script(script, device, args, steps=steps)
-        except AutoDistError as exc:
-            say(f"skipping {name}: {exc}")
-            continue
-        parts.append(rows)
-        steps_record[name] = dict(record, args=list(args))
-        say(f"{name}: step {record['step_seconds'] * 1e3:.1f} ms, {record['timed_ops']} of {record['ops']} ops timed")
+        steps_record[name] = record
     return Timings.concat(parts), steps_record
+
+
+def _median_of_runs(measured):
+    """One model's rows and step record from several runs: per-op and step medians."""
+    rows, record = measured[0]
+    if len(measured) == 1:
+        return rows, dict(record, runs=1)
+    seconds = np.stack([r.seconds for r, _ in measured])
+    timed = np.isfinite(seconds)
+    median = np.full(seconds.shape[1], np.nan)
+    for j in np.flatnonzero(timed.any(axis=0)):
+        median[j] = np.median(seconds[timed[:, j], j])
+    step_runs = [r["step_seconds"] for _, r in measured]
+    merged = Timings(rows.raw, rows.device_model, rows.device_kind, rows.peak_flops, rows.memory_bandwidth,
+                     rows.origin, rows.op_name, median)
+    return merged, dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
+                        step_seconds_per_run=step_runs, timed_ops=int(np.isfinite(median).sum()))

@@ -60,17 +60,27 @@ def test_profile_unknown_model_is_one_line_error():
     assert out.stderr.strip().count("\n") == 0
 
 
+@pytest.mark.parametrize("flag", ["--runs", "--steps"])
+def test_profile_counts_below_one_are_one_line_errors(flag):
+    out = _autodist("profile", "ops", "--model", "mlp", "--no-micro", flag, "0")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert flag in out.stderr and "Traceback" not in out.stderr
+
+
 @pytest.mark.slow
 def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     out = _autodist("profile", "ops", "--no-micro", "--model", os.path.join(zoo_dir, "mlp.py"),
-                    "--batch-size", "32", "--steps", "2", "--out", str(tmp_path))
+                    "--batch-size", "32", "--steps", "2", "--runs", "2", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
     rows = read_timings(tmp_path / "op_timings.csv.gz")
     timed = rows.timed()
     assert len(timed) > 50 and set(rows.origin) == {"mlp"}
     assert "MatMul" in set(timed.raw["op_type"])
-    meta = read_meta(tmp_path / "op_timings.json")
-    assert meta["steps"]["mlp"]["step_seconds"] > 0
+    # Two runs give one row per op (their median) and the median step.
+    assert len(set(rows.op_name)) == len(rows)
+    step = read_meta(tmp_path / "op_timings.json")["steps"]["mlp"]
+    assert step["runs"] == 2 and len(step["step_seconds_per_run"]) == 2
+    assert step["step_seconds"] == pytest.approx(sum(step["step_seconds_per_run"]) / 2)
     assert (tmp_path / "op_model.pkl").exists() and (tmp_path / "op_model.json").exists()
     # The data evaluates like the shipped data (one model: nothing to leave out).
     ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path))

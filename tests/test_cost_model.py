@@ -17,7 +17,7 @@ from autodist.graph.item import GraphItem
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel, OpCost, UnknownOpTypeWarning
 from cost_models.dataset import read_timings, write_timings
-from cost_models.features import FEATURES, design_matrix
+from cost_models.features import COPY_ON_READ, FEATURES, design_matrix, op_raw_features
 from cost_models.dataset import read_meta
 from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_default, fit_executor_overhead
 from cost_models.op_model import OpTimeRegressor, load_model, save_model
@@ -62,9 +62,11 @@ def test_op_costs_on_real_mlp_graph_cpu(mlp_graph, cpu):
     cm = CostModel.default()
     costs = cm.op_costs(mlp_graph, cpu)
     assert set(costs) == set(mlp_graph.ops)
+    names, raw = op_raw_features(mlp_graph)
+    unread = {n for n, flag in zip(names, raw["unread"]) if flag}
     for name, cost in costs.items():
         assert isinstance(cost, OpCost)
-        assert cost.seconds > 0 and math.isfinite(cost.seconds), name
+        assert math.isfinite(cost.seconds) and (cost.seconds == 0 if name in unread else cost.seconds > 0), name
         assert cost.source in SOURCES
     # cpu-local is the device the shipped data was measured on: the MatMuls are learned.
     matmuls = [n for n, op in mlp_graph.ops.items() if op.type == "MatMul"]
@@ -88,7 +90,8 @@ def test_bigger_matmul_costs_more_on_gpu(h100):
         return OpInfo(f"mm{n}", "MatMul", [f"a{n}:0", f"a{n}:0"], [[n, n]], ["float32"], [4 * n * n], flops=2 * n**3)
 
     ops = [OpInfo(f"a{n}", "Placeholder", [], [[n, n]], ["float32"], [4 * n * n]) for n in (256, 8192)]
-    item = GraphItem(ops + [mm(256), mm(8192)], [])
+    reader = OpInfo("out", "IdentityN", ["mm256:0", "mm8192:0"], [[256, 256], [8192, 8192]], ["float32"] * 2, [0, 0])
+    item = GraphItem(ops + [mm(256), mm(8192), reader], [])
     costs = CostModel.default().op_costs(item, h100)
     assert costs["mm8192"].seconds > 100 * costs["mm256"].seconds
 
@@ -205,8 +208,35 @@ def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, 
     assert cm.op_model.kernel_rate_["Const"] == 0.0
     assert 0 < cm.executor_overhead < 100e-6
     costs = cm.op_costs(mlp_graph, cpu)
-    consts = [n for n, op in mlp_graph.ops.items() if op.type == "Const"]
+    names, raw = op_raw_features(mlp_graph)
+    consts = [n for n, t, unread in zip(names, raw["op_type"], raw["unread"]) if t == "Const" and not unread]
     assert consts and all(costs[n] == OpCost(cm.executor_overhead, "learned") for n in consts)
+
+
+def test_ops_nothing_reads_are_pruned_and_cost_nothing(mlp_graph, cpu):
+    names, raw = op_raw_features(mlp_graph)
+    unread = [n for n, flag in zip(names, raw["unread"]) if flag]
+    assert unread
+    costs = CostModel.default().op_costs(mlp_graph, cpu)
+    assert all(costs[n].seconds == 0.0 for n in unread)
+    # What TensorFlow does: in the profiled zoo steps no unread op ran a kernel.
+    rows = read_timings(TIMINGS)
+    unread_rows = (rows.origin != "micro") & (rows.raw["unread"] > 0)
+    assert unread_rows.sum() > 100 and np.isnan(rows.seconds[unread_rows]).all()
+
+
+def test_dense_reads_of_a_sparsely_updated_variable_are_copies(embedding_graph, embedding_adam_graph, cpu):
+    names, raw = op_raw_features(embedding_graph)
+    types = dict(zip(names, raw["op_type"]))
+    live = {n for n, flag in zip(names, raw["unread"]) if not flag}
+    copies = [n for n in live if types[n] == COPY_ON_READ]
+    plain = [n for n in live if types[n] == "ReadVariableOp"]
+    assert copies and plain
+    # Adam densifies the embedding's update: nothing touches it sparsely, so no read copies.
+    assert COPY_ON_READ not in set(op_raw_features(embedding_adam_graph)[1]["op_type"])
+    costs = CostModel.default().op_costs(embedding_graph, cpu)
+    # A copy of the 10k x 16 table costs more than reading any dense variable.
+    assert min(costs[n].seconds for n in copies) > 2 * max(costs[n].seconds for n in plain)
 
 
 def test_expected_time_is_kernel_rate_times_kernel_time():

@@ -28,6 +28,8 @@ def register(subparsers):
                      help="batch size of each --model, in order (default: the script's own)")
     ops.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
     ops.add_argument("--steps", type=int, default=5, help="profiled steps per model (default 5)")
+    ops.add_argument("--runs", type=int, default=1,
+                     help="measure everything this many times and keep per-op and per-step medians (default 1)")
     ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                      help="stop starting new measurements after S seconds (default 600)")
     ops.add_argument("--seed", type=int, default=0)
@@ -36,7 +38,7 @@ def register(subparsers):
                           "(default: the package's cost_models/data)")
     ops.set_defaults(func=run_ops)
 
-    tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC")
+    tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC (medians over 3 measurement processes)")
     tr.add_argument("--repeats", type=int, default=21, help="timed repeats per size (default 21)")
     tr.add_argument("--out", default=None, metavar="FILE",
                     help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
@@ -65,19 +67,22 @@ def run_ops(args):
 
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
+    if args.runs < 1:
+        raise InputError("must be at least 1", field="--runs")
     if args.batch_size and len(args.batch_size) != len(args.model):
         raise InputError("give one --batch-size per --model, or none", field="--batch-size")
     sizes = args.batch_size or [None] * len(args.model)
     scripts = [(_script(m), ["--batch-size", str(b)] if b else []) for m, b in zip(args.model, sizes)]
     load_before = os.getloadavg()
     rows, steps = collect(scripts, micro=not args.no_micro, steps=args.steps, seed=args.seed,
-                          time_limit_s=args.time_limit, progress=lambda msg: print(msg, flush=True))
+                          time_limit_s=args.time_limit, progress=lambda msg: print(msg, flush=True), runs=args.runs)
     meta = {
         "command": "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "machine": machine_description(),
         "steps": steps,
         "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
-        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls); "
+        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls), "
+                 f"zoo op and step times then medians over {args.runs} run(s); "
                  "ops ran one at a time (one inter-op thread); Grappler remapping and arithmetic "
                  "optimisation were off while profiling"),
     }
