@@ -6,7 +6,9 @@
   every other model's rows and steps, predict the left-out model's step
   compute time as the simulator does for one device (the sum of
   ``CostModel`` op costs over every op of the step) and compare it with the
-  step time measured when profiling.
+  step time measured when profiling, that is with ops run one at a time;
+  TensorFlow's default executor overlaps ops and runs the zoo steps 0-30%
+  faster (benchmarks/executor_threads.py), which this model does not capture.
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
 """
@@ -168,8 +170,9 @@ def format_report(report):
         f"data: {report['data']['timed_rows']} timed rows of {report['data']['rows']} ({report['data']['file']})",
         f"per-op MAPE, held-out ops >= 50 us ({ops['test_rows_at_least_50us']} rows): "
         f"learned {_pct(ops['mape'])}, roofline prior {_pct(ops['prior_mape'])} (target <= 25%)",
-        "leave-one-zoo-model-out step time (predicted = sum over the step's ops of expected kernel time",
-        "  + executor overhead per op, both fitted on the other models; measured kernel sum in brackets):",
+        "leave-one-zoo-model-out step time, ops run one at a time as profiled (predicted = sum over the",
+        "  step's ops of expected kernel time + executor overhead per op, both fitted on the other models;",
+        "  measured kernel sum in brackets):",
     ]
     for name, r in lomo["models"].items():
         lines.append(

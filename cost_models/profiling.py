@@ -51,10 +51,9 @@ def one_op_at_a_time():
     Each kernel then has the machine to itself, so its time is its own
     rather than stretched by whatever ran beside it, and a step's kernel
     times add up to its compute time.  Each op still uses every core
-    (intra-op threads).  On this 2-core machine the step times of the zoo
-    models differ from the default executor's by a few percent (see
-    benchmarks/results/costmodel_eval.json).  Must run before TensorFlow
-    starts its runtime.
+    (intra-op threads).  How far a step's time moves from the default
+    executor's is measured by benchmarks/executor_threads.py.  Must run
+    before TensorFlow starts its runtime.
     """
     import tensorflow as tf
 
@@ -435,6 +434,12 @@ def _median_of_runs(measured):
     rows, record = measured[0]
     if len(measured) == 1:
         return rows, dict(record, runs=1)
+    # Keras names a model's layers anew in every run (mlp_1, mlp_2, ...): runs
+    # must agree op by op in type and sizes, not in name.
+    same = [np.array_equal(r.raw[c], rows.raw[c]) for r, _ in measured[1:] for c in ("op_type", "flops", "output_bytes")]
+    if not all(same):
+        raise CostModelError("runs captured different ops; the step is not the same in every run",
+                             source=str(rows.origin[0]))
     seconds = np.stack([r.seconds for r, _ in measured])
     timed = np.isfinite(seconds)
     median = np.full(seconds.shape[1], np.nan)
