@@ -33,21 +33,15 @@ SETTINGS = ("default", "one_op_at_a_time")
 
 # Runs in a fresh process: build the zoo step, warm up, time the steps, print the median.
 _CHILD = """
-import json, statistics, sys, time
+import json, statistics, sys
 setting, steps, script, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-import tensorflow as tf
-from cost_models.profiling import one_op_at_a_time, unfused_graphs, zoo_step
+from cost_models.profiling import one_op_at_a_time, step_wall_times, unfused_graphs, zoo_step
 if setting == "one_op_at_a_time":
     one_op_at_a_time()
 with unfused_graphs():
     fn, fn_args, _ = zoo_step(script, args)
-    walls = []
-    for i in range(steps + 2):
-        t0 = time.perf_counter()
-        [t.numpy() for t in tf.nest.flatten(fn(*fn_args)) if hasattr(t, "numpy")]
-        if i >= 2:
-            walls.append(time.perf_counter() - t0)
-print(json.dumps(statistics.median(walls)))
+    step_wall_times(fn, fn_args, 2)  # warm-up: tracing and first allocations
+    print(json.dumps(statistics.median(step_wall_times(fn, fn_args, steps))))
 """
 
 

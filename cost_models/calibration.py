@@ -187,9 +187,9 @@ def _time_sizes(tf, target, sizes, repeats, deadline):
         # Rounds over all sizes, so that a change in the machine's load
         # during the measurement touches every size alike; each round in a
         # new order, so that no size always follows the largest transfer.
-        order = np.random.default_rng(0)
+        rng = np.random.default_rng(0)
         for _ in range(repeats):
-            for i in order.permutation(len(fetches)):
+            for i in rng.permutation(len(fetches)):
                 nbytes, (remote, local) = fetches[i]
                 t0 = time.perf_counter()
                 sess.run(remote)
@@ -226,7 +226,8 @@ def measure_sessions(sizes=SIZES, repeats=15, sessions=3):
         done = subprocess.run([sys.executable, "-c", _SESSION_SCRIPT, str(repeats), *map(str, sizes)],
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            raise CostModelError(f"a transfer measurement session failed: {done.stderr.strip().splitlines()[-1:]}")
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise CostModelError(f"a transfer measurement session failed: {last}")
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return [
         {"bytes": points[0]["bytes"], "seconds": statistics.median(p["seconds"] for p in points),

@@ -18,13 +18,16 @@ Ops that do no kernel work (constants, identities, variable handles) cost the
 launch overhead only; so do control flow and function calls (If, While,
 PartitionedCall), whose bodies a capture does not hold (their work is not
 counted).  A dense read of a copy-on-read variable (see
-cost_models.features.COPY_ON_READ) is a copy: memory bound.  Op types in none of the tables get the documented
+cost_models.features.COPY_ON_READ) is a copy: memory bound.  Op types in
+none of the tables get the documented
 fallback: streaming their bytes at 0.5 of memory bandwidth, at least 10 us.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from cost_models.features import COPY_ON_READ
 
 COMPUTE_EFFICIENCY = {
     "matmul": 0.8,
@@ -77,7 +80,7 @@ for _t in (
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyKerasMomentum",
     "ResourceApplyAdagradV2", "ResourceApplyRMSProp", "ResourceScatterAdd", "ResourceScatterSub",
     "ResourceScatterUpdate", "ResourceSparseApplyAdagradV2", "ResourceSparseApplyMomentum",
-    "ResourceSparseApplyKerasMomentum", "ResourceSparseApplyGradientDescent", "ReadVariableOp(copy)",
+    "ResourceSparseApplyKerasMomentum", "ResourceSparseApplyGradientDescent", COPY_ON_READ,
 ):
     OP_CLASS[_t] = "memory"
 for _t in (

@@ -206,9 +206,9 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         fn(*args)
     # Steps are timed both before and after the profiled ones, so that a
     # machine whose speed drifts moves the step time and the kernel times alike.
-    walls = _wall_times(fn, args, (steps + 1) // 2)
+    walls = step_wall_times(fn, args, (steps + 1) // 2)
     measured = attribute_fused(item, profile_calls(fn, args, steps))
-    walls += _wall_times(fn, args, steps // 2)
+    walls += step_wall_times(fn, args, steps // 2)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
     rows = make_rows(names, raw, device, origin, seconds)
@@ -223,7 +223,8 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     return rows, record
 
 
-def _wall_times(fn, args, count):
+def step_wall_times(fn, args, count):
+    """Seconds of ``count`` calls of ``fn(*args)``, each waited for to the end."""
     walls = []
     for _ in range(count):
         t0 = time.perf_counter()
