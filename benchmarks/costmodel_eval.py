@@ -1,7 +1,7 @@
 """Evaluate the cost models on the shipped data; compare estimator variants.
 
 Per-op MAPE on held-out rows (ops >= 50 us), leave-one-zoo-model-out step
-error, the predicted allreduce bus bandwidth of the 8-GPU H100/A100 presets
+error (against the default executor's step), the predicted allreduce bus bandwidth of the 8-GPU H100/A100 presets
 against nccl-tests, and how long ``CostModel.op_costs`` takes on the largest
 zoo graphs.  Writes benchmarks/results/costmodel_eval.json.
 
@@ -17,8 +17,8 @@ import time
 from autodist.io import write_json_atomic
 from cost_models.calibration import machine_description
 from cost_models.dataset import read_meta, read_timings
-from cost_models.evaluation import evaluate, format_report, leave_one_model_out, op_holdout
-from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel
+from cost_models.evaluation import evaluate, format_report, leave_one_model_out, op_holdout, step_target
+from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZOO = os.path.join(HERE, "models")
@@ -33,17 +33,17 @@ TIMED_GRAPHS = (("resnet50.py", ["--batch-size", "4"]), ("bert_base.py", ["--bat
 def compare_estimators():
     """Held-out per-op error and leave-one-model-out step error of each variant on the same data."""
     timings = read_timings(TIMINGS)
-    steps = read_meta(TIMINGS_META).get("steps", {})
+    meta = read_meta(TIMINGS_META)
     out = {}
     for name, params in ESTIMATORS.items():
         start = time.perf_counter()
         ops = op_holdout(timings, params)
-        lomo = leave_one_model_out(timings, steps, params)
+        step = step_target(leave_one_model_out(timings, meta.get("steps", {}), params, profiled_cores(meta)))
         out[name] = {"params": params, "mape": ops["mape"], "median_ape": ops["median_ape"],
-                     "step_mean_error": lomo["mean_error"], "step_max_error": lomo["max_error"],
+                     "step_mean_error": step["mean_error"], "step_max_error": step["max_error"],
                      "fit_and_predict_seconds": time.perf_counter() - start}
         print(f"{name}: held-out MAPE {ops['mape'] * 100:.1f}% (median {ops['median_ape'] * 100:.1f}%), "
-              f"step error mean {lomo['mean_error'] * 100:.1f}% max {lomo['max_error'] * 100:.1f}%, "
+              f"step error mean {step['mean_error'] * 100:.1f}% max {step['max_error'] * 100:.1f}%, "
               f"{out[name]['fit_and_predict_seconds']:.0f} s")
     return out
 

@@ -3,13 +3,15 @@
 One row per (op, device): the raw features of cost_models.features, the
 device it ran on (``device_model``, ``device_kind``, ``peak_flops``,
 ``memory_bandwidth``), where it came from (``origin``: ``micro`` for
-micro-benchmarks or the zoo model's name), the op name and the measured
-median ``seconds`` (empty for ops of a profiled step that ran no timed
+micro-benchmarks or the zoo model's name), the op name, the rows of the ops it waits for (``inputs``: space-separated
+indices among its model's rows, data and control inputs; empty for
+micro-benchmarks) and the measured median ``seconds`` (empty for ops of a profiled step that ran no timed
 kernel: folded constants, fused-away ops).  Rows measured on a GPU are the
 same format with a GPU ``device_model``.
 
-A JSON sidecar holds the step-level measurements (per zoo model: measured
-step seconds, batch size, device) and a description of how the data was taken.
+A JSON sidecar holds the step-level measurements (per zoo model: step
+seconds with ops one at a time, as profiled, and under TensorFlow's default
+executor; batch size; device) and a description of how the data was taken.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from autodist.io import read_json, write_bytes_atomic, write_json_atomic
 from cost_models.features import NUMERIC_RAW, RAW_COLUMNS, to_arrays
 
 DEVICE_COLUMNS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth")
-COLUMNS = DEVICE_COLUMNS + ("origin", "op_name", "seconds") + RAW_COLUMNS
+COLUMNS = DEVICE_COLUMNS + ("origin", "op_name", "inputs", "seconds") + RAW_COLUMNS
+_ROW_FIELDS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth", "origin", "op_name", "inputs", "seconds")
 META_FORMAT = "autodist.op_timings"
 
 
@@ -41,6 +44,7 @@ class Timings:
     memory_bandwidth: np.ndarray
     origin: np.ndarray
     op_name: np.ndarray
+    inputs: np.ndarray
     seconds: np.ndarray
 
     def __len__(self):
@@ -50,9 +54,12 @@ class Timings:
         """The rows where ``mask`` is true."""
         return Timings(
             {k: v[mask] for k, v in self.raw.items()},
-            *(getattr(self, name)[mask] for name in ("device_model", "device_kind", "peak_flops",
-                                                       "memory_bandwidth", "origin", "op_name", "seconds")),
+            *(getattr(self, name)[mask] for name in _ROW_FIELDS),
         )
+
+    def predecessors(self):
+        """Per row, the indices (among these rows) of the rows it waits for; rows must be one model's, in order."""
+        return [[int(j) for j in text.split()] for text in self.inputs]
 
     def timed(self):
         """Rows with a measured time."""
@@ -64,16 +71,16 @@ class Timings:
         if not parts:
             raise CostModelError("no timing rows")
         raw = {k: np.concatenate([p.raw[k] for p in parts]) for k in RAW_COLUMNS}
-        rest = [np.concatenate([getattr(p, name) for p in parts]) for name in
-                ("device_model", "device_kind", "peak_flops", "memory_bandwidth", "origin", "op_name", "seconds")]
+        rest = [np.concatenate([getattr(p, name) for p in parts]) for name in _ROW_FIELDS]
         return cls(raw, *rest)
 
 
-def make_rows(names, raw, device, origin, seconds):
+def make_rows(names, raw, device, origin, seconds, predecessors=None):
     """Timing rows for ops ``names`` with ``raw`` features measured on ``device``.
 
     ``device`` is a dict with the DEVICE_COLUMNS keys; ``seconds`` holds NaN
-    for ops that were not timed.
+    for ops that were not timed; ``predecessors`` (per op, the indices of
+    the ops it waits for) is kept for whole steps.
     """
     n = len(names)
     return Timings(
@@ -84,6 +91,7 @@ def make_rows(names, raw, device, origin, seconds):
         np.full(n, float(device["memory_bandwidth"])),
         np.full(n, origin, dtype=object),
         np.asarray(names, dtype=object),
+        np.array([" ".join(map(str, p)) for p in predecessors] if predecessors is not None else [""] * n, dtype=object),
         np.asarray(seconds, dtype=np.float64),
     )
 
@@ -133,6 +141,7 @@ def read_timings(path):
         np.asarray(floats("memory_bandwidth")),
         np.asarray(cols["origin"], dtype=object),
         np.asarray(cols["op_name"], dtype=object),
+        np.asarray(cols["inputs"], dtype=object),
         np.asarray(floats("seconds")),
     )
 

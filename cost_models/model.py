@@ -13,6 +13,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
 from cost_models.comm import CommModel
+from cost_models.executor import ExecutorModel, fit_width_seconds, op_predecessors
 from cost_models.features import design_matrix, device_peak, op_raw_features
 from cost_models.prior import prior_seconds
 from cost_models.types import OpCost
@@ -46,14 +47,19 @@ class CostModel:
     executor_overhead : float
         Seconds TensorFlow's executor spends on every op of a step besides
         its kernel, on the learned devices (see :func:`fit_executor_overhead`).
+    executor : cost_models.executor.ExecutorModel or None
+        How TensorFlow's executor overlaps ops on the learned CPU devices
+        (see :func:`fit_executor`); ``None``: ops run one after another.
     """
 
-    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0):
+    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
+                 executor=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
         self.collectives = collectives
         self.executor_overhead = float(executor_overhead)
+        self.executor = executor
         self._id = None
 
     @classmethod
@@ -78,7 +84,8 @@ class CostModel:
             h.update(json.dumps(
                 {"params": self.op_model.get_params(), "types": self.op_model.op_types_,
                  "kernel_rates": self.op_model.kernel_rate_, "devices": sorted(self.learned_devices),
-                 "executor_overhead": self.executor_overhead}, sort_keys=True).encode())
+                 "executor_overhead": self.executor_overhead,
+                 "executor": self.executor.to_dict() if self.executor else None}, sort_keys=True).encode())
             h.update(np.asarray(self.op_model.estimator_.predict(_probe_matrix(self.op_model))).tobytes())
         if self.calibration is not None:
             h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
@@ -90,7 +97,8 @@ class CostModel:
     def op_costs(self, graph_item, device):
         """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
 
-        One vectorised predict per call.  Op types unknown to both the learned
+        One vectorised predict per call, plus the executor's schedule of the
+        step where the device has an executor model (:meth:`step_shares`).  Op types unknown to both the learned
         model and the prior get the fallback cost (cost_models.prior) and are
         counted in one :class:`UnknownOpTypeWarning` per call.
 
@@ -116,7 +124,20 @@ class CostModel:
                 UnknownOpTypeWarning,
                 stacklevel=2,
             )
-        return {name: OpCost(float(s), str(src)) for name, s, src in zip(names, seconds, sources)}
+        shares = self.step_shares(seconds, op_predecessors(list(graph_item.ops.values())), device.kind, device.model)
+        return {name: OpCost(float(s), str(src), float(share))
+                for name, s, src, share in zip(names, seconds, sources, shares)}
+
+    def step_shares(self, seconds, predecessors, device_kind, device_model):
+        """Each op's share of a one-device step whose ops take ``seconds`` alone.
+
+        On a learned CPU device with an executor model, the shares of the
+        executor's overlapped schedule; elsewhere (GPUs run ops on one
+        stream) the ops run one after another and a share is the op's time.
+        """
+        if self.executor is None or device_kind != "CPU" or device_model not in self.learned_devices:
+            return np.asarray(seconds, dtype=np.float64)
+        return self.executor.schedule(seconds, predecessors)[1]
 
     def predict_raw(self, raw, device_kind, device_model, peak_flops, memory_bandwidth):
         """Seconds and source (learned, prior or fallback) per row of raw op features.
@@ -189,10 +210,37 @@ def fit_executor_overhead(timings, steps):
     return max(float(a @ b / (a @ a)), 0.0)
 
 
-def fit_default(timings, steps=None):
-    """Fit the default op model on ``timings``; returns (model, learned device models, executor overhead)."""
+def fit_executor(timings, steps, overhead, cores):
+    """The :class:`ExecutorModel` of the profiled CPU, or ``None`` without default-executor steps.
+
+    TensorFlow's default executor has one inter-op thread per core, so
+    ``lanes`` is ``cores``; ``width_seconds`` is fitted so that the schedules
+    of the measured ops (kernel seconds plus ``overhead`` per op) match the
+    zoo steps timed under the default executor (``default_step_seconds``).
+    """
+    data = []
+    for name, record in sorted(steps.items()):
+        mine = timings.origin == name
+        if "default_step_seconds" not in record or not mine.any():
+            continue
+        rows = timings.subset(mine)
+        seconds = np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead)
+        data.append((seconds, rows.predecessors(), float(record["default_step_seconds"])))
+    width = fit_width_seconds(data, cores, cores)
+    return None if width is None else ExecutorModel(int(cores), float(cores), width)
+
+
+def fit_default(timings, steps=None, cores=None):
+    """Fit the default op model on ``timings``.
+
+    Returns (model, learned device models, executor overhead, executor
+    model or None); ``cores`` is the profiled machine's core count (no
+    executor model without it).
+    """
     model = fit_op_model(timings)
-    return model, sorted(set(timings.timed().device_model)), fit_executor_overhead(timings, steps or {})
+    overhead = fit_executor_overhead(timings, steps or {})
+    executor = fit_executor(timings, steps or {}, overhead, cores) if cores else None
+    return model, sorted(set(timings.timed().device_model)), overhead, executor
 
 
 # Chosen by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -213,9 +261,18 @@ def _default_model():
         op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
         devices = meta["training_data"]["devices"]
         overhead = meta["training_data"]["executor_overhead_seconds"]
+        executor = meta["training_data"]["executor"]
+        executor = ExecutorModel.from_dict(executor) if executor else None
     except (CostModelError, KeyError):
-        op_model, devices, overhead = fit_default(read_timings(TIMINGS), read_meta(TIMINGS_META).get("steps"))
-    return CostModel(op_model, devices, calibration, collectives, overhead)
+        timings_meta = read_meta(TIMINGS_META)
+        op_model, devices, overhead, executor = fit_default(read_timings(TIMINGS), timings_meta.get("steps"),
+                                                            profiled_cores(timings_meta))
+    return CostModel(op_model, devices, calibration, collectives, overhead, executor)
+
+
+def profiled_cores(meta):
+    """Cores of the machine the timings in ``meta`` were taken on (None if not recorded)."""
+    return (meta.get("machine") or {}).get("cores")
 
 
 def save_default(timings, meta, folder=DATA_DIR):
@@ -230,13 +287,14 @@ def save_default(timings, meta, folder=DATA_DIR):
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)
-    op_model, devices, overhead = fit_default(timings, meta.get("steps"))
+    op_model, devices, overhead, executor = fit_default(timings, meta.get("steps"), profiled_cores(meta))
     timed = timings.timed()
     description = {
         "rows": len(timings),
         "timed_rows": len(timed),
         "devices": devices,
         "executor_overhead_seconds": overhead,
+        "executor": executor.to_dict() if executor else None,
         "origins": sorted(set(timings.origin)),
         "op_types": len(set(timed.raw["op_type"])),
         "file": os.path.basename(TIMINGS),
@@ -250,4 +308,4 @@ def save_default(timings, meta, folder=DATA_DIR):
         _default_model.cache_clear()
     calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
     collectives = TransferCalibration.load(COLLECTIVES) if os.path.exists(COLLECTIVES) else None
-    return CostModel(op_model, devices, calibration, collectives, overhead)
+    return CostModel(op_model, devices, calibration, collectives, overhead, executor)

@@ -25,6 +25,7 @@ import numpy as np
 from autodist.errors import AutoDistError, CaptureError, CostModelError
 from autodist.graph.item import GraphItem, JobInfo
 from cost_models.dataset import Timings, make_rows
+from cost_models.executor import op_predecessors
 from cost_models.features import device_peak, op_raw_features
 
 # Grappler passes that fuse or rename ops; off while profiling.
@@ -51,9 +52,10 @@ def one_op_at_a_time():
     Each kernel then has the machine to itself, so its time is its own
     rather than stretched by whatever ran beside it, and a step's kernel
     times add up to its compute time.  Each op still uses every core
-    (intra-op threads).  How far a step's time moves from the default
-    executor's is measured by benchmarks/executor_threads.py.  Must run
-    before TensorFlow starts its runtime.
+    (intra-op threads).  The step time under the default executor is
+    measured beside it, in a fresh process
+    (:func:`default_executor_step_seconds`).  Must run before TensorFlow
+    starts its runtime.
     """
     import tensorflow as tf
 
@@ -211,7 +213,7 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     walls += step_wall_times(fn, args, steps // 2)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
-    rows = make_rows(names, raw, device, origin, seconds)
+    rows = make_rows(names, raw, device, origin, seconds, op_predecessors(list(item.ops.values())))
     record = {
         "step_seconds": statistics.median(walls),
         "step_repeats": steps,
@@ -221,6 +223,37 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         "device_model": device["device_model"],
     }
     return rows, record
+
+
+# Runs in a fresh process (the executor's threads are fixed when TensorFlow
+# starts): build the zoo step, warm up, time the steps, print their median.
+_DEFAULT_EXECUTOR_CHILD = """
+import json, statistics, sys
+steps, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+from cost_models.profiling import step_wall_times, unfused_graphs, zoo_step
+with unfused_graphs():
+    fn, fn_args, _ = zoo_step(script, args)
+    step_wall_times(fn, fn_args, 2)
+    print(json.dumps(statistics.median(step_wall_times(fn, fn_args, steps))))
+"""
+
+
+def default_executor_step_seconds(script, args=(), steps=5):
+    """Median step time of a zoo script under TensorFlow's default executor (ops overlap), in a fresh process.
+
+    Grappler's fusion is off, as when profiling, so that the ops are the
+    profiled ones.
+    """
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _DEFAULT_EXECUTOR_CHILD, str(steps), script, *map(str, args)],
+                          capture_output=True, text=True, cwd=repo, timeout=1800)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CostModelError(f"default-executor step failed: {last}", source=script)
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def step_wall_times(fn, args, count):
@@ -416,11 +449,13 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
                 continue
             try:
                 rows, record = profile_zoo_script(script, device, args, steps=steps)
+                record["default_step_seconds"] = default_executor_step_seconds(script, args, steps)
             except AutoDistError as exc:
                 say(f"run {run + 1}/{runs}: skipping {name}: {exc}")
                 continue
             zoo.setdefault(name, []).append((rows, dict(record, args=list(args))))
-            say(f"run {run + 1}/{runs}: {name}: step {record['step_seconds'] * 1e3:.1f} ms, "
+            say(f"run {run + 1}/{runs}: {name}: step {record['step_seconds'] * 1e3:.1f} ms one op at a time, "
+                f"{record['default_step_seconds'] * 1e3:.1f} ms default executor, "
                 f"{record['timed_ops']} of {record['ops']} ops timed")
     parts, steps_record = list(micro_parts), {}
     for name, measured in zoo.items():
@@ -447,7 +482,9 @@ def _median_of_runs(measured):
     for j in np.flatnonzero(timed.any(axis=0)):
         median[j] = np.median(seconds[timed[:, j], j])
     step_runs = [r["step_seconds"] for _, r in measured]
+    default_runs = [r["default_step_seconds"] for _, r in measured]
     merged = Timings(rows.raw, rows.device_model, rows.device_kind, rows.peak_flops, rows.memory_bandwidth,
-                     rows.origin, rows.op_name, median)
+                     rows.origin, rows.op_name, rows.inputs, median)
     return merged, dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
-                        step_seconds_per_run=step_runs, timed_ops=int(np.isfinite(median).sum()))
+                        step_seconds_per_run=step_runs, default_step_seconds=statistics.median(default_runs),
+                        default_step_seconds_per_run=default_runs, timed_ops=int(np.isfinite(median).sum()))

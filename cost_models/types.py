@@ -23,10 +23,15 @@ class Phase:
 class OpCost:
     """Predicted time of one op on one device and where the number came from.
 
-    ``source`` is ``"learned"`` (the fitted model, for op types and device
-    models it was trained on), ``"prior"`` (the roofline with per-op-type
-    efficiencies) or ``"fallback"`` (an op type neither knows).
+    ``seconds`` is the op's time alone on the device; ``step_seconds`` its
+    share of the step when the step's ops run on the device together (less
+    than ``seconds`` where the device's executor overlaps ops, see
+    cost_models.executor; the shares of a step's ops add up to its compute
+    time).  ``source`` is ``"learned"`` (the fitted model, for op types and
+    device models it was trained on), ``"prior"`` (the roofline with
+    per-op-type efficiencies) or ``"fallback"`` (an op type neither knows).
     """
 
     seconds: float
     source: str
+    step_seconds: float

@@ -21,8 +21,13 @@ What one step does, as simulated:
 
 The step ends when the last compute, update or pull ends.
 
-Costs: op seconds come from ``cost_model.op_costs`` (once per device model);
-optimizer-update ops are charged to their variable (its own and its slots'
+Costs: op seconds come from ``cost_model.op_costs`` (once per device model):
+each op's share of a one-device step (``OpCost.step_seconds``), so that a
+CPU device whose executor overlaps ops (cost_models.executor) runs its
+groups in the overlapped step's time (a replica split over several such
+devices uses the shares of the one-device schedule: an approximation); on a
+GPU a share is the op's time.
+Optimizer-update ops are charged to their variable (its own and its slots'
 update ops) plus a byte-proportional share of unattributed update ops.
 
 Incremental evaluation: replicas whose devices have the same model and whose
@@ -341,7 +346,7 @@ class Simulator:
         key = self._model_key(device)
         if key not in self._costs:
             op_costs = self.cost_model.op_costs(self.graph_item, device)
-            seconds = {name: c.seconds for name, c in op_costs.items()}
+            seconds = {name: c.step_seconds for name, c in op_costs.items()}
             group_seconds = [sum(seconds.get(o, 0.0) for o in g.ops) for g in self.groups.groups]
             self._costs[key] = (group_seconds, self._update_costs(seconds))
         return self._costs[key]

@@ -41,7 +41,10 @@ def test_costmodel_eval_json_reports_every_measure(small_data):
     models = report["leave_one_model_out"]["models"]
     assert set(models) == set(SMALL_MODELS)
     for r in models.values():
-        assert r["measured_step_seconds"] > 0 and r["predicted_compute_seconds"] > 0
+        for setting in ("default_executor", "one_op_at_a_time"):
+            assert r[setting]["measured_seconds"] > 0 and r[setting]["predicted_seconds"] > 0
+        # Ops that overlap finish sooner than one after another.
+        assert r["default_executor"]["predicted_seconds"] < r["one_op_at_a_time"]["predicted_seconds"]
     assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
     assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error"}
 
@@ -81,6 +84,10 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     step = read_meta(tmp_path / "op_timings.json")["steps"]["mlp"]
     assert step["runs"] == 2 and len(step["step_seconds_per_run"]) == 2
     assert step["step_seconds"] == pytest.approx(sum(step["step_seconds_per_run"]) / 2)
+    assert step["default_step_seconds"] == pytest.approx(sum(step["default_step_seconds_per_run"]) / 2)
+    # Every op of the step keeps the rows of the ops it waits for: the step's graph.
+    preds = rows.predecessors()
+    assert sum(map(len, preds)) >= len(rows) - 1 and all(j < len(rows) for p in preds for j in p)
     assert (tmp_path / "op_model.pkl").exists() and (tmp_path / "op_model.json").exists()
     # The data evaluates like the shipped data (one model: nothing to leave out).
     ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path))

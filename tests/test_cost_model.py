@@ -196,11 +196,11 @@ def test_shipped_model_metadata_describes_its_data():
 def test_refit_from_data_learns_the_device_models(shipped):
     # What CostModel.default() does when the pickle does not match this scikit-learn.
     rows = shipped.subset(np.arange(len(shipped)) < 2000)
-    model, devices, overhead = fit_default(rows)
+    model, devices, overhead, executor = fit_default(rows)
     assert devices == ["cpu-local"]
     assert model.n_features_in_ == len(FEATURES)
     assert set(model.op_types_) == set(rows.raw["op_type"])
-    assert overhead == 0.0  # no measured step to fit it on
+    assert overhead == 0.0 and executor is None  # no measured step to fit them on
 
 
 def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, cpu):
@@ -210,7 +210,7 @@ def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, 
     costs = cm.op_costs(mlp_graph, cpu)
     names, raw = op_raw_features(mlp_graph)
     consts = [n for n, t, unread in zip(names, raw["op_type"], raw["unread"]) if t == "Const" and not unread]
-    assert consts and all(costs[n] == OpCost(cm.executor_overhead, "learned") for n in consts)
+    assert consts and all((costs[n].seconds, costs[n].source) == (cm.executor_overhead, "learned") for n in consts)
 
 
 def test_ops_nothing_reads_are_pruned_and_cost_nothing(mlp_graph, cpu):
