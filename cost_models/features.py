@@ -3,7 +3,8 @@
 Raw features describe an op (type, dtype, FLOPs, bytes, main sizes, and
 whether any op reads its outputs);
 device features add the device's peak FLOP/s and memory bandwidth and the
-roofline estimate ``max(FLOPs / peak, bytes / bandwidth)``.  The same raw
+roofline estimate ``max(FLOPs / peak, bytes / bandwidth)`` (a gather's bytes
+are the rows it gathers).  The same raw
 columns are stored with every measured timing (see cost_models.dataset), so
 rows measured on any device, CPU or GPU, turn into the same design matrix.
 """
@@ -163,10 +164,23 @@ def device_peak(device, dtype="float32"):
     raise ValueError(f"device {device.name!r} lists no peak_flops")
 
 
+# Ops that read only the rows they gather from the table that is their first input.
+GATHER_TYPES = ("GatherV2", "Gather", "ResourceGather", "GatherNd", "ResourceGatherNd")
+
+
+def moved_bytes(raw):
+    """Bytes an op reads and writes, per row: its inputs and outputs, except
+    that a gather reads the rows it gathers (its output's size), not the
+    whole table it indexes."""
+    everything = raw["input_bytes"] + raw["output_bytes"]
+    table = raw["in0_elements"] * np.array([DTYPE_BYTES.get(str(d), 4) for d in raw["dtype"]], dtype=np.float64)
+    gathered = 2 * raw["output_bytes"] + np.maximum(raw["input_bytes"] - table, 0.0)
+    return np.where(np.isin(raw["op_type"], GATHER_TYPES), gathered, everything)
+
+
 def roofline_seconds(raw, peak_flops, memory_bandwidth):
-    """max(FLOPs / peak, (input + output bytes) / bandwidth), per row."""
-    data = raw["input_bytes"] + raw["output_bytes"]
-    return np.maximum(raw["flops"] / peak_flops, data / memory_bandwidth)
+    """max(FLOPs / peak, moved bytes / bandwidth), per row (see :func:`moved_bytes`)."""
+    return np.maximum(raw["flops"] / peak_flops, moved_bytes(raw) / memory_bandwidth)
 
 
 def _log(x):

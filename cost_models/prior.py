@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.features import COPY_ON_READ
+from cost_models.features import COPY_ON_READ, moved_bytes
 
 COMPUTE_EFFICIENCY = {
     "matmul": 0.8,
@@ -120,7 +120,7 @@ def prior_seconds(raw, device_kind, peak_flops, memory_bandwidth):
     launch = LAUNCH_SECONDS.get(device_kind, LAUNCH_SECONDS["GPU"])
     classes = np.array([OP_CLASS.get(t, "") for t in raw["op_type"]], dtype=object)
     compute_eff = np.array([COMPUTE_EFFICIENCY.get(c, 1.0) for c in classes])
-    data = raw["input_bytes"] + raw["output_bytes"]
+    data = moved_bytes(raw)
     roofline = np.maximum(
         raw["flops"] / (np.asarray(peak_flops) * compute_eff),
         data / (np.asarray(memory_bandwidth) * MEMORY_EFFICIENCY),

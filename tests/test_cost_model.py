@@ -17,7 +17,7 @@ from autodist.graph.item import GraphItem
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel, OpCost, UnknownOpTypeWarning
 from cost_models.dataset import read_timings, write_timings
-from cost_models.features import COPY_ON_READ, FEATURES, design_matrix, op_raw_features
+from cost_models.features import COPY_ON_READ, FEATURES, design_matrix, moved_bytes, op_raw_features
 from cost_models.dataset import read_meta
 from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_default, fit_executor_overhead
 from cost_models.op_model import OpTimeRegressor, load_model, save_model
@@ -285,3 +285,14 @@ def test_executor_overhead_is_the_best_fit_of_kernels_to_measured_steps():
 
     best = relative_error(overhead)
     assert all(best <= relative_error(overhead * f) for f in (0.0, 0.5, 0.9, 1.1, 2.0))
+
+
+def test_a_gather_moves_the_rows_it_gathers_not_its_whole_table(shipped):
+    gathers = shipped.subset(shipped.raw["op_type"] == "GatherV2")
+    assert {"wide_deep", "bert_base"} <= set(gathers.origin)
+    moved = moved_bytes(gathers.raw)
+    # Embedding tables of 4-128 MB; a step gathers a few hundred KB of rows from them.
+    assert np.all(moved >= 2 * gathers.raw["output_bytes"])
+    assert np.all(moved < gathers.raw["input_bytes"] / 5)
+    others = shipped.subset(shipped.raw["op_type"] == "MatMul")
+    assert np.array_equal(moved_bytes(others.raw), others.raw["input_bytes"] + others.raw["output_bytes"])
