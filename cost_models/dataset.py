@@ -3,10 +3,11 @@
 One row per (op, device): the raw features of cost_models.features, the
 device it ran on (``device_model``, ``device_kind``, ``peak_flops``,
 ``memory_bandwidth``), where it came from (``origin``: ``micro`` for
-micro-benchmarks or the zoo model's name), the op name, the rows of the ops it waits for (``inputs``: space-separated
-indices among its model's rows, data and control inputs; empty for
-micro-benchmarks) and the measured median ``seconds`` (empty for ops of a profiled step that ran no timed
-kernel: folded constants, fused-away ops).  Rows measured on a GPU are the
+micro-benchmarks or the zoo model's name), the op name, the ops it waits
+for (``inputs``: space-separated indices among its model's rows, data and
+control inputs; empty for micro-benchmarks) and the measured median
+``seconds`` (empty for ops of a profiled step that ran no timed kernel:
+folded constants, fused-away ops).  Rows measured on a GPU are the
 same format with a GPU ``device_model``.
 
 A JSON sidecar holds the step-level measurements (per zoo model: step

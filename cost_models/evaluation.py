@@ -86,9 +86,12 @@ def _predicted_steps(cost_model, rows):
     return float(seconds.sum()), float(shares.sum())
 
 
-def _errors(predicted, measured):
+def _errors(predicted, measured, runs):
+    """Error of ``predicted`` against the median ``measured``; ``runs``: each profiling run's measurement."""
+    runs = [float(r) for r in runs] or [measured]
     return {"predicted_seconds": predicted, "measured_seconds": measured,
-            "error": abs(predicted - measured) / measured, "signed_error": (predicted - measured) / measured}
+            "error": abs(predicted - measured) / measured, "signed_error": (predicted - measured) / measured,
+            "measured_runs_seconds": runs, "runs_spread": max(runs) / min(runs) - 1.0}
 
 
 def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
@@ -115,7 +118,7 @@ def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
         sequential, overlapped = _predicted_steps(cost_model, rows)
         timed = np.isfinite(rows.seconds)
         results[name] = {
-            "one_op_at_a_time": _errors(sequential, float(record["step_seconds"])),
+            "one_op_at_a_time": _errors(sequential, float(record["step_seconds"]), record.get("step_seconds_per_run", [])),
             "executor_overhead_per_op_seconds": overhead,
             "executor_width_seconds": executor.width_seconds if executor else None,
             "ops": int(len(rows)),
@@ -124,7 +127,8 @@ def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
             "prior_sum_seconds": float(_prior(rows).sum()),
         }
         if executor is not None and "default_step_seconds" in record:
-            results[name]["default_executor"] = _errors(overlapped, float(record["default_step_seconds"]))
+            results[name]["default_executor"] = _errors(overlapped, float(record["default_step_seconds"]),
+                                                        record.get("default_step_seconds_per_run", []))
     return {"models": results, **_summary(results, "default_executor"), **_summary(results, "one_op_at_a_time")}
 
 
@@ -196,13 +200,15 @@ def format_report(report):
         f"per-op MAPE, held-out ops >= 50 us ({ops['test_rows_at_least_50us']} rows): "
         f"learned {_pct(ops['mape'])}, roofline prior {_pct(ops['prior_mape'])} (target <= 25%)",
         "leave-one-zoo-model-out step time (op model, executor overhead and executor overlap fitted on the",
-        "  other models), measured vs predicted; default executor: TensorFlow's, ops overlap (the target);",
-        "  one at a time: as profiled, predicted as the sum of the ops' times:",
+        "  other models), measured (median of the profiling runs) vs predicted; default executor: TensorFlow's,",
+        "  ops overlap (the target); one at a time: as profiled, predicted as the sum of the ops' times;",
+        "  spread: how far the slowest run's measurement is above the fastest's:",
     ]
     settings = [s for s in ("default_executor", "one_op_at_a_time") if lomo[s]]
     for name, r in lomo["models"].items():
         cells = [f"{s.replace('_', ' ')} {e['measured_seconds'] * 1e3:8.1f} / {e['predicted_seconds'] * 1e3:8.1f} ms "
-                 f"({e['signed_error'] * 100:+6.1f}%)" for s, e in ((s, r.get(s)) for s in settings) if e]
+                 f"({e['signed_error'] * 100:+6.1f}%, spread {e['runs_spread'] * 100:4.1f}%)"
+                 for s, e in ((s, r.get(s)) for s in settings) if e]
         lines.append(f"  {name:<16} " + "   ".join(cells))
     for s in settings:
         target = " (target <= 10%)" if s == settings[0] else ""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -72,20 +73,24 @@ class ExecutorModel:
         """
         seconds = np.asarray(seconds, dtype=np.float64)
         n = len(seconds)
-        width = self.widths(seconds)
+        width = self.widths(seconds).tolist()
+        seconds = seconds.tolist()  # Python floats: the loop below runs once per op
         waiting = [len(p) for p in predecessors]
-        successors = [[] for _ in range(n)]
-        for i, preds in enumerate(predecessors):
-            for p in preds:
-                successors[p].append(i)
+        # Successors as one flat list with offsets per op (few objects: no
+        # garbage-collector passes over a big graph's heap).
+        sources = np.fromiter(chain.from_iterable(predecessors), dtype=np.int64, count=sum(waiting))
+        order = np.argsort(sources, kind="stable")
+        successors = np.repeat(np.arange(n), waiting)[order].tolist()
+        offsets = np.searchsorted(sources[order], np.arange(n + 1)).tolist()
         ready = deque(i for i in range(n) if waiting[i] == 0)
-        share = np.zeros(n)
+        share = [0.0] * n
         running = {}  # op -> standalone seconds left
         now = 0.0
         done = 0
 
         def finish(i):
-            for s in successors[i]:
+            for k in range(offsets[i], offsets[i + 1]):
+                s = successors[k]
                 waiting[s] -= 1
                 if waiting[s] == 0:
                     ready.append(s)
@@ -94,7 +99,7 @@ class ExecutorModel:
             while ready and len(running) < self.lanes:
                 i = ready.popleft()
                 if seconds[i] > 0:
-                    running[i] = float(seconds[i])
+                    running[i] = seconds[i]
                 else:
                     done += 1
                     finish(i)
@@ -110,13 +115,13 @@ class ExecutorModel:
             for i in running:
                 share[i] += dt * width[i] / demand
                 running[i] -= dt * rate
-                if running[i] <= 1e-15:
+                if running[i] <= 1e-9 * seconds[i]:
                     ended.append(i)
             for i in ended:
                 del running[i]
                 done += 1
                 finish(i)
-        return now, share
+        return now, np.array(share)
 
     def to_dict(self):
         return asdict(self)

@@ -98,9 +98,10 @@ class CostModel:
         """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
 
         One vectorised predict per call, plus the executor's schedule of the
-        step where the device has an executor model (:meth:`step_shares`).  Op types unknown to both the learned
-        model and the prior get the fallback cost (cost_models.prior) and are
-        counted in one :class:`UnknownOpTypeWarning` per call.
+        step where the device has an executor model (:meth:`step_shares`).
+        Op types unknown to both the learned model and the prior get the
+        fallback cost (cost_models.prior) and are counted in one
+        :class:`UnknownOpTypeWarning` per call.
 
         Returns
         -------
