@@ -1,7 +1,9 @@
 """Op-cost features per (op, device).
 
 Raw features describe an op (type, dtype, FLOPs, bytes, main sizes, and
-whether any op reads its outputs);
+whether any op reads its outputs); derived ones its FLOPs per output
+element (a matmul's inner dimension, a convolution's window times its
+input channels) and per byte moved (arithmetic intensity);
 device features add the device's peak FLOP/s and memory bandwidth and the
 roofline estimate ``max(FLOPs / peak, bytes / bandwidth)`` (a gather's bytes
 are the rows it gathers).  The same raw
@@ -46,6 +48,8 @@ FEATURES = (
     "log_peak_flops",
     "log_memory_bandwidth",
     "log_roofline_seconds",
+    "log_flops_per_output",
+    "log_flops_per_byte",
 )
 
 DTYPE_BYTES = {
@@ -211,6 +215,8 @@ def design_matrix(raw, peak_flops, memory_bandwidth):
         np.log10(peak),
         np.log10(bandwidth),
         np.log10(roofline_seconds(raw, peak, bandwidth) + 1e-9),
+        _log(raw["flops"] / np.maximum(raw["out0_elements"], 1.0)),
+        _log(raw["flops"] / np.maximum(moved_bytes(raw), 1.0)),
     ]
     X = np.empty((n, len(FEATURES)), dtype=object)
     for j, column in enumerate(columns):
