@@ -54,6 +54,11 @@ def micro_cases(rng, scale=1):
         b, m, k = _pick(rng, [2, 4, 8, 16]), _pick(rng, [16, 64, 128, 256]), _pick(rng, [16, 32, 64, 128])
         cases.append(Case(f"batchmatmul{i}", _with_grad(lambda x, w: tf.linalg.matmul(x, w, transpose_b=True)),
                           [((b, m, k), f32), ((b, m, k), f32)]))
+    for i in range(12 * scale):
+        # Attention's batched matmuls: (batch, heads, tokens, head size), scores then weighted values.
+        b, h = _pick(rng, [1, 2, 4, 8]), _pick(rng, [4, 8, 12, 16])
+        t, d = _pick(rng, [64, 128, 256, 512]), _pick(rng, [32, 64, 128])
+        cases.append(Case(f"attention{i}", _with_grad(_attention), [((b, h, t, d), f32), ((b, h, t, d), f32)]))
     for i in range(24 * scale):
         b, hw = _pick(rng, [1, 2, 4, 8]), _pick(rng, [7, 14, 28, 56])
         cin, cout, ks = _pick(rng, [3, 16, 32, 64, 128]), _pick(rng, [16, 32, 64, 128]), _pick(rng, [1, 3, 5])
@@ -169,6 +174,13 @@ def _adam_update(var, m, v, grad):
     v.assign_add((tf.square(grad) - v) * 0.001)
     var.assign_sub(m * 0.001 / (tf.sqrt(v) + 1e-7))
     return tf.reduce_sum(var)
+
+
+def _attention(q, k):
+    """Scores ``q k^T`` and the values they weight (``k`` doubles as the values)."""
+    import tensorflow as tf
+
+    return tf.linalg.matmul(tf.nn.softmax(tf.linalg.matmul(q, k, transpose_b=True)), k)
 
 
 def _scatter_then_read(table, ids, rows):

@@ -84,7 +84,7 @@ def run_ops(args):
         "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls), "
                  f"zoo op and step times then medians over {args.runs} run(s); "
                  "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
-                 "under TensorFlow's default executor, timed in a fresh process after each profile; "
+                 "under TensorFlow's default executor, timed in fresh processes before and after each profile; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
     folder = args.out or DATA_DIR
