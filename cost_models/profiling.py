@@ -53,7 +53,7 @@ def one_op_at_a_time():
     rather than stretched by whatever ran beside it, and a step's kernel
     times add up to its compute time.  Each op still uses every core
     (intra-op threads).  The step time under the default executor is
-    measured beside it, in a fresh process
+    measured beside it, in fresh processes
     (:func:`default_executor_step_seconds`).  Must run before TensorFlow
     starts its runtime.
     """
@@ -250,8 +250,8 @@ def default_executor_step_seconds(script, args=(), steps=5):
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", _DEFAULT_EXECUTOR_CHILD, str(steps), script, *map(str, args)],
-                          capture_output=True, text=True, cwd=repo, timeout=1800)
+    child = [sys.executable, "-c", _DEFAULT_EXECUTOR_CHILD, str(steps), os.path.abspath(script), *map(str, args)]
+    done = subprocess.run(child, capture_output=True, text=True, cwd=repo, timeout=1800)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise CostModelError(f"default-executor step failed: {last}", source=script)
