@@ -8,7 +8,6 @@ command and machine as data (``cost_models/data/transfer_calibration.json``).
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -22,6 +21,7 @@ import numpy as np
 
 from autodist.errors import CostModelError
 from autodist.io import read_json, write_json_atomic
+from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.transfer_calibration"
 VERSION = 1
@@ -221,14 +221,7 @@ def measure_sessions(sizes=SIZES, repeats=15, sessions=3):
     same size (gRPC channel and process state), more than the repeats inside
     one session show; the median over sessions is what a later run expects.
     """
-    runs = []
-    for _ in range(sessions):
-        done = subprocess.run([sys.executable, "-c", _SESSION_SCRIPT, str(repeats), *map(str, sizes)],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise CostModelError(f"a transfer measurement session failed: {last}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    runs = [run_json(_SESSION_SCRIPT, [repeats, *sizes], "a transfer measurement session") for _ in range(sessions)]
     return [
         {"bytes": points[0]["bytes"], "seconds": statistics.median(p["seconds"] for p in points),
          "repeats": sum(p["repeats"] for p in points), "sessions": len(points),

@@ -182,11 +182,6 @@ def moved_bytes(raw):
     return np.where(np.isin(raw["op_type"], GATHER_TYPES), gathered, everything)
 
 
-def roofline_seconds(raw, peak_flops, memory_bandwidth):
-    """max(FLOPs / peak, moved bytes / bandwidth), per row (see :func:`moved_bytes`)."""
-    return np.maximum(raw["flops"] / peak_flops, moved_bytes(raw) / memory_bandwidth)
-
-
 def _log(x):
     return np.log10(np.maximum(np.asarray(x, dtype=np.float64), 0.0) + 1.0)
 
@@ -200,6 +195,7 @@ def design_matrix(raw, peak_flops, memory_bandwidth):
     peak = np.broadcast_to(np.asarray(peak_flops, dtype=np.float64), (n,))
     bandwidth = np.broadcast_to(np.asarray(memory_bandwidth, dtype=np.float64), (n,))
     dtype_bytes = np.array([DTYPE_BYTES.get(str(d), 4) for d in raw["dtype"]], dtype=np.float64)
+    moved = moved_bytes(raw)
     columns = [
         raw["op_type"],
         dtype_bytes,
@@ -214,9 +210,9 @@ def design_matrix(raw, peak_flops, memory_bandwidth):
         _log(raw["out_last_dim"]),
         np.log10(peak),
         np.log10(bandwidth),
-        np.log10(roofline_seconds(raw, peak, bandwidth) + 1e-9),
+        np.log10(np.maximum(raw["flops"] / peak, moved / bandwidth) + 1e-9),  # the roofline estimate
         _log(raw["flops"] / np.maximum(raw["out0_elements"], 1.0)),
-        _log(raw["flops"] / np.maximum(moved_bytes(raw), 1.0)),
+        _log(raw["flops"] / np.maximum(moved, 1.0)),
     ]
     X = np.empty((n, len(FEATURES)), dtype=object)
     for j, column in enumerate(columns):

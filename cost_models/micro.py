@@ -98,11 +98,7 @@ def micro_cases(rng, scale=1):
         cases.append(Case(f"elementwise{i}", _with_grad(elem), [((rows, cols), f32), ((rows, cols), f32)]))
     for i in range(12 * scale):
         vocab, dim, nids = _pick(rng, [1000, 10000, 100000]), _pick(rng, [16, 64, 256]), _pick(rng, [64, 512, 4096])
-
-        def gather(table, ids):
-            return tf.reduce_sum(tf.gather(table, ids))
-
-        cases.append(Case(f"gather{i}", _with_grad_first(gather), [((vocab, dim), f32), ((nids,), tf.int32)]))
+        cases.append(Case(f"gather{i}", _with_grad_first(_gather_sum), [((vocab, dim), f32), ((nids,), tf.int32)]))
     cases += _large_cases(rng, scale)
     return cases
 
@@ -129,21 +125,13 @@ def _large_cases(rng, scale):
     for i in range(8 * scale):
         b, hw = _pick(rng, [1, 2]), _pick(rng, [112, 224])
         cin, cout = _pick(rng, [3, 64, 128]), _pick(rng, [64, 128])
-
-        def conv(x, w):
-            return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
-
-        cases.append(Case(f"bigconv{i}", _with_grad(conv), [((b, hw, hw, cin), f32), ((3, 3, cin, cout), f32)]))
+        cases.append(Case(f"bigconv{i}", _with_grad(_relu_conv), [((b, hw, hw, cin), f32), ((3, 3, cin, cout), f32)]))
     kernels = [(1, 7), (7, 1), (1, 3), (3, 1), (3, 3), (5, 5), (1, 1)]
     for i in range(16 * scale):
         b, hw = _pick(rng, [1, 2]), _pick(rng, [8, 17, 35, 73, 147])
         cin, cout = _pick(rng, [32, 64, 128, 192, 384, 768]), _pick(rng, [32, 64, 128, 192, 384])
         kh, kw = kernels[rng.integers(len(kernels))]
-
-        def conv(x, w):
-            return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
-
-        cases.append(Case(f"asymconv{i}", _with_grad(conv), [((b, hw, hw, cin), f32), ((kh, kw, cin, cout), f32)]))
+        cases.append(Case(f"asymconv{i}", _with_grad(_relu_conv), [((b, hw, hw, cin), f32), ((kh, kw, cin, cout), f32)]))
     for i in range(16 * scale):
         m = _pick(rng, [256, 512, 1024, 2048])
         k, n = (_pick(rng, [256, 512, 768, 1024, 2048, 3072, 4096]) for _ in range(2))
@@ -159,11 +147,22 @@ def _large_cases(rng, scale):
     for i in range(4 * scale):
         dim, nids = _pick(rng, [16, 64]), _pick(rng, [256, 4096])
 
-        def gather(table, ids):
-            return tf.reduce_sum(tf.gather(table, ids))
-
-        cases.append(Case(f"biggather{i}", _with_grad_first(gather), [((1_000_000, dim), f32), ((nids,), tf.int32)]))
+        cases.append(Case(f"biggather{i}", _with_grad_first(_gather_sum), [((1_000_000, dim), f32), ((nids,), tf.int32)]))
     return cases
+
+
+def _relu_conv(x, w):
+    """A stride-1, same-padded convolution and its ReLU."""
+    import tensorflow as tf
+
+    return tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))
+
+
+def _gather_sum(table, ids):
+    """The sum of the rows ``ids`` of ``table`` (an embedding lookup)."""
+    import tensorflow as tf
+
+    return tf.reduce_sum(tf.gather(table, ids))
 
 
 def _adam_update(var, m, v, grad):

@@ -189,6 +189,16 @@ def fit_op_model(timings, params=None):
     return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, timings.seconds)
 
 
+def _profiled_steps(timings, steps):
+    """``(rows, record)`` of each zoo model in ``steps`` (name -> step record) with rows in ``timings``."""
+    out = []
+    for name, record in sorted(steps.items()):
+        mine = timings.origin == name
+        if mine.any():
+            out.append((timings.subset(mine), record))
+    return out
+
+
 def fit_executor_overhead(timings, steps):
     """Seconds per op that a measured step spends beyond its kernels.
 
@@ -197,16 +207,12 @@ def fit_executor_overhead(timings, steps):
     squares on the relative error; 0 when no step was measured.  Unread ops
     (pruned, see cost_models.features.unread_ops) are not counted.
     """
-    kernel, ops, step = [], [], []
-    for name, record in sorted(steps.items()):
-        mine = timings.origin == name
-        if mine.any():
-            kernel.append(float(np.nansum(timings.seconds[mine])))
-            ops.append(float((mine & (timings.raw["unread"] == 0)).sum()))
-            step.append(float(record["step_seconds"]))
-    if not step:
+    profiled = _profiled_steps(timings, steps)
+    if not profiled:
         return 0.0
-    kernel, ops, step = map(np.asarray, (kernel, ops, step))
+    kernel = np.array([np.nansum(rows.seconds) for rows, _ in profiled])
+    ops = np.array([float((rows.raw["unread"] == 0).sum()) for rows, _ in profiled])
+    step = np.array([float(record["step_seconds"]) for _, record in profiled])
     a, b = ops / step, (step - kernel) / step
     return max(float(a @ b / (a @ a)), 0.0)
 
@@ -219,14 +225,9 @@ def fit_executor(timings, steps, overhead, cores):
     of the measured ops (kernel seconds plus ``overhead`` per op) match the
     zoo steps timed under the default executor (``default_step_seconds``).
     """
-    data = []
-    for name, record in sorted(steps.items()):
-        mine = timings.origin == name
-        if "default_step_seconds" not in record or not mine.any():
-            continue
-        rows = timings.subset(mine)
-        seconds = np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead)
-        data.append((seconds, rows.predecessors(), float(record["default_step_seconds"])))
+    data = [(np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead), rows.predecessors(),
+             float(record["default_step_seconds"]))
+            for rows, record in _profiled_steps(timings, steps) if "default_step_seconds" in record]
     width = fit_width_seconds(data, cores, cores)
     return None if width is None else ExecutorModel(int(cores), float(cores), width)
 

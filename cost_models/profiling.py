@@ -14,6 +14,7 @@ TensorFlow is imported only inside these functions.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import statistics
@@ -26,6 +27,7 @@ from autodist.errors import AutoDistError, CaptureError, CostModelError
 from autodist.graph.item import GraphItem, JobInfo
 from cost_models.dataset import Timings, make_rows
 from cost_models.executor import op_predecessors
+from cost_models.fresh_process import run_json
 from cost_models.features import device_peak, op_raw_features
 
 # Grappler passes that fuse or rename ops; off while profiling.
@@ -246,16 +248,8 @@ def default_executor_step_seconds(script, args=(), steps=5):
     Grappler's fusion is off, as when profiling, so that the ops are the
     profiled ones.
     """
-    import subprocess
-    import sys
-
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    child = [sys.executable, "-c", _DEFAULT_EXECUTOR_CHILD, str(steps), os.path.abspath(script), *map(str, args)]
-    done = subprocess.run(child, capture_output=True, text=True, cwd=repo, timeout=1800)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CostModelError(f"default-executor step failed: {last}", source=script)
-    return float(done.stdout.strip().splitlines()[-1])
+    return float(run_json(_DEFAULT_EXECUTOR_CHILD, [steps, os.path.abspath(script), *args],
+                          "default-executor step", source=script, timeout=1800))
 
 
 def step_wall_times(fn, args, count):
@@ -489,8 +483,6 @@ def _median_of_runs(measured):
         median[j] = np.median(seconds[timed[:, j], j])
     step_runs = [r["step_seconds"] for _, r in measured]
     default_runs = [r["default_step_seconds"] for _, r in measured]
-    merged = Timings(rows.raw, rows.device_model, rows.device_kind, rows.peak_flops, rows.memory_bandwidth,
-                     rows.origin, rows.op_name, rows.inputs, median)
-    return merged, dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
+    return dataclasses.replace(rows, seconds=median), dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
                         step_seconds_per_run=step_runs, default_step_seconds=statistics.median(default_runs),
                         default_step_seconds_per_run=default_runs, timed_ops=int(np.isfinite(median).sum()))
