@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-INT_INPUT_MAX = 1000  # the smallest gather table
+INT_INPUT_MAX = 1000  # the smallest gather table and vocabulary
 
 
 @dataclass
@@ -59,6 +59,12 @@ def micro_cases(rng, scale=1):
         b, h = _pick(rng, [1, 2, 4, 8]), _pick(rng, [4, 8, 12, 16])
         t, d = _pick(rng, [64, 128, 256, 512]), _pick(rng, [32, 64, 128])
         cases.append(Case(f"attention{i}", _with_grad(_attention), [((b, h, t, d), f32), ((b, h, t, d), f32)]))
+    for i in range(12 * scale):
+        # A dense layer over a sequence: (batch, tokens, features) times a shared
+        # weight, a broadcasting batched matmul, as Keras runs Dense on 3-d inputs.
+        b, t = _pick(rng, [1, 2, 4, 8]), _pick(rng, [64, 128, 256, 512])
+        d, n = (_pick(rng, [128, 256, 512, 768, 1024]) for _ in range(2))
+        cases.append(Case(f"seqdense{i}", _with_grad(lambda x, w: tf.matmul(x, w)), [((b, t, d), f32), ((d, n), f32)]))
     for i in range(24 * scale):
         b, hw = _pick(rng, [1, 2, 4, 8]), _pick(rng, [7, 14, 28, 56])
         cin, cout, ks = _pick(rng, [3, 16, 32, 64, 128]), _pick(rng, [16, 32, 64, 128]), _pick(rng, [1, 3, 5])
@@ -107,7 +113,7 @@ def _large_cases(rng, scale):
     """Shapes as large as the zoo's: optimizer updates of big variables, 1M-row
     tables (and dense reads of them after a sparse update), 64M-element
     elementwise ops, 224-pixel and asymmetric (1x7) convolutions, token-sized
-    and wide dense layers.  Trees do not extrapolate well, so the data must
+    and wide dense layers, losses over a language model's vocabulary.  Trees do not extrapolate well, so the data must
     reach these sizes."""
     import tensorflow as tf
 
@@ -140,6 +146,9 @@ def _large_cases(rng, scale):
         m, k, n = _pick(rng, [2, 8, 64]), _pick(rng, [4096, 9216, 25088]), _pick(rng, [1000, 4096])
         cases.append(Case(f"bigmatmul{i}", _with_grad(lambda x, w: tf.nn.relu(tf.matmul(x, w))),
                           [((m, k), f32), ((k, n), f32)]))
+    for i in range(4 * scale):
+        tokens, vocab = _pick(rng, [64, 256, 512, 2048]), _pick(rng, [INT_INPUT_MAX, 8000, 30522])
+        cases.append(Case(f"crossentropy{i}", _cross_entropy_grad, [((tokens, vocab), f32), ((tokens,), tf.int32)]))
     for i in range(12 * scale):
         rows, dim = _pick(rng, [10_000, 100_000, 1_000_000]), _pick(rng, [1, 16, 32, 64])
         cases.append(Case(f"copyonread{i}", _scatter_then_read, [((256,), tf.int32), ((256, dim), f32)],
@@ -180,6 +189,16 @@ def _attention(q, k):
     import tensorflow as tf
 
     return tf.linalg.matmul(tf.nn.softmax(tf.linalg.matmul(q, k, transpose_b=True)), k)
+
+
+def _cross_entropy_grad(logits, labels):
+    """A language model's loss over its vocabulary (one label per token) and the loss's gradient."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+    return tape.gradient(loss, logits)
 
 
 def _scatter_then_read(table, ids, rows):

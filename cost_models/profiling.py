@@ -358,11 +358,16 @@ def profile_zoo_script(script, device, args=(), steps=5):
         return profile_step(fn, fn_args, item, device, name, steps=steps)
 
 
-def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
+# Micro-benchmark cases measured: this many times micro_cases' base counts.
+MICRO_SCALE = 3
+
+
+def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0, scale=MICRO_SCALE):
     """Micro-benchmarks of the main op types over a spread of shapes.
 
     Each case is a small ``tf.function`` (forward op and, where it has one,
-    its gradient ops); every op it runs is timed.
+    its gradient ops); every op it runs is timed.  Rows are named
+    ``case/op``, so that runs of the same cases line up.
 
     Returns
     -------
@@ -376,7 +381,7 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
     deadline = time.monotonic() + time_limit_s
     parts = []
     with unfused_graphs():
-        for case in micro_cases(np.random.default_rng(seed)):
+        for case in micro_cases(np.random.default_rng(seed), scale):
             if time.monotonic() > deadline:
                 break
             fn = tf.function(case.fn)
@@ -393,7 +398,7 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0):
             seconds = np.array([measured.get(n, np.nan) for n in names])
             keep = np.isfinite(seconds) & np.array([t not in ("Placeholder", "Identity", "NoOp", "Const", "_Arg", "_Retval")
                                                      for t in raw["op_type"]])
-            rows = make_rows(names, raw, device, "micro", seconds)
+            rows = make_rows([f"{case.name}/{n}" for n in names], raw, device, "micro", seconds)
             parts.append(rows.subset(keep))
     return Timings.concat(parts)
 
@@ -417,9 +422,10 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
         Device columns; default :func:`host_device`.
     runs : int
         Measure everything this many times, minutes apart: a shared machine's
-        speed drifts by more than a step's repeats show.  Each zoo op's time
-        and each step time is the median over the runs; every run's
-        micro-benchmarks are kept (run ``r`` draws its shapes with ``seed + r``).
+        speed drifts by more than a step's repeats show (on this VM the same
+        kernel ran up to 2x slower for seconds at a time).  Every run
+        measures the same micro-benchmark cases (drawn with ``seed``); each
+        op's time and each step time is the median over the runs.
 
     Returns
     -------
@@ -435,7 +441,7 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     micro_parts, zoo = [], {}
     for run in range(runs):
         if micro:
-            rows = profile_micro(device, seed=seed + run, time_limit_s=time_limit_s / (3 * runs))
+            rows = profile_micro(device, seed=seed, time_limit_s=time_limit_s / (3 * runs))
             micro_parts.append(rows)
             say(f"run {run + 1}/{runs}: micro-benchmarks: {len(rows)} timed ops after {time.monotonic() - start:.0f} s")
         for script, args in zoo_scripts:
@@ -457,7 +463,8 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
             say(f"run {run + 1}/{runs}: {name}: step {record['step_seconds'] * 1e3:.1f} ms one op at a time, "
                 f"{record['default_step_seconds'] * 1e3:.1f} ms default executor, "
                 f"{record['timed_ops']} of {record['ops']} ops timed")
-    parts, steps_record = list(micro_parts), {}
+    parts = [_median_of_micro_runs(micro_parts)] if any(len(p) for p in micro_parts) else []
+    steps_record = {}
     for name, measured in zoo.items():
         rows, record = _median_of_runs(measured)
         parts.append(rows)
@@ -476,13 +483,29 @@ def _median_of_runs(measured):
     if not all(same):
         raise CostModelError("runs captured different ops; the step is not the same in every run",
                              source=str(rows.origin[0]))
-    seconds = np.stack([r.seconds for r, _ in measured])
-    timed = np.isfinite(seconds)
-    median = np.full(seconds.shape[1], np.nan)
-    for j in np.flatnonzero(timed.any(axis=0)):
-        median[j] = np.median(seconds[timed[:, j], j])
+    median = _median_over_runs(np.stack([r.seconds for r, _ in measured]))
     step_runs = [r["step_seconds"] for _, r in measured]
     default_runs = [r["default_step_seconds"] for _, r in measured]
     return dataclasses.replace(rows, seconds=median), dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
                         step_seconds_per_run=step_runs, default_step_seconds=statistics.median(default_runs),
                         default_step_seconds_per_run=default_runs, timed_ops=int(np.isfinite(median).sum()))
+
+
+def _median_of_micro_runs(parts):
+    """Micro-benchmark rows of several runs of the same cases, lined up by ``case/op`` name: per-op medians."""
+    parts = [p for p in parts if len(p)]
+    rows = Timings.concat(parts)
+    names, first, column = np.unique(rows.op_name.astype(str), return_index=True, return_inverse=True)
+    seconds = np.full((len(parts), len(names)), np.nan)
+    seconds[np.repeat(np.arange(len(parts)), [len(p) for p in parts]), column] = rows.seconds
+    order = np.sort(first)
+    return dataclasses.replace(rows.subset(order), seconds=_median_over_runs(seconds)[column[order]])
+
+
+def _median_over_runs(seconds):
+    """Per op (column of ``seconds``, one row per run), the median over the runs that timed it; NaN if none did."""
+    timed = np.isfinite(seconds)
+    median = np.full(seconds.shape[1], np.nan)
+    for j in np.flatnonzero(timed.any(axis=0)):
+        median[j] = np.median(seconds[timed[:, j], j])
+    return median

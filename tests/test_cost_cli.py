@@ -95,3 +95,18 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     report = json.loads(ev.stdout)
     assert report["op_holdout"]["test_rows"] > 0
     assert report["leave_one_model_out"]["models"] == {}
+
+
+@pytest.mark.slow
+def test_profile_micro_runs_measure_the_same_cases_and_keep_medians(tmp_path):
+    # Real micro-benchmarks, two runs of about a second each: the first cases.
+    out = _autodist("profile", "ops", "--runs", "2", "--time-limit", "6", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    per_run = [int(line.split(": ")[2].split()[0]) for line in out.stdout.splitlines() if "micro-benchmarks:" in line]
+    assert len(per_run) == 2 and min(per_run) > 0
+    rows = read_timings(tmp_path / "op_timings.csv.gz")
+    # Rows are named case/op; the runs' rows of one case and op merge into one.
+    assert set(rows.origin) == {"micro"} and np.isfinite(rows.seconds).all()
+    assert len(set(rows.op_name)) == len(rows) and max(per_run) <= len(rows) <= sum(per_run)
+    assert {name.split("/")[0] for name in rows.op_name} >= {"matmul0"}
+    assert "MatMul" in set(rows.raw["op_type"])

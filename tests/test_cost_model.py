@@ -269,6 +269,34 @@ def test_roofline_ratio_target_scales_past_the_largest_measured_op(shipped):
     assert seconds[1] == pytest.approx(seconds[0], rel=0.05)
 
 
+def test_backward_matmuls_are_marked_transposed_and_cost_more_when_skinny(mlp_graph, shipped):
+    names, raw = op_raw_features(mlp_graph)
+    marks = {n: code for n, t, code in zip(names, raw["op_type"], raw["transposed_operands"]) if t == "MatMul"}
+    # Each dense layer: its forward product reads nothing transposed, its weight
+    # gradient reads the input transposed (1), its input gradient the weight (2);
+    # the first layer's input (the data) gets no gradient.
+    layers = sum(code == 0 for code in marks.values())
+    assert layers >= 2 and sorted(set(marks.values())) == [0, 1, 2]
+    assert sum(code == 1 for code in marks.values()) == layers
+    assert sum(code == 2 for code in marks.values()) == layers - 1
+    # Fitted on the measured matmuls, the regressor learns what was measured
+    # (3x): a batch of 64 times a 4096x4096 weight read transposed (the input
+    # gradient) is slower than the forward product of the same sizes.
+    matmuls = shipped.subset(shipped.raw["op_type"] == "MatMul")
+    row = {"op_type": np.array(["MatMul"], dtype=object), "dtype": np.array(["float32"], dtype=object),
+           "flops": np.array([2.0 * 64 * 4096 * 4096]), "input_bytes": np.array([4.0 * (64 * 4096 + 4096 * 4096)]),
+           "output_bytes": np.array([4.0 * 64 * 4096]), "in0_elements": np.array([64.0 * 4096]),
+           "in1_elements": np.array([4096.0 * 4096]), "out0_elements": np.array([64.0 * 4096]),
+           "out_rank": np.array([2.0]), "n_inputs": np.array([2.0]), "out_last_dim": np.array([4096.0]),
+           "transposed_operands": np.array([0.0]), "unread": np.array([0.0])}
+    transposed = dict(row, transposed_operands=np.array([2.0]))
+    model = OpTimeRegressor().fit(design_matrix(matmuls.raw, matmuls.peak_flops, matmuls.memory_bandwidth),
+                                  matmuls.seconds)
+    plain_s, transposed_s = model.predict(np.concatenate(
+        [design_matrix(r, matmuls.peak_flops[0], matmuls.memory_bandwidth[0]) for r in (row, transposed)]))
+    assert transposed_s > 1.8 * plain_s
+
+
 def test_executor_overhead_is_the_best_fit_of_kernels_to_measured_steps():
     rows = read_timings(TIMINGS)
     steps = read_meta(TIMINGS_META)["steps"]

@@ -82,7 +82,8 @@ def run_ops(args):
         "steps": steps,
         "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
         "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls), "
-                 f"zoo op and step times then medians over {args.runs} run(s); "
+                 f"op and step times then medians over {args.runs} run(s) (every run measures the same "
+                 "micro-benchmark cases); "
                  "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
                  "under TensorFlow's default executor, timed in fresh processes before and after each profile; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
