@@ -8,7 +8,9 @@
   (the sum of the ops' ``CostModel`` step shares) and compare it with the
   step measured under TensorFlow's default executor (the target).  Beside
   it: the sum of the ops' standalone times against the step measured with
-  ops one at a time, as profiled.
+  ops one at a time, as profiled; and the executor model alone (the
+  left-out model's measured op times through the schedule), which tells
+  the op model's error from the overlap model's.
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
 """
@@ -23,7 +25,7 @@ from autodist.errors import CostModelError
 from cost_models.dataset import read_meta, read_timings
 from cost_models.features import design_matrix
 from cost_models.model import (DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, fit_executor, fit_executor_overhead,
-                               fit_op_model, profiled_cores)
+                               fit_op_model, measured_op_seconds, profiled_cores)
 from cost_models.prior import prior_seconds
 
 MIN_OP_SECONDS = 50e-6
@@ -127,9 +129,13 @@ def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
             "prior_sum_seconds": float(_prior(rows).sum()),
         }
         if executor is not None and "default_step_seconds" in record:
-            results[name]["default_executor"] = _errors(overlapped, float(record["default_step_seconds"]),
-                                                        record.get("default_step_seconds_per_run", []))
-    return {"models": results, **_summary(results, "default_executor"), **_summary(results, "one_op_at_a_time")}
+            default, runs = float(record["default_step_seconds"]), record.get("default_step_seconds_per_run", [])
+            results[name]["default_executor"] = _errors(overlapped, default, runs)
+            # The executor model alone: the model's own measured op times through the schedule.
+            alone = executor.schedule(measured_op_seconds(rows, overhead), rows.predecessors())[0]
+            results[name]["executor_on_measured_ops"] = _errors(alone, default, runs)
+    return {"models": results, **_summary(results, "default_executor"), **_summary(results, "one_op_at_a_time"),
+            **_summary(results, "executor_on_measured_ops")}
 
 
 def step_target(lomo):
@@ -214,6 +220,12 @@ def format_report(report):
         target = " (target <= 10%)" if s == settings[0] else ""
         lines.append(f"  {s.replace('_', ' ')}: mean error {_pct(lomo[s]['mean_error'])}, "
                      f"max {_pct(lomo[s]['max_error'])}{target}")
+    if lomo.get("executor_on_measured_ops"):
+        alone = lomo["executor_on_measured_ops"]
+        lines.append(f"  executor model alone (each model's measured op times through the schedule fitted on the others),"
+                     f" vs default executor: mean error {_pct(alone['mean_error'])}, max {_pct(alone['max_error'])}:")
+        lines.append("    " + "  ".join(f"{name} {r['executor_on_measured_ops']['signed_error'] * 100:+.1f}%"
+                                        for name, r in lomo["models"].items() if "executor_on_measured_ops" in r))
     lines.append("allreduce bus bandwidth, 8 GPUs, ring, 8 GiB message:")
     for preset, b in report["allreduce_busbw"].items():
         lines.append(

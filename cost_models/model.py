@@ -217,6 +217,11 @@ def fit_executor_overhead(timings, steps):
     return max(float(a @ b / (a @ a)), 0.0)
 
 
+def measured_op_seconds(rows, overhead):
+    """Per op of one profiled step (``rows``), its measured kernel seconds plus ``overhead``; pruned ops 0."""
+    return np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead)
+
+
 def fit_executor(timings, steps, overhead, cores):
     """The :class:`ExecutorModel` of the profiled CPU, or ``None`` without default-executor steps.
 
@@ -225,8 +230,7 @@ def fit_executor(timings, steps, overhead, cores):
     of the measured ops (kernel seconds plus ``overhead`` per op) match the
     zoo steps timed under the default executor (``default_step_seconds``).
     """
-    data = [(np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead), rows.predecessors(),
-             float(record["default_step_seconds"]))
+    data = [(measured_op_seconds(rows, overhead), rows.predecessors(), float(record["default_step_seconds"]))
             for rows, record in _profiled_steps(timings, steps) if "default_step_seconds" in record]
     width = fit_width_seconds(data, cores, cores)
     return None if width is None else ExecutorModel(int(cores), float(cores), width)

@@ -41,10 +41,15 @@ def test_costmodel_eval_json_reports_every_measure(small_data):
     models = report["leave_one_model_out"]["models"]
     assert set(models) == set(SMALL_MODELS)
     for r in models.values():
-        for setting in ("default_executor", "one_op_at_a_time"):
+        for setting in ("default_executor", "one_op_at_a_time", "executor_on_measured_ops"):
             assert r[setting]["measured_seconds"] > 0 and r[setting]["predicted_seconds"] > 0
         # Ops that overlap finish sooner than one after another.
         assert r["default_executor"]["predicted_seconds"] < r["one_op_at_a_time"]["predicted_seconds"]
+        # The executor model alone schedules the measured ops (kernel plus overhead):
+        # no longer than running them one after another.
+        one_after_another = r["measured_kernel_sum_seconds"] + r["executor_overhead_per_op_seconds"] * r["ops"]
+        assert 0 < r["executor_on_measured_ops"]["predicted_seconds"] <= one_after_another * (1 + 1e-9)
+        assert r["executor_on_measured_ops"]["measured_seconds"] == r["default_executor"]["measured_seconds"]
     assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
     assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error"}
 
