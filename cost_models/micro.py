@@ -113,8 +113,8 @@ def _large_cases(rng, scale):
     """Shapes as large as the zoo's: optimizer updates of big variables, 1M-row
     tables (and dense reads of them after a sparse update), 64M-element
     elementwise ops, 224-pixel and asymmetric (1x7) convolutions, token-sized
-    and wide dense layers, losses over a language model's vocabulary.  Trees do not extrapolate well, so the data must
-    reach these sizes."""
+    and wide dense layers, losses over a language model's vocabulary.  Trees
+    do not extrapolate well, so the data must reach these sizes."""
     import tensorflow as tf
 
     f32 = tf.float32
