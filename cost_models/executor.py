@@ -7,7 +7,7 @@ instead runs every op whose inputs are ready on a pool of inter-op threads
 A small op is single-threaded and gains fully from a neighbour; a large one
 already keeps every core busy and gains nothing.  Measured on this machine
 (``autodist costmodel eval`` prints both step times), the default executor
-cut the zoo steps' time by 2-38% against one op at a time: least for
+cut the zoo steps' time by 4-21% against one op at a time: least for
 chains of large ops (wide_deep's table copies, ResNet's and VGG's
 convolutions), most for the many small ops of the MLP, the transformer and
 Inception's four-branch modules.
