@@ -155,7 +155,6 @@ def _large_cases(rng, scale):
                           variables=[(rows, dim)]))
     for i in range(4 * scale):
         dim, nids = _pick(rng, [16, 64]), _pick(rng, [256, 4096])
-
         cases.append(Case(f"biggather{i}", _with_grad_first(_gather_sum), [((1_000_000, dim), f32), ((nids,), tf.int32)]))
     return cases
 

@@ -486,15 +486,15 @@ def _median_of_runs(measured):
     median = _median_over_runs(np.stack([r.seconds for r, _ in measured]))
     step_runs = [r["step_seconds"] for _, r in measured]
     default_runs = [r["default_step_seconds"] for _, r in measured]
-    return dataclasses.replace(rows, seconds=median), dict(record, step_seconds=statistics.median(step_runs), runs=len(measured),
-                        step_seconds_per_run=step_runs, default_step_seconds=statistics.median(default_runs),
-                        default_step_seconds_per_run=default_runs, timed_ops=int(np.isfinite(median).sum()))
+    return dataclasses.replace(rows, seconds=median), dict(
+        record, runs=len(measured), timed_ops=int(np.isfinite(median).sum()),
+        step_seconds=statistics.median(step_runs), step_seconds_per_run=step_runs,
+        default_step_seconds=statistics.median(default_runs), default_step_seconds_per_run=default_runs)
 
 
 def _median_of_micro_runs(parts):
     """Micro-benchmark rows of several runs of the same cases, lined up by ``case/op`` name: per-op medians."""
-    parts = [p for p in parts if len(p)]
-    rows = Timings.concat(parts)
+    rows = Timings.concat(parts)  # leaves empty runs out; their row of ``seconds`` stays NaN
     names, first, column = np.unique(rows.op_name.astype(str), return_index=True, return_inverse=True)
     seconds = np.full((len(parts), len(names)), np.nan)
     seconds[np.repeat(np.arange(len(parts)), [len(p) for p in parts]), column] = rows.seconds
