@@ -7,8 +7,10 @@ micro-benchmarks or the zoo model's name), the op name, the ops it waits
 for (``inputs``: space-separated indices among its model's rows, data and
 control inputs; empty for micro-benchmarks) and the measured median
 ``seconds`` (empty for ops of a profiled step that ran no timed kernel:
-folded constants, fused-away ops).  Rows measured on a GPU are the
-same format with a GPU ``device_model``.
+folded constants, fused-away ops) and ``seconds_one_thread``, the same
+kernel's median with one intra-op thread (empty where not measured): how
+much an op gains from the cores beside the first (cost_models.executor).
+Rows measured on a GPU are the same format with a GPU ``device_model``.
 
 A JSON sidecar holds the step-level measurements (per zoo model: step
 seconds with ops one at a time, as profiled, and under TensorFlow's default
@@ -29,8 +31,8 @@ from autodist.io import read_json, write_bytes_atomic, write_json_atomic
 from cost_models.features import NUMERIC_RAW, RAW_COLUMNS, to_arrays
 
 DEVICE_COLUMNS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth")
-COLUMNS = DEVICE_COLUMNS + ("origin", "op_name", "inputs", "seconds") + RAW_COLUMNS
-_ROW_FIELDS = ("device_model", "device_kind", "peak_flops", "memory_bandwidth", "origin", "op_name", "inputs", "seconds")
+_ROW_FIELDS = DEVICE_COLUMNS + ("origin", "op_name", "inputs", "seconds", "seconds_one_thread")
+COLUMNS = _ROW_FIELDS + RAW_COLUMNS
 META_FORMAT = "autodist.op_timings"
 
 
@@ -47,6 +49,7 @@ class Timings:
     op_name: np.ndarray
     inputs: np.ndarray
     seconds: np.ndarray
+    seconds_one_thread: np.ndarray
 
     def __len__(self):
         return len(self.seconds)
@@ -76,14 +79,16 @@ class Timings:
         return cls(raw, *rest)
 
 
-def make_rows(names, raw, device, origin, seconds, predecessors=None):
+def make_rows(names, raw, device, origin, seconds, predecessors=None, seconds_one_thread=None):
     """Timing rows for ops ``names`` with ``raw`` features measured on ``device``.
 
-    ``device`` is a dict with the DEVICE_COLUMNS keys; ``seconds`` holds NaN
-    for ops that were not timed; ``predecessors`` (per op, the indices of
-    the ops it waits for) is kept for whole steps.
+    ``device`` is a dict with the DEVICE_COLUMNS keys; ``seconds`` (and
+    ``seconds_one_thread``, default all NaN) hold NaN for ops that were not
+    timed; ``predecessors`` (per op, the indices of the ops it waits for) is
+    kept for whole steps.
     """
     n = len(names)
+    one_thread = np.full(n, np.nan) if seconds_one_thread is None else seconds_one_thread
     return Timings(
         raw,
         np.full(n, device["device_model"], dtype=object),
@@ -94,6 +99,7 @@ def make_rows(names, raw, device, origin, seconds, predecessors=None):
         np.asarray(names, dtype=object),
         np.array([" ".join(map(str, p)) for p in predecessors] if predecessors is not None else [""] * n, dtype=object),
         np.asarray(seconds, dtype=np.float64),
+        np.asarray(one_thread, dtype=np.float64),
     )
 
 
@@ -144,6 +150,7 @@ def read_timings(path):
         np.asarray(cols["op_name"], dtype=object),
         np.asarray(cols["inputs"], dtype=object),
         np.asarray(floats("seconds")),
+        np.asarray(floats("seconds_one_thread")),
     )
 
 

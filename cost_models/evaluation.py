@@ -1,16 +1,18 @@
 """How good are the cost models?  Held-out op error, step-level error, bus bandwidth.
 
 - Per-op MAPE on a random 20% of the timed rows held out from fitting, for
-  ops of at least 50 us (the learned model beside the roofline prior).
-- Leave one zoo model out: fit the op model, the executor overhead and the
+  ops of at least 50 us (the learned model beside the roofline prior), and
+  the same for the one-thread model that gives the executor model its op
+  widths.
+- Leave one zoo model out: fit the op models, the executor overhead and the
   executor model on every other model's rows and steps, predict the
   left-out model's step compute time as the simulator charges one device
   (the sum of the ops' ``CostModel`` step shares) and compare it with the
   step measured under TensorFlow's default executor (the target).  Beside
   it: the sum of the ops' standalone times against the step measured with
   ops one at a time, as profiled; and the executor model alone (the
-  left-out model's measured op times through the schedule), which tells
-  the op model's error from the overlap model's.
+  left-out model's measured op times and widths through the schedule),
+  which tells the op model's error from the overlap model's.
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
 """
@@ -24,8 +26,8 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.dataset import read_meta, read_timings
 from cost_models.features import design_matrix
-from cost_models.model import (DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, fit_executor, fit_executor_overhead,
-                               fit_op_model, measured_op_seconds, profiled_cores)
+from cost_models.model import (DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, fit_cost_model, fit_one_thread_model,
+                               fit_op_model, measured_step, profiled_cores)
 from cost_models.prior import prior_seconds
 
 MIN_OP_SECONDS = 50e-6
@@ -53,13 +55,18 @@ def _mape(pred, true):
 
 
 def op_holdout(timings, params=DEFAULT_PARAMS, seed=0):
-    """Per-op error of kernel times on held-out rows (a random split of all rows)."""
+    """Per-op error of kernel times on held-out rows (a random split of all rows), also with one thread."""
     rng = np.random.default_rng(seed)
     test = rng.random(len(timings)) < HOLDOUT_FRACTION
     model = fit_op_model(timings.subset(~test), params)
     held = timings.subset(test).timed()
     big = held.seconds >= MIN_OP_SECONDS
-    pred = model.predict(design_matrix(held.raw, held.peak_flops, held.memory_bandwidth), ran_kernel=True)
+    X = design_matrix(held.raw, held.peak_flops, held.memory_bandwidth)
+    pred = model.predict(X, ran_kernel=True)
+    one_thread_model = fit_one_thread_model(timings.subset(~test), params)
+    one = np.isfinite(held.seconds_one_thread) & (held.seconds_one_thread >= MIN_OP_SECONDS)
+    one_thread_mape = (_mape(one_thread_model.predict(X[one], ran_kernel=True), held.seconds_one_thread[one])
+                       if one_thread_model is not None and one.any() else None)
     by_type = {}
     for t in sorted(set(held.raw["op_type"][big])):
         m = big & (held.raw["op_type"] == t)
@@ -71,6 +78,8 @@ def op_holdout(timings, params=DEFAULT_PARAMS, seed=0):
         "mape": _mape(pred[big], held.seconds[big]) if big.any() else None,
         "prior_mape": _mape(_prior(held)[big], held.seconds[big]) if big.any() else None,
         "median_ape": float(np.median(np.abs(pred[big] - held.seconds[big]) / held.seconds[big])) if big.any() else None,
+        "one_thread_rows_at_least_50us": int(one.sum()),
+        "one_thread_mape": one_thread_mape,
         "by_op_type": by_type,
     }
 
@@ -83,8 +92,9 @@ def _predicted_steps(cost_model, rows):
     device's executor runs them; what the simulator charges the device).
     """
     kind, model = rows.device_kind[0], rows.device_model[0]
-    seconds, _ = cost_model.predict_raw(rows.raw, kind, model, rows.peak_flops[0], rows.memory_bandwidth[0])
-    shares = cost_model.step_shares(seconds, rows.predecessors(), kind, model)
+    peak, bandwidth = rows.peak_flops[0], rows.memory_bandwidth[0]
+    seconds, _ = cost_model.predict_raw(rows.raw, kind, model, peak, bandwidth)
+    shares = cost_model.step_shares(rows.raw, seconds, rows.predecessors(), kind, model, peak, bandwidth)
     return float(seconds.sum()), float(shares.sum())
 
 
@@ -99,7 +109,7 @@ def _errors(predicted, measured, runs):
 def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
     """Step-level error per zoo model, with everything fitted without it.
 
-    The op model, the executor overhead and (given ``cores``, the profiled
+    The op models, the executor overhead and (given ``cores``, the profiled
     machine's) the executor model are fitted on the other models' rows and
     steps.  Two comparisons per model: the step as TensorFlow's default
     executor runs it (the target) and with ops one at a time, as profiled.
@@ -112,17 +122,15 @@ def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
         others = {o: r for o, r in known.items() if o != name}
         if len(rest.timed()) == 0 or len(others) < 2:
             continue
-        overhead = fit_executor_overhead(rest, others)
-        executor = fit_executor(rest, others, overhead, cores) if cores else None
-        cost_model = CostModel(fit_op_model(rest, params), set(rest.timed().device_model), executor_overhead=overhead,
-                               executor=executor)
+        cost_model = fit_cost_model(rest, others, cores, params)
+        overhead, executor = cost_model.executor_overhead, cost_model.executor
         rows = timings.subset(mine)
         sequential, overlapped = _predicted_steps(cost_model, rows)
         timed = np.isfinite(rows.seconds)
         results[name] = {
             "one_op_at_a_time": _errors(sequential, float(record["step_seconds"]), record.get("step_seconds_per_run", [])),
             "executor_overhead_per_op_seconds": overhead,
-            "executor_width_seconds": executor.width_seconds if executor else None,
+            "executor_serial_overhead_seconds": executor.serial_overhead if executor else None,
             "ops": int(len(rows)),
             "timed_ops": int(timed.sum()),
             "measured_kernel_sum_seconds": float(rows.seconds[timed].sum()),
@@ -131,8 +139,8 @@ def leave_one_model_out(timings, steps, params=DEFAULT_PARAMS, cores=None):
         if executor is not None and "default_step_seconds" in record:
             default, runs = float(record["default_step_seconds"]), record.get("default_step_seconds_per_run", [])
             results[name]["default_executor"] = _errors(overlapped, default, runs)
-            # The executor model alone: the model's own measured op times through the schedule.
-            alone = executor.schedule(measured_op_seconds(rows, overhead), rows.predecessors())[0]
+            # The executor model alone: the model's own measured op times and widths through the schedule.
+            alone = executor.schedule(*measured_step(rows, overhead, executor.cores))[0]
             results[name]["executor_on_measured_ops"] = _errors(alone, default, runs)
     return {"models": results, **_summary(results, "default_executor"), **_summary(results, "one_op_at_a_time"),
             **_summary(results, "executor_on_measured_ops")}
@@ -205,7 +213,9 @@ def format_report(report):
         f"data: {report['data']['timed_rows']} timed rows of {report['data']['rows']} ({report['data']['file']})",
         f"per-op MAPE, held-out ops >= 50 us ({ops['test_rows_at_least_50us']} rows): "
         f"learned {_pct(ops['mape'])}, roofline prior {_pct(ops['prior_mape'])} (target <= 25%)",
-        "leave-one-zoo-model-out step time (op model, executor overhead and executor overlap fitted on the",
+        f"  the same with one intra-op thread (the executor model's op widths, {ops['one_thread_rows_at_least_50us']} "
+        f"rows): {_pct(ops['one_thread_mape'])}",
+        "leave-one-zoo-model-out step time (op models, executor overhead and executor overlap fitted on the",
         "  other models), measured (median of the profiling runs) vs predicted; default executor: TensorFlow's,",
         "  ops overlap (the target); one at a time: as profiled, predicted as the sum of the ops' times;",
         "  spread: how far the slowest run's measurement is above the fastest's:",
@@ -222,8 +232,9 @@ def format_report(report):
                      f"max {_pct(lomo[s]['max_error'])}{target}")
     if lomo.get("executor_on_measured_ops"):
         alone = lomo["executor_on_measured_ops"]
-        lines.append(f"  executor model alone (each model's measured op times through the schedule fitted on the others),"
-                     f" vs default executor: mean error {_pct(alone['mean_error'])}, max {_pct(alone['max_error'])}:")
+        lines.append("  executor model alone (each model's measured op times and widths through the schedule fitted")
+        lines.append(f"  on the others) vs default executor: mean error {_pct(alone['mean_error'])}, "
+                     f"max {_pct(alone['max_error'])}:")
         lines.append("    " + "  ".join(f"{name} {r['executor_on_measured_ops']['signed_error'] * 100:+.1f}%"
                                         for name, r in lomo["models"].items() if "executor_on_measured_ops" in r))
     lines.append("allreduce bus bandwidth, 8 GPUs, ring, 8 GiB message:")

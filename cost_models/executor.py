@@ -3,22 +3,32 @@
 The op model predicts each op's time alone: profiling runs ops one at a time,
 each using every core for its kernel.  TensorFlow's default CPU executor
 instead runs every op whose inputs are ready on a pool of inter-op threads
-(as many as cores), so independent ops run side by side and share the cores.
-A small op is single-threaded and gains fully from a neighbour; a large one
-already keeps every core busy and gains nothing.  Measured on this machine
+(as many as cores), so independent ops run side by side and share the
+machine.  How much that gains depends on the ops, so profiling measures
+each kernel twice (cost_models.profiling): with every core, and with one
+intra-op thread.  Their ratio is the op's *width*, the cores it turns into
+speed: a large matrix product runs 1.7x faster on two cores than on one, a
+memory-bound copy or a small op not at all.  Measured on this machine
 (``autodist costmodel eval`` prints both step times), the default executor
-cut the zoo steps' time by 4-21% against one op at a time: least for
-chains of large ops (wide_deep's table copies, ResNet's and VGG's
-convolutions), most for the many small ops of the MLP, the transformer and
-Inception's four-branch modules.
+cut the zoo steps' time by 4-21% against one op at a time.
 
-The model is a fluid schedule of the op graph: at most ``lanes`` ops run at
-once, an op of standalone time ``t`` wants ``width(t) = 1 + (cores - 1) *
-t / (t + width_seconds)`` cores, and when the running ops want more cores
-than there are, all of them slow down by the same factor.  Each op is
-charged its share of every interval it runs in (in proportion to the cores
-it uses), so the shares add up to the schedule's length.  ``width_seconds``
-is fitted on default-executor step times (:func:`fit_width_seconds`).
+The model is a fluid schedule of the op graph:
+
+- at most ``lanes`` ops run at once;
+- an op wants ``width`` cores (its measured or predicted speed-up, between
+  1 and ``cores``); when the running ops want more cores than there are,
+  all of them slow down by the same factor;
+- ops side by side share the memory bandwidth: an op alone streams its
+  bytes in its own time, and when the running ops together would stream
+  more than ``memory_bandwidth`` (or than the most demanding one alone),
+  all of them slow down by the same factor;
+- ``serial_overhead`` of every op's time is the executor's own work, which
+  overlaps nothing: it is fitted on default-executor step times
+  (:func:`fit_serial_overhead`).
+
+Each op is charged its share of every interval it runs in (in proportion
+to the cores it uses) plus its serial overhead, so the shares add up to the
+schedule's length.
 
 GPU ops run on one compute stream, one after another: no executor model.
 """
@@ -31,8 +41,9 @@ from itertools import chain
 
 import numpy as np
 
-# The range searched for width_seconds: 1 us to 100 ms (log10 seconds).
-_LOG_WIDTH_BOUNDS = (-6.0, -1.0)
+
+# Bytes per second no memory reaches: the cap on an op's streaming demand.
+_MAX_STREAMING = 1e18
 
 
 def op_predecessors(ops):
@@ -45,26 +56,38 @@ def op_predecessors(ops):
     return out
 
 
+def measured_widths(seconds, seconds_one_thread, cores):
+    """Per op, the cores its kernel turns into speed: one-thread over all-core time, between 1 and ``cores``.
+
+    1 where either time is missing (ops that ran no kernel).
+    """
+    seconds = np.asarray(seconds, dtype=np.float64)
+    one = np.asarray(seconds_one_thread, dtype=np.float64)
+    ok = np.isfinite(seconds) & np.isfinite(one) & (seconds > 0)
+    ratio = np.divide(one, seconds, out=np.ones_like(seconds), where=ok)
+    return np.clip(np.where(ok, ratio, 1.0), 1.0, cores)
+
+
 @dataclass(frozen=True)
 class ExecutorModel:
     """TensorFlow's CPU executor on one device model (see the module docstring)."""
 
     lanes: int
     cores: float
-    width_seconds: float
+    memory_bandwidth: float
+    serial_overhead: float
 
-    def widths(self, seconds):
-        """Cores each op uses when it runs alone, from its standalone seconds."""
-        seconds = np.asarray(seconds, dtype=np.float64)
-        return 1.0 + (self.cores - 1.0) * seconds / (seconds + self.width_seconds)
-
-    def schedule(self, seconds, predecessors):
+    def schedule(self, seconds, widths, bytes_moved, predecessors):
         """Step time and per-op share of it when the ops of one step run under this executor.
 
         Parameters
         ----------
         seconds : array of float
-            Each op's standalone time.
+            Each op's standalone time (0: the op does not run).
+        widths : array of float
+            Each op's width (see the module docstring).
+        bytes_moved : array of float
+            Each op's input plus output bytes.
         predecessors : list of list of int
             The ops each op waits for (indices into ``seconds``).
 
@@ -75,8 +98,16 @@ class ExecutorModel:
         """
         seconds = np.asarray(seconds, dtype=np.float64)
         n = len(seconds)
-        width = self.widths(seconds).tolist()
-        seconds = seconds.tolist()  # Python floats: the loop below runs once per op
+        serial = np.minimum(seconds, self.serial_overhead)
+        parallel = seconds - serial
+        # Bytes per second each op streams alone; capped, so that an op of next
+        # to no time has a finite demand (it finishes at once anyway).
+        with np.errstate(over="ignore"):
+            streaming = np.divide(np.nan_to_num(np.asarray(bytes_moved, dtype=np.float64)), parallel, out=np.zeros(n),
+                                  where=parallel > 0)
+        streaming = np.minimum(streaming, _MAX_STREAMING).tolist()
+        width = np.asarray(widths, dtype=np.float64).tolist()
+        left = parallel.tolist()  # Python floats: the loop below runs once per op
         waiting = [len(p) for p in predecessors]
         # Successors as one flat list with offsets per op (few objects: no
         # garbage-collector passes over a big graph's heap).
@@ -85,9 +116,9 @@ class ExecutorModel:
         successors = np.repeat(np.arange(n), waiting)[order].tolist()
         offsets = np.searchsorted(sources[order], np.arange(n + 1)).tolist()
         ready = deque(i for i in range(n) if waiting[i] == 0)
-        share = [0.0] * n
+        share = serial.tolist()
         running = {}  # op -> standalone seconds left
-        now = 0.0
+        now = float(serial.sum())
         done = 0
 
         def finish(i):
@@ -100,8 +131,8 @@ class ExecutorModel:
         while done < n:
             while ready and len(running) < self.lanes:
                 i = ready.popleft()
-                if seconds[i] > 0:
-                    running[i] = seconds[i]
+                if left[i] > 0:
+                    running[i] = left[i]
                 else:
                     done += 1
                     finish(i)
@@ -111,13 +142,16 @@ class ExecutorModel:
                 continue
             demand = sum(width[i] for i in running)
             rate = min(1.0, self.cores / demand)
+            streamed = sum(streaming[i] for i in running)
+            if streamed > 0:
+                rate = min(rate, max(self.memory_bandwidth, max(streaming[i] for i in running)) / streamed)
             dt = min(running.values()) / rate
             now += dt
             ended = []
             for i in running:
                 share[i] += dt * width[i] / demand
                 running[i] -= dt * rate
-                if running[i] <= 1e-9 * seconds[i]:
+                if running[i] <= 1e-9 * left[i]:
                     ended.append(i)
             for i in ended:
                 del running[i]
@@ -130,24 +164,26 @@ class ExecutorModel:
 
     @classmethod
     def from_dict(cls, data):
-        return cls(int(data["lanes"]), float(data["cores"]), float(data["width_seconds"]))
+        return cls(int(data["lanes"]), float(data["cores"]), float(data["memory_bandwidth"]),
+                   float(data["serial_overhead"]))
 
 
-def fit_width_seconds(steps, lanes, cores):
-    """The ``width_seconds`` whose schedules best match measured default-executor steps.
+def fit_serial_overhead(steps, lanes, cores, memory_bandwidth, overhead):
+    """The part of the per-op ``overhead`` that overlaps nothing, fitted on measured default-executor steps.
 
-    ``steps`` is a list of ``(op seconds, predecessors, measured seconds)``;
-    the fit minimises the mean squared relative error, searching log10 of
-    ``width_seconds`` between 1 us and 100 ms.  ``None`` when there are no steps.
+    ``steps`` is a list of ``(op seconds, widths, bytes moved, predecessors,
+    measured seconds)``; the fit minimises the mean squared relative error
+    over serial overheads between 0 and ``overhead``.  ``None`` when there
+    are no steps.
     """
     from scipy.optimize import minimize_scalar
 
     if not steps:
         return None
 
-    def error(log_width):
-        model = ExecutorModel(lanes, cores, 10.0**log_width)
-        return float(np.mean([(model.schedule(s, p)[0] / measured - 1.0) ** 2 for s, p, measured in steps]))
+    def error(fraction):
+        model = ExecutorModel(lanes, cores, memory_bandwidth, fraction * overhead)
+        return float(np.mean([(model.schedule(s, w, b, p)[0] / measured - 1.0) ** 2 for s, w, b, p, measured in steps]))
 
-    found = minimize_scalar(error, bounds=_LOG_WIDTH_BOUNDS, method="bounded", options={"xatol": 0.01})
-    return float(10.0**found.x)
+    found = minimize_scalar(error, bounds=(0.0, 1.0), method="bounded", options={"xatol": 0.01})
+    return float(found.x) * overhead

@@ -13,7 +13,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
 from cost_models.comm import CommModel
-from cost_models.executor import ExecutorModel, fit_width_seconds, op_predecessors
+from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors
 from cost_models.features import design_matrix, device_peak, op_raw_features
 from cost_models.prior import prior_seconds
 from cost_models.types import OpCost
@@ -23,6 +23,8 @@ TIMINGS = os.path.join(DATA_DIR, "op_timings.csv.gz")
 TIMINGS_META = os.path.join(DATA_DIR, "op_timings.json")
 MODEL_PICKLE = os.path.join(DATA_DIR, "op_model.pkl")
 MODEL_META = os.path.join(DATA_DIR, "op_model.json")
+ONE_THREAD_PICKLE = os.path.join(DATA_DIR, "op_model_one_thread.pkl")
+ONE_THREAD_META = os.path.join(DATA_DIR, "op_model_one_thread.json")
 CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
 COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
 
@@ -50,16 +52,20 @@ class CostModel:
     executor : cost_models.executor.ExecutorModel or None
         How TensorFlow's executor overlaps ops on the learned CPU devices
         (see :func:`fit_executor`); ``None``: ops run one after another.
+    one_thread_model : cost_models.op_model.OpTimeRegressor or None
+        Kernel times with one intra-op thread, fitted like ``op_model``: with
+        it, the executor model's op widths (see cost_models.executor).
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None):
+                 executor=None, one_thread_model=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
         self.collectives = collectives
         self.executor_overhead = float(executor_overhead)
         self.executor = executor
+        self.one_thread_model = one_thread_model
         self._id = None
 
     @classmethod
@@ -86,7 +92,9 @@ class CostModel:
                  "kernel_rates": self.op_model.kernel_rate_, "devices": sorted(self.learned_devices),
                  "executor_overhead": self.executor_overhead,
                  "executor": self.executor.to_dict() if self.executor else None}, sort_keys=True).encode())
-            h.update(np.asarray(self.op_model.estimator_.predict(_probe_matrix(self.op_model))).tobytes())
+            for model in (self.op_model, self.one_thread_model):
+                if model is not None:
+                    h.update(np.asarray(model.estimator_.predict(_probe_matrix(model))).tobytes())
         if self.calibration is not None:
             h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
 
@@ -125,12 +133,13 @@ class CostModel:
                 UnknownOpTypeWarning,
                 stacklevel=2,
             )
-        shares = self.step_shares(seconds, op_predecessors(list(graph_item.ops.values())), device.kind, device.model)
+        shares = self.step_shares(raw, seconds, op_predecessors(list(graph_item.ops.values())), device.kind,
+                                  device.model, peak, device.memory_bandwidth)
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
 
-    def step_shares(self, seconds, predecessors, device_kind, device_model):
-        """Each op's share of a one-device step whose ops take ``seconds`` alone.
+    def step_shares(self, raw, seconds, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
+        """Each op's share of a one-device step whose ops (``raw`` features) take ``seconds`` alone.
 
         On a learned CPU device with an executor model, the shares of the
         executor's overlapped schedule; elsewhere (GPUs run ops on one
@@ -138,7 +147,25 @@ class CostModel:
         """
         if self.executor is None or device_kind != "CPU" or device_model not in self.learned_devices:
             return np.asarray(seconds, dtype=np.float64)
-        return self.executor.schedule(seconds, predecessors)[1]
+        widths = self.op_widths(raw, peak_flops, memory_bandwidth)
+        return self.executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
+
+    def op_widths(self, raw, peak_flops, memory_bandwidth):
+        """Per op on the learned CPU, the cores its kernel turns into speed (see cost_models.executor).
+
+        The predicted one-thread time over the predicted time, between 1
+        and the executor's cores, for ops both models know; every core
+        (no gain from running beside another op) for the rest.
+        """
+        widths = np.full(len(raw["op_type"]), self.executor.cores)
+        if self.one_thread_model is None:
+            return widths
+        known = self.op_model.knows(raw["op_type"]) & self.one_thread_model.knows(raw["op_type"])
+        if known.any():
+            X = design_matrix({k: v[known] for k, v in raw.items()}, peak_flops, memory_bandwidth)
+            widths[known] = measured_widths(self.op_model.predict(X, ran_kernel=True),
+                                            self.one_thread_model.predict(X, ran_kernel=True), self.executor.cores)
+        return widths
 
     def predict_raw(self, raw, device_kind, device_model, peak_flops, memory_bandwidth):
         """Seconds and source (learned, prior or fallback) per row of raw op features.
@@ -189,6 +216,18 @@ def fit_op_model(timings, params=None):
     return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, timings.seconds)
 
 
+def fit_one_thread_model(timings, params=None):
+    """A model of kernel times with one intra-op thread, fitted on the rows timed both ways; ``None`` without any."""
+    from cost_models.op_model import OpTimeRegressor
+
+    both = timings.subset((timings.raw["unread"] == 0) & np.isfinite(timings.seconds)
+                          & np.isfinite(timings.seconds_one_thread))
+    if len(both) == 0:
+        return None
+    X = design_matrix(both.raw, both.peak_flops, both.memory_bandwidth)
+    return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, both.seconds_one_thread)
+
+
 def _profiled_steps(timings, steps):
     """``(rows, record)`` of each zoo model in ``steps`` (name -> step record) with rows in ``timings``."""
     out = []
@@ -222,31 +261,41 @@ def measured_op_seconds(rows, overhead):
     return np.where(rows.raw["unread"] > 0, 0.0, np.nan_to_num(rows.seconds) + overhead)
 
 
+def measured_step(rows, overhead, cores):
+    """``(op seconds, widths, bytes moved, predecessors)`` of one profiled step as measured, for the executor model."""
+    return (measured_op_seconds(rows, overhead), measured_widths(rows.seconds, rows.seconds_one_thread, cores),
+            rows.raw["input_bytes"] + rows.raw["output_bytes"], rows.predecessors())
+
+
 def fit_executor(timings, steps, overhead, cores):
     """The :class:`ExecutorModel` of the profiled CPU, or ``None`` without default-executor steps.
 
     TensorFlow's default executor has one inter-op thread per core, so
-    ``lanes`` is ``cores``; ``width_seconds`` is fitted so that the schedules
-    of the measured ops (kernel seconds plus ``overhead`` per op) match the
-    zoo steps timed under the default executor (``default_step_seconds``).
+    ``lanes`` is ``cores``; the memory bandwidth is the profiled device's;
+    the serial part of the per-op ``overhead`` is fitted so that the
+    schedules of the measured ops (kernel seconds plus ``overhead``, widths
+    from the one-thread times) match the zoo steps timed under the default
+    executor (``default_step_seconds``).
     """
-    data = [(measured_op_seconds(rows, overhead), rows.predecessors(), float(record["default_step_seconds"]))
-            for rows, record in _profiled_steps(timings, steps) if "default_step_seconds" in record]
-    width = fit_width_seconds(data, cores, cores)
-    return None if width is None else ExecutorModel(int(cores), float(cores), width)
+    profiled = [(rows, record) for rows, record in _profiled_steps(timings, steps) if "default_step_seconds" in record]
+    data = [(*measured_step(rows, overhead, cores), float(record["default_step_seconds"])) for rows, record in profiled]
+    if not data:
+        return None
+    bandwidth = float(profiled[0][0].memory_bandwidth[0])
+    serial = fit_serial_overhead(data, int(cores), float(cores), bandwidth, overhead)
+    return ExecutorModel(int(cores), float(cores), bandwidth, serial)
 
 
-def fit_default(timings, steps=None, cores=None):
-    """Fit the default op model on ``timings``.
+def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None):
+    """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
-    Returns (model, learned device models, executor overhead, executor
-    model or None); ``cores`` is the profiled machine's core count (no
-    executor model without it).
+    ``steps`` holds the profiled step records (name -> record); ``cores`` is
+    the profiled machine's core count (no executor model without it).
     """
-    model = fit_op_model(timings)
     overhead = fit_executor_overhead(timings, steps or {})
-    executor = fit_executor(timings, steps or {}, overhead, cores) if cores else None
-    return model, sorted(set(timings.timed().device_model)), overhead, executor
+    return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
+                     collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
+                     fit_one_thread_model(timings, params))
 
 
 # Chosen by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -259,21 +308,29 @@ def _default_model():
     from cost_models.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
-    calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
-    collectives = TransferCalibration.load(COLLECTIVES) if os.path.exists(COLLECTIVES) else None
+    calibration, collectives = _shipped_calibrations()
     if not os.path.exists(TIMINGS):
         return CostModel(calibration=calibration, collectives=collectives)
     try:
         op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
-        devices = meta["training_data"]["devices"]
-        overhead = meta["training_data"]["executor_overhead_seconds"]
-        executor = meta["training_data"]["executor"]
-        executor = ExecutorModel.from_dict(executor) if executor else None
+        # No one-thread model: data without one-thread times (GPU rows).
+        one_thread_model = None
+        if os.path.exists(ONE_THREAD_META):
+            one_thread_model, _ = load_model(ONE_THREAD_PICKLE, ONE_THREAD_META)
+        data = meta["training_data"]
+        executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
+        return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
+                         executor, one_thread_model)
     except (CostModelError, KeyError):
         timings_meta = read_meta(TIMINGS_META)
-        op_model, devices, overhead, executor = fit_default(read_timings(TIMINGS), timings_meta.get("steps"),
-                                                            profiled_cores(timings_meta))
-    return CostModel(op_model, devices, calibration, collectives, overhead, executor)
+        return fit_cost_model(read_timings(TIMINGS), timings_meta.get("steps"), profiled_cores(timings_meta),
+                              calibration=calibration, collectives=collectives)
+
+
+def _shipped_calibrations():
+    """The shipped transfer and CPU collective calibrations (``None`` where missing)."""
+    return tuple(TransferCalibration.load(path) if os.path.exists(path) else None
+                 for path in (CALIBRATION, COLLECTIVES))
 
 
 def profiled_cores(meta):
@@ -282,8 +339,8 @@ def profiled_cores(meta):
 
 
 def save_default(timings, meta, folder=DATA_DIR):
-    """Write timings and their description to ``folder``, fit the op model on
-    them and save it next to them (pickle plus metadata).
+    """Write timings and their description to ``folder``, fit the cost model
+    on them and save its op models next to them (pickle plus metadata).
 
     Returns
     -------
@@ -293,14 +350,17 @@ def save_default(timings, meta, folder=DATA_DIR):
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)
-    op_model, devices, overhead, executor = fit_default(timings, meta.get("steps"), profiled_cores(meta))
+    calibration, collectives = _shipped_calibrations()
+    model = fit_cost_model(timings, meta.get("steps"), profiled_cores(meta), calibration=calibration,
+                           collectives=collectives)
     timed = timings.timed()
     description = {
         "rows": len(timings),
         "timed_rows": len(timed),
-        "devices": devices,
-        "executor_overhead_seconds": overhead,
-        "executor": executor.to_dict() if executor else None,
+        "timed_one_thread_rows": int(np.isfinite(timed.seconds_one_thread).sum()),
+        "devices": sorted(model.learned_devices),
+        "executor_overhead_seconds": model.executor_overhead,
+        "executor": model.executor.to_dict() if model.executor else None,
         "origins": sorted(set(timings.origin)),
         "op_types": len(set(timed.raw["op_type"])),
         "file": os.path.basename(TIMINGS),
@@ -308,10 +368,11 @@ def save_default(timings, meta, folder=DATA_DIR):
     }
     write_timings(os.path.join(folder, os.path.basename(TIMINGS)), timings)
     write_meta(os.path.join(folder, os.path.basename(TIMINGS_META)), meta)
-    save_model(op_model, os.path.join(folder, os.path.basename(MODEL_PICKLE)),
-               os.path.join(folder, os.path.basename(MODEL_META)), description)
+    for op_model, pickle_path, meta_path in ((model.op_model, MODEL_PICKLE, MODEL_META),
+                                             (model.one_thread_model, ONE_THREAD_PICKLE, ONE_THREAD_META)):
+        if op_model is not None:
+            save_model(op_model, os.path.join(folder, os.path.basename(pickle_path)),
+                       os.path.join(folder, os.path.basename(meta_path)), description)
     if os.path.abspath(folder) == DATA_DIR:
         _default_model.cache_clear()
-    calibration = TransferCalibration.load(CALIBRATION) if os.path.exists(CALIBRATION) else None
-    collectives = TransferCalibration.load(COLLECTIVES) if os.path.exists(COLLECTIVES) else None
-    return CostModel(op_model, devices, calibration, collectives, overhead, executor)
+    return model

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import json
 import os
 import statistics
 import tempfile
@@ -252,6 +253,48 @@ def default_executor_step_seconds(script, args=(), steps=5):
                           "default-executor step", source=script, timeout=1800))
 
 
+# Runs in a fresh process (thread pools are fixed when TensorFlow starts):
+# ops one at a time as when profiling, but every kernel on one intra-op
+# thread.  Profiles a zoo step or the micro-benchmarks and prints each op's
+# name, type and median kernel seconds (null where none ran).
+_ONE_THREAD_CHILD = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+from cost_models import profiling
+profiling.one_op_at_a_time()
+what, job = sys.argv[1], json.loads(sys.argv[2])
+device = profiling.host_device()
+if what == "micro":
+    rows = profiling.profile_micro(device, seed=job["seed"], time_limit_s=job["time_limit_s"])
+else:
+    rows, _ = profiling.profile_zoo_script(job["script"], device, job["args"], steps=job["steps"])
+print(json.dumps({"names": rows.op_name.tolist(), "types": rows.raw["op_type"].tolist(),
+                  "seconds": [float(s) if np.isfinite(s) else None for s in rows.seconds]}))
+"""
+
+
+def with_one_thread_seconds(rows, what, job, source):
+    """``rows`` with ``seconds_one_thread`` measured in a fresh process whose kernels each get one thread.
+
+    ``what`` is ``"zoo"`` (``job``: script, args, steps; the child's ops
+    line up with ``rows`` one by one, and must agree in type) or
+    ``"micro"`` (``job``: seed, time_limit_s; ops line up by ``case/op``
+    name, and ops the child did not time stay NaN).
+    """
+    found = run_json(_ONE_THREAD_CHILD, [what, json.dumps(job)], "one-thread profile", source=source, timeout=3600)
+    seconds = np.array([np.nan if s is None else s for s in found["seconds"]], dtype=np.float64)
+    if what == "micro":
+        by_name = dict(zip(found["names"], seconds))
+        one_thread = np.array([by_name.get(n, np.nan) for n in rows.op_name], dtype=np.float64)
+    elif found["types"] != rows.raw["op_type"].tolist():
+        raise CostModelError("the one-thread profile captured different ops than the step's profile", source=source)
+    else:
+        one_thread = seconds
+    return dataclasses.replace(rows, seconds_one_thread=one_thread)
+
+
 def step_wall_times(fn, args, count):
     """Seconds of ``count`` calls of ``fn(*args)``, each waited for to the end."""
     walls = []
@@ -414,7 +457,10 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     micro : bool
         Include the micro-benchmarks.
     steps : int
-        Profiled (and separately timed) steps per zoo model.
+        Profiled (and separately timed) steps per zoo model.  On a CPU, each
+        zoo step and the micro-benchmarks are also profiled with one
+        intra-op thread (``seconds_one_thread``, see
+        :func:`with_one_thread_seconds`).
     time_limit_s : float
         Stop starting new work after this long; what was measured is kept.
     progress : callable(str) or None
@@ -441,7 +487,11 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     micro_parts, zoo = [], {}
     for run in range(runs):
         if micro:
-            rows = profile_micro(device, seed=seed, time_limit_s=time_limit_s / (3 * runs))
+            budget = time_limit_s / (3 * runs)
+            rows = profile_micro(device, seed=seed, time_limit_s=budget)
+            if device["device_kind"] == "CPU":
+                rows = with_one_thread_seconds(rows, "micro", {"seed": seed, "time_limit_s": budget},
+                                               "micro-benchmarks")
             micro_parts.append(rows)
             say(f"run {run + 1}/{runs}: micro-benchmarks: {len(rows)} timed ops after {time.monotonic() - start:.0f} s")
         for script, args in zoo_scripts:
@@ -456,6 +506,9 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
                 rows, record = profile_zoo_script(script, device, args, steps=steps)
                 after = default_executor_step_seconds(script, args, steps)
                 record["default_step_seconds"] = (before + after) / 2
+                if device["device_kind"] == "CPU":
+                    rows = with_one_thread_seconds(rows, "zoo", {"script": os.path.abspath(script),
+                                                                 "args": list(args), "steps": steps}, script)
             except AutoDistError as exc:
                 say(f"run {run + 1}/{runs}: skipping {name}: {exc}")
                 continue
@@ -484,9 +537,10 @@ def _median_of_runs(measured):
         raise CostModelError("runs captured different ops; the step is not the same in every run",
                              source=str(rows.origin[0]))
     median = _median_over_runs(np.stack([r.seconds for r, _ in measured]))
+    one_thread = _median_over_runs(np.stack([r.seconds_one_thread for r, _ in measured]))
     step_runs = [r["step_seconds"] for _, r in measured]
     default_runs = [r["default_step_seconds"] for _, r in measured]
-    return dataclasses.replace(rows, seconds=median), dict(
+    return dataclasses.replace(rows, seconds=median, seconds_one_thread=one_thread), dict(
         record, runs=len(measured), timed_ops=int(np.isfinite(median).sum()),
         step_seconds=statistics.median(step_runs), step_seconds_per_run=step_runs,
         default_step_seconds=statistics.median(default_runs), default_step_seconds_per_run=default_runs)
@@ -496,10 +550,16 @@ def _median_of_micro_runs(parts):
     """Micro-benchmark rows of several runs of the same cases, lined up by ``case/op`` name: per-op medians."""
     rows = Timings.concat(parts)  # leaves empty runs out; their row of ``seconds`` stays NaN
     names, first, column = np.unique(rows.op_name.astype(str), return_index=True, return_inverse=True)
-    seconds = np.full((len(parts), len(names)), np.nan)
-    seconds[np.repeat(np.arange(len(parts)), [len(p) for p in parts]), column] = rows.seconds
+    run = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
     order = np.sort(first)
-    return dataclasses.replace(rows.subset(order), seconds=_median_over_runs(seconds)[column[order]])
+
+    def median(values):
+        table = np.full((len(parts), len(names)), np.nan)
+        table[run, column] = values
+        return _median_over_runs(table)[column[order]]
+
+    return dataclasses.replace(rows.subset(order), seconds=median(rows.seconds),
+                               seconds_one_thread=median(rows.seconds_one_thread))
 
 
 def _median_over_runs(seconds):

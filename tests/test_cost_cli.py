@@ -93,7 +93,11 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     # Every op of the step keeps the rows of the ops it waits for: the step's graph.
     preds = rows.predecessors()
     assert sum(map(len, preds)) >= len(rows) - 1 and all(j < len(rows) for p in preds for j in p)
-    assert (tmp_path / "op_model.pkl").exists() and (tmp_path / "op_model.json").exists()
+    # The same step profiled again with one intra-op thread, op by op.
+    assert np.isfinite(timed.seconds_one_thread).mean() > 0.9
+    assert not np.isfinite(rows.seconds_one_thread[~np.isfinite(rows.seconds)]).any()
+    for name in ("op_model", "op_model_one_thread"):
+        assert (tmp_path / f"{name}.pkl").exists() and (tmp_path / f"{name}.json").exists()
     # The data evaluates like the shipped data (one model: nothing to leave out).
     ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path))
     assert ev.returncode == 0, ev.stderr
@@ -114,4 +118,6 @@ def test_profile_micro_runs_measure_the_same_cases_and_keep_medians(tmp_path):
     assert set(rows.origin) == {"micro"} and np.isfinite(rows.seconds).all()
     assert len(set(rows.op_name)) == len(rows) and max(per_run) <= len(rows) <= sum(per_run)
     assert {name.split("/")[0] for name in rows.op_name} >= {"matmul0"}
+    # The first cases were also measured with one intra-op thread.
+    assert np.isfinite(rows.seconds_one_thread).any()
     assert "MatMul" in set(rows.raw["op_type"])

@@ -19,7 +19,7 @@ from cost_models import CostModel, OpCost, UnknownOpTypeWarning
 from cost_models.dataset import read_timings, write_timings
 from cost_models.features import COPY_ON_READ, FEATURES, design_matrix, moved_bytes, op_raw_features
 from cost_models.dataset import read_meta
-from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_default, fit_executor_overhead
+from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_cost_model, fit_executor_overhead
 from cost_models.op_model import OpTimeRegressor, load_model, save_model
 from cost_models.types import SOURCES
 
@@ -196,11 +196,13 @@ def test_shipped_model_metadata_describes_its_data():
 def test_refit_from_data_learns_the_device_models(shipped):
     # What CostModel.default() does when the pickle does not match this scikit-learn.
     rows = shipped.subset(np.arange(len(shipped)) < 2000)
-    model, devices, overhead, executor = fit_default(rows)
-    assert devices == ["cpu-local"]
-    assert model.n_features_in_ == len(FEATURES)
-    assert set(model.op_types_) == set(rows.raw["op_type"])
-    assert overhead == 0.0 and executor is None  # no measured step to fit them on
+    fitted = fit_cost_model(rows)
+    assert sorted(fitted.learned_devices) == ["cpu-local"]
+    for model in (fitted.op_model, fitted.one_thread_model):
+        assert model.n_features_in_ == len(FEATURES)
+        assert set(model.op_types_) <= set(rows.raw["op_type"])
+    assert set(fitted.op_model.op_types_) == set(rows.raw["op_type"])
+    assert fitted.executor_overhead == 0.0 and fitted.executor is None  # no measured step to fit them on
 
 
 def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, cpu):

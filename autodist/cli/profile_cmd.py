@@ -86,6 +86,7 @@ def run_ops(args):
                  "micro-benchmark cases); "
                  "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
                  "under TensorFlow's default executor, timed in fresh processes before and after each profile; "
+                 "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
     folder = args.out or DATA_DIR
