@@ -3,7 +3,8 @@
 Per-op MAPE on held-out rows (ops >= 50 us), leave-one-zoo-model-out step
 error (against the default executor's step), the predicted allreduce bus
 bandwidth of the 8-GPU H100/A100 presets against nccl-tests, and how long
-``CostModel.op_costs`` takes on the largest zoo graphs.  Writes benchmarks/results/costmodel_eval.json.
+``CostModel.op_costs`` takes on the largest zoo graphs.  Writes
+benchmarks/results/costmodel_eval.json.
 
     python benchmarks/costmodel_eval.py [--out PATH]
 """

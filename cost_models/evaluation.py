@@ -92,9 +92,8 @@ def _predicted_steps(cost_model, rows):
     device's executor runs them; what the simulator charges the device).
     """
     kind, model = rows.device_kind[0], rows.device_model[0]
-    peak, bandwidth = rows.peak_flops[0], rows.memory_bandwidth[0]
-    seconds, _ = cost_model.predict_raw(rows.raw, kind, model, peak, bandwidth)
-    shares = cost_model.step_shares(rows.raw, seconds, rows.predecessors(), kind, model, peak, bandwidth)
+    seconds, _, shares = cost_model.predict_step(rows.raw, rows.predecessors(), kind, model, rows.peak_flops[0],
+                                                 rows.memory_bandwidth[0])
     return float(seconds.sum()), float(shares.sum())
 
 

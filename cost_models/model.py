@@ -106,7 +106,7 @@ class CostModel:
         """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
 
         One vectorised predict per call, plus the executor's schedule of the
-        step where the device has an executor model (:meth:`step_shares`).
+        step where the device has an executor model (:meth:`predict_step`).
         Op types unknown to both the learned model and the prior get the
         fallback cost (cost_models.prior) and are counted in one
         :class:`UnknownOpTypeWarning` per call.
@@ -124,7 +124,8 @@ class CostModel:
             raise CostModelError(str(exc), field="peak_flops") from None
         if not device.memory_bandwidth or device.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
-        seconds, sources = self.predict_raw(raw, device.kind, device.model, peak, device.memory_bandwidth)
+        seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
+                                                     device.kind, device.model, peak, device.memory_bandwidth)
         unknown = sources == "fallback"
         if unknown.any():
             types = sorted(set(raw["op_type"][unknown]))
@@ -133,22 +134,36 @@ class CostModel:
                 UnknownOpTypeWarning,
                 stacklevel=2,
             )
-        shares = self.step_shares(raw, seconds, op_predecessors(list(graph_item.ops.values())), device.kind,
-                                  device.model, peak, device.memory_bandwidth)
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
 
-    def step_shares(self, raw, seconds, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
-        """Each op's share of a one-device step whose ops (``raw`` features) take ``seconds`` alone.
+    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
+        """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
 
-        On a learned CPU device with an executor model, the shares of the
-        executor's overlapped schedule; elsewhere (GPUs run ops on one
-        stream) the ops run one after another and a share is the op's time.
+        On a learned device, every op the op model knows costs its expected
+        kernel time plus the executor overhead; the rest get the prior
+        (source ``"prior"``, or ``"fallback"`` for types it does not know
+        either).  Ops whose outputs no op reads cost nothing: Grappler
+        prunes them.  On a learned CPU device with an executor model, the
+        shares are those of the executor's overlapped schedule; elsewhere
+        (GPUs run ops on one stream) the ops run one after another and a
+        share is the op's time.
         """
-        if self.executor is None or device_kind != "CPU" or device_model not in self.learned_devices:
-            return np.asarray(seconds, dtype=np.float64)
-        widths = self.op_widths(raw, peak_flops, memory_bandwidth)
-        return self.executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
+        seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
+        sources = np.where(fallback, "fallback", "prior").astype(object)
+        if self.op_model is None or device_model not in self.learned_devices:
+            seconds = np.where(raw["unread"] > 0, 0.0, seconds)
+            return seconds, sources, seconds
+        learned, X, kernel = self._learned_kernels(raw, peak_flops, memory_bandwidth)
+        seconds = seconds.copy()
+        seconds[learned] = kernel * self.op_model.kernel_rates(raw["op_type"][learned]) + self.executor_overhead
+        sources[learned] = "learned"
+        seconds = np.where(raw["unread"] > 0, 0.0, seconds)
+        if self.executor is None or device_kind != "CPU":
+            return seconds, sources, seconds
+        widths = self._widths(raw["op_type"], learned, X, kernel)
+        shares = self.executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
+        return seconds, sources, shares
 
     def op_widths(self, raw, peak_flops, memory_bandwidth):
         """Per op on the learned CPU, the cores its kernel turns into speed (see cost_models.executor).
@@ -157,34 +172,23 @@ class CostModel:
         and the executor's cores, for ops both models know; every core
         (no gain from running beside another op) for the rest.
         """
-        widths = np.full(len(raw["op_type"]), self.executor.cores)
+        return self._widths(raw["op_type"], *self._learned_kernels(raw, peak_flops, memory_bandwidth))
+
+    def _learned_kernels(self, raw, peak_flops, memory_bandwidth):
+        """The ops the op model knows (mask), their design matrix and their kernel seconds when a kernel runs."""
+        learned = self.op_model.knows(raw["op_type"])
+        X = design_matrix({k: v[learned] for k, v in raw.items()}, peak_flops, memory_bandwidth)
+        return learned, X, self.op_model.predict(X, ran_kernel=True)
+
+    def _widths(self, op_types, learned, X, kernel):
+        """:meth:`op_widths` from :meth:`_learned_kernels`' results."""
+        widths = np.full(len(op_types), self.executor.cores)
         if self.one_thread_model is None:
             return widths
-        known = self.op_model.knows(raw["op_type"]) & self.one_thread_model.knows(raw["op_type"])
-        if known.any():
-            X = design_matrix({k: v[known] for k, v in raw.items()}, peak_flops, memory_bandwidth)
-            widths[known] = measured_widths(self.op_model.predict(X, ran_kernel=True),
-                                            self.one_thread_model.predict(X, ran_kernel=True), self.executor.cores)
+        both = self.one_thread_model.knows(op_types[learned])
+        one_thread = self.one_thread_model.predict(X[both], ran_kernel=True)
+        widths[np.flatnonzero(learned)[both]] = measured_widths(kernel[both], one_thread, self.executor.cores)
         return widths
-
-    def predict_raw(self, raw, device_kind, device_model, peak_flops, memory_bandwidth):
-        """Seconds and source (learned, prior or fallback) per row of raw op features.
-
-        On a learned device, every op the op model knows costs its expected
-        kernel time plus the executor overhead; the rest get the prior.  Ops
-        whose outputs no op reads cost nothing: Grappler prunes them.
-        """
-        seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
-        sources = np.where(fallback, "fallback", "prior").astype(object)
-        if self.op_model is not None and device_model in self.learned_devices:
-            learned = self.op_model.knows(raw["op_type"])
-            if learned.any():
-                rows = {k: v[learned] for k, v in raw.items()}
-                X = design_matrix(rows, peak_flops, memory_bandwidth)
-                seconds = seconds.copy()
-                seconds[learned] = self.op_model.predict(X) + self.executor_overhead
-                sources[learned] = "learned"
-        return np.where(raw["unread"] > 0, 0.0, seconds), sources
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""

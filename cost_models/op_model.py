@@ -162,7 +162,12 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
             seconds = 10.0 ** self.estimator_.predict(Z) * self._scale(Z)
         if ran_kernel:
             return seconds
-        return seconds * np.array([self.kernel_rate_.get(t, 1.0) for t in np.asarray(X, dtype=object)[:, 0]])
+        return seconds * self.kernel_rates(np.asarray(X, dtype=object)[:, 0])
+
+    def kernel_rates(self, op_types):
+        """Per op type, the fraction of its fitted rows that ran a kernel (1 for types not seen in fit)."""
+        check_is_fitted(self, "estimator_")
+        return np.array([self.kernel_rate_.get(t, 1.0) for t in op_types], dtype=np.float64)
 
     def knows(self, op_types):
         """Boolean mask: which ``op_types`` were seen in fit (timed or not)."""

@@ -485,11 +485,12 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
     say(f"device {device['device_model']}: {device['peak_flops'] / 1e9:.0f} GFLOP/s peak, "
         f"{device['memory_bandwidth'] / 1e9:.1f} GB/s")
     micro_parts, zoo = [], {}
+    one_thread_too = device["device_kind"] == "CPU"  # intra-op threads are CPU threads
     for run in range(runs):
         if micro:
             budget = time_limit_s / (3 * runs)
             rows = profile_micro(device, seed=seed, time_limit_s=budget)
-            if device["device_kind"] == "CPU":
+            if one_thread_too:
                 rows = with_one_thread_seconds(rows, "micro", {"seed": seed, "time_limit_s": budget},
                                                "micro-benchmarks")
             micro_parts.append(rows)
@@ -506,7 +507,7 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
                 rows, record = profile_zoo_script(script, device, args, steps=steps)
                 after = default_executor_step_seconds(script, args, steps)
                 record["default_step_seconds"] = (before + after) / 2
-                if device["device_kind"] == "CPU":
+                if one_thread_too:
                     rows = with_one_thread_seconds(rows, "zoo", {"script": os.path.abspath(script),
                                                                  "args": list(args), "steps": steps}, script)
             except AutoDistError as exc:
