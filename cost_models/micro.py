@@ -59,6 +59,12 @@ def micro_cases(rng, scale=1):
         b, h = _pick(rng, [1, 2, 4, 8]), _pick(rng, [4, 8, 12, 16])
         t, d = _pick(rng, [64, 128, 256, 512]), _pick(rng, [32, 64, 128])
         cases.append(Case(f"attention{i}", _with_grad(_attention), [((b, h, t, d), f32), ((b, h, t, d), f32)]))
+    for i in range(8 * scale):
+        # Keras MultiHeadAttention's einsums over (batch, tokens, heads, head size): TensorFlow's Einsum
+        # kernel transposes its operands around a batched matmul, so it runs slower than BatchMatMulV2.
+        b, t = _pick(rng, [1, 2, 4]), _pick(rng, [64, 128, 256, 512])
+        h, d = _pick(rng, [4, 8, 12]), _pick(rng, [32, 64, 128])
+        cases.append(Case(f"einsum{i}", _with_grad(_einsum_attention), [((b, t, h, d), f32), ((b, t, h, d), f32)]))
     for i in range(12 * scale):
         # A dense layer over a sequence: (batch, tokens, features) times a shared
         # weight, a broadcasting batched matmul, as Keras runs Dense on 3-d inputs.
@@ -188,6 +194,15 @@ def _attention(q, k):
     import tensorflow as tf
 
     return tf.linalg.matmul(tf.nn.softmax(tf.linalg.matmul(q, k, transpose_b=True)), k)
+
+
+def _einsum_attention(q, k):
+    """Multi-head attention as Keras writes it: scores ``aecd,abcd->acbe``, then ``acbe,aecd->abcd`` over
+    the values (``k`` doubles as the values)."""
+    import tensorflow as tf
+
+    scores = tf.nn.softmax(tf.einsum("aecd,abcd->acbe", k, q))
+    return tf.einsum("acbe,aecd->abcd", scores, k)
 
 
 def _cross_entropy_grad(logits, labels):

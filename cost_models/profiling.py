@@ -403,14 +403,25 @@ def profile_zoo_script(script, device, args=(), steps=5):
 
 # Micro-benchmark cases measured: this many times micro_cases' base counts.
 MICRO_SCALE = 3
+# Passes over every micro-benchmark case, and profiled calls of a case per pass.
+MICRO_ROUNDS, MICRO_CALLS = 3, 3
 
 
-def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0, scale=MICRO_SCALE):
+def profile_micro(device, seed=0, time_limit_s=300.0, scale=MICRO_SCALE, rounds=MICRO_ROUNDS, calls=MICRO_CALLS):
     """Micro-benchmarks of the main op types over a spread of shapes.
 
     Each case is a small ``tf.function`` (forward op and, where it has one,
     its gradient ops); every op it runs is timed.  Rows are named
     ``case/op``, so that runs of the same cases line up.
+
+    The cases are profiled in ``rounds`` passes, ``calls`` calls each, and an
+    op's time is the median over the passes.  A case's calls last
+    milliseconds, while this VM's slow spells last up to seconds (the same
+    512x256x1024 matmul took 1.3 ms, or 2.5 ms for several cases in a row):
+    passes a whole sweep apart sample the machine's speed over minutes, as
+    a zoo step's ten profiled steps do over seconds.  The first pass starts
+    no new case after ``time_limit_s / rounds``; the later passes revisit
+    the cases it measured.
 
     Returns
     -------
@@ -419,32 +430,50 @@ def profile_micro(device, seed=0, repeats=5, time_limit_s=300.0, scale=MICRO_SCA
     import tensorflow as tf
 
     from autodist.graph.tfgraph import op_infos
-    from cost_models.micro import INT_INPUT_MAX, micro_cases
+    from cost_models.micro import micro_cases
 
-    deadline = time.monotonic() + time_limit_s
-    parts = []
+    deadline = time.monotonic() + time_limit_s / rounds
+    traced = []  # (case, tf.function, GraphItem, per-pass seconds)
     with unfused_graphs():
         for case in micro_cases(np.random.default_rng(seed), scale):
             if time.monotonic() > deadline:
                 break
             fn = tf.function(case.fn)
-            args = [tf.Variable(tf.random.uniform(s)) for s in case.variables] + [
-                tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, INT_INPUT_MAX, dtype=d)
-                for s, d in case.inputs
-            ]
+            args = _micro_args(case)
             concrete = fn.get_concrete_function(*args)
             item = GraphItem(op_infos(concrete.graph), [], JobInfo(model_name=case.name))
-            for _ in range(2):
-                fn(*args)
-            measured = attribute_fused(item, profile_calls(fn, args, repeats))
-            names, raw = op_raw_features(item)
-            seconds = np.array([measured.get(n, np.nan) for n in names])
-            keep = np.isfinite(seconds) & np.array([t not in ("Placeholder", "Identity", "NoOp", "Const", "_Arg", "_Retval")
-                                                     for t in raw["op_type"]])
-            rows = make_rows([f"{case.name}/{n}" for n in names], raw, device, "micro", seconds)
-            parts.append(rows.subset(keep))
+            traced.append((case, fn, item, [_time_micro_case(fn, args, item, calls, warmup=2)]))
+        for _ in range(rounds - 1):
+            for case, fn, item, passes in traced:
+                passes.append(_time_micro_case(fn, _micro_args(case), item, calls, warmup=1))
+    parts = []
+    for case, _, item, passes in traced:
+        names, raw = op_raw_features(item)
+        seconds = _median_over_runs(np.array([[p.get(n, np.nan) for n in names] for p in passes]))
+        keep = np.isfinite(seconds) & ~np.isin(raw["op_type"], ("Placeholder", "Identity", "NoOp", "Const", "_Arg",
+                                                                "_Retval"))
+        rows = make_rows([f"{case.name}/{n}" for n in names], raw, device, "micro", seconds)
+        parts.append(rows.subset(keep))
     return Timings.concat(parts)
 
+
+def _micro_args(case):
+    """Fresh random arguments of a micro-benchmark case: its variables, then its inputs."""
+    import tensorflow as tf
+
+    from cost_models.micro import INT_INPUT_MAX
+
+    return [tf.Variable(tf.random.uniform(s)) for s in case.variables] + [
+        tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, INT_INPUT_MAX, dtype=d)
+        for s, d in case.inputs
+    ]
+
+
+def _time_micro_case(fn, args, item, calls, warmup):
+    """One pass over a micro-benchmark case: op name -> median kernel seconds of ``calls`` profiled calls."""
+    for _ in range(warmup):
+        fn(*args)
+    return attribute_fused(item, profile_calls(fn, args, calls))
 
 
 def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, progress=None, device=None, runs=1):

@@ -326,3 +326,18 @@ def test_a_gather_moves_the_rows_it_gathers_not_its_whole_table(shipped):
     assert np.all(moved < gathers.raw["input_bytes"] / 5)
     others = shipped.subset(shipped.raw["op_type"] == "MatMul")
     assert np.array_equal(moved_bytes(others.raw), others.raw["input_bytes"] + others.raw["output_bytes"])
+
+
+def test_keras_attention_einsums_are_learned_from_micro_benchmarks(shipped):
+    # The micro-benchmarks time Keras MultiHeadAttention's einsums, forward and
+    # gradient, so a model that never saw the transformer LM prices its Einsum
+    # kernels (TensorFlow transposes around a batched matmul) from them.
+    micro = shipped.subset((shipped.origin == "micro") & (shipped.raw["op_type"] == "Einsum"))
+    assert any("gradient_tape" in n for n in micro.op_name) and any("gradient_tape" not in n for n in micro.op_name)
+    without_lm = shipped.subset(shipped.origin != "transformer_lm")
+    lm = shipped.subset((shipped.origin == "transformer_lm") & (shipped.raw["op_type"] == "Einsum"))
+    assert len(lm) >= 8
+    model = OpTimeRegressor(max_iter=100).fit(
+        design_matrix(without_lm.raw, without_lm.peak_flops, without_lm.memory_bandwidth), without_lm.seconds)
+    predicted = model.predict(design_matrix(lm.raw, lm.peak_flops, lm.memory_bandwidth), ran_kernel=True)
+    assert 0.67 < np.median(predicted / lm.seconds) < 1.5

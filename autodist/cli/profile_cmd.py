@@ -63,7 +63,7 @@ def _script(name):
 def run_ops(args):
     from cost_models.calibration import machine_description
     from cost_models.model import DATA_DIR, save_default
-    from cost_models.profiling import collect
+    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, collect
 
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
@@ -81,7 +81,8 @@ def run_ops(args):
         "machine": machine_description(),
         "steps": steps,
         "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
-        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over 5 calls), "
+        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over "
+                 f"{MICRO_ROUNDS} passes over every case, each the median of {MICRO_CALLS} calls), "
                  f"op and step times then medians over {args.runs} run(s) (every run measures the same "
                  "micro-benchmark cases); "
                  "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
