@@ -60,7 +60,8 @@ for _t in (
     "SeluGrad", "SoftplusGrad", "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad",
     "BiasAdd", "BiasAddGrad", "BiasAddV1", "Cast", "Select", "SelectV2", "Greater", "GreaterEqual",
     "Less", "LessEqual", "Equal", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot", "ZerosLike",
-    "OnesLike", "Fill", "ClipByValue", "IsFinite", "Softmax", "LogSoftmax",
+    "OnesLike", "Fill", "ClipByValue", "IsFinite", "IsNan", "IsInf", "Erfc", "MatrixBandPart", "Softmax",
+    "LogSoftmax",
     "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
     # reductions and normalisation
     "Sum", "Mean", "Max", "Min", "Prod", "ArgMax", "ArgMin", "All", "Any", "L2Loss",
@@ -75,6 +76,8 @@ for _t in (
     "UnsortedSegmentSum", "SegmentSum", "Unique", "DynamicStitch", "TensorScatterUpdate",
     "Range", "Cumsum", "TopKV2", "Where", "InvertPermutation", "RandomUniform", "RandomStandardNormal",
     "TruncatedNormal", "StatelessRandomUniformV2", "StatelessRandomNormalV2",
+    # shape and seed arithmetic on a few elements
+    "ConcatOffset", "StatelessRandomGetKeyCounter",
     # variable updates
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApplyAdam",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyKerasMomentum",

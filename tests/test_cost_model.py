@@ -83,6 +83,16 @@ def test_op_costs_on_gpu_come_from_the_prior(mlp_graph, h100):
     assert costs[name].seconds == pytest.approx(expected)
 
 
+def test_the_prior_has_a_class_for_every_op_type_of_the_profiled_zoo():
+    # GPU predictions of the zoo models never use the fallback: every op type
+    # their real step graphs (and the micro-benchmarks) hold has a prior class.
+    from cost_models.prior import known_op_type
+
+    op_types = set(read_timings(TIMINGS).raw["op_type"])
+    assert {"Erfc", "IsNan", "MatrixBandPart"} <= op_types
+    assert sorted(t for t in op_types if not known_op_type(t)) == []
+
+
 def test_bigger_matmul_costs_more_on_gpu(h100):
     from autodist.graph.item import OpInfo
 
