@@ -374,9 +374,13 @@ def save_default(timings, meta, folder=DATA_DIR):
     write_meta(os.path.join(folder, os.path.basename(TIMINGS_META)), meta)
     for op_model, pickle_path, meta_path in ((model.op_model, MODEL_PICKLE, MODEL_META),
                                              (model.one_thread_model, ONE_THREAD_PICKLE, ONE_THREAD_META)):
+        paths = [os.path.join(folder, os.path.basename(p)) for p in (pickle_path, meta_path)]
         if op_model is not None:
-            save_model(op_model, os.path.join(folder, os.path.basename(pickle_path)),
-                       os.path.join(folder, os.path.basename(meta_path)), description)
+            save_model(op_model, *paths, description)
+        else:  # data without one-thread times: an older one-thread model does not describe it
+            for path in paths:
+                if os.path.exists(path):
+                    os.unlink(path)
     if os.path.abspath(folder) == DATA_DIR:
         _default_model.cache_clear()
     return model

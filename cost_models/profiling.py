@@ -593,7 +593,7 @@ def _median_of_micro_runs(parts):
 
 
 def _median_over_runs(seconds):
-    """Per op (column of ``seconds``, one row per run), the median over the runs that timed it; NaN if none did."""
+    """Per op (column of ``seconds``, one row per run or pass), the median over the rows that timed it; NaN if none did."""
     timed = np.isfinite(seconds)
     median = np.full(seconds.shape[1], np.nan)
     for j in np.flatnonzero(timed.any(axis=0)):

@@ -215,6 +215,19 @@ def test_refit_from_data_learns_the_device_models(shipped):
     assert fitted.executor_overhead == 0.0 and fitted.executor is None  # no measured step to fit them on
 
 
+def test_saving_data_without_one_thread_times_drops_an_older_one_thread_model(shipped, tmp_path):
+    from cost_models.model import save_default
+
+    rows = shipped.subset(np.arange(len(shipped)) < 2000)
+    save_default(rows, {}, str(tmp_path))
+    assert (tmp_path / "op_model_one_thread.pkl").exists()
+    # GPU rows, say: no one-thread times, so no one-thread model may stay beside them.
+    model = save_default(dataclasses.replace(rows, seconds_one_thread=np.full(len(rows), np.nan)), {}, str(tmp_path))
+    assert model.one_thread_model is None
+    assert not (tmp_path / "op_model_one_thread.pkl").exists() and not (tmp_path / "op_model_one_thread.json").exists()
+    assert (tmp_path / "op_model.pkl").exists()
+
+
 def test_ops_that_never_ran_a_kernel_cost_only_the_executor_overhead(mlp_graph, cpu):
     cm = CostModel.default()
     assert cm.op_model.kernel_rate_["Const"] == 0.0
