@@ -11,15 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-INT_INPUT_MAX = 1000  # the smallest gather table and vocabulary
+INT_INPUT_MAX = 1000  # the smallest gather table and vocabulary: integer inputs' default bound
 
 
 @dataclass
 class Case:
     name: str
     fn: object
-    inputs: list  # [(shape, tf.DType)]; integer inputs are ids below INT_INPUT_MAX
+    inputs: list  # [(shape, tf.DType)]; integer inputs are ids below id_bound
     variables: list = field(default_factory=list)  # float32 variable shapes, passed before the inputs
+    # Ids range over a whole table (as a model's do), not only its first rows, which stay in cache.
+    id_bound: int = INT_INPUT_MAX
 
 
 def _with_grad(forward):
@@ -110,16 +112,18 @@ def micro_cases(rng, scale=1):
         cases.append(Case(f"elementwise{i}", _with_grad(elem), [((rows, cols), f32), ((rows, cols), f32)]))
     for i in range(12 * scale):
         vocab, dim, nids = _pick(rng, [1000, 10000, 100000]), _pick(rng, [16, 64, 256]), _pick(rng, [64, 512, 4096])
-        cases.append(Case(f"gather{i}", _with_grad_first(_gather_sum), [((vocab, dim), f32), ((nids,), tf.int32)]))
+        cases.append(Case(f"gather{i}", _with_grad_first(_gather_sum), [((vocab, dim), f32), ((nids,), tf.int32)],
+                          id_bound=vocab))
     cases += _large_cases(rng, scale)
     return cases
 
 
 def _large_cases(rng, scale):
     """Shapes as large as the zoo's: optimizer updates of big variables, 1M-row
-    tables (and dense reads of them after a sparse update), 64M-element
-    elementwise ops, 224-pixel and asymmetric (1x7) convolutions, token-sized
-    and wide dense layers, losses over a language model's vocabulary.  Trees
+    tables (and dense reads of them after sparse updates of up to 8k ids),
+    64M-element elementwise ops, 224-pixel and asymmetric (1x7) convolutions,
+    token-sized, vocabulary-wide and wide dense layers, losses over a
+    language model's vocabulary.  Trees
     do not extrapolate well, so the data must reach these sizes."""
     import tensorflow as tf
 
@@ -148,20 +152,28 @@ def _large_cases(rng, scale):
         m = _pick(rng, [256, 512, 1024, 2048])
         k, n = (_pick(rng, [256, 512, 768, 1024, 2048, 3072, 4096]) for _ in range(2))
         cases.append(Case(f"tokenmatmul{i}", _with_grad(lambda x, w: tf.matmul(x, w)), [((m, k), f32), ((k, n), f32)]))
+    for i in range(4 * scale):
+        # A language model's output layer: tokens times (model width x vocabulary).
+        m, k, n = _pick(rng, [128, 256, 512]), _pick(rng, [128, 256, 512]), _pick(rng, [8000, 16000, 30522])
+        cases.append(Case(f"vocabmatmul{i}", _with_grad(lambda x, w: tf.nn.relu(tf.matmul(x, w))),
+                          [((m, k), f32), ((k, n), f32)]))
     for i in range(6 * scale):
         m, k, n = _pick(rng, [2, 8, 64]), _pick(rng, [4096, 9216, 25088]), _pick(rng, [1000, 4096])
         cases.append(Case(f"bigmatmul{i}", _with_grad(lambda x, w: tf.nn.relu(tf.matmul(x, w))),
                           [((m, k), f32), ((k, n), f32)]))
     for i in range(4 * scale):
         tokens, vocab = _pick(rng, [64, 256, 512, 2048]), _pick(rng, [INT_INPUT_MAX, 8000, 30522])
-        cases.append(Case(f"crossentropy{i}", _cross_entropy_grad, [((tokens, vocab), f32), ((tokens,), tf.int32)]))
+        cases.append(Case(f"crossentropy{i}", _cross_entropy_grad, [((tokens, vocab), f32), ((tokens,), tf.int32)],
+                          id_bound=vocab))
     for i in range(12 * scale):
         rows, dim = _pick(rng, [10_000, 100_000, 1_000_000]), _pick(rng, [1, 16, 32, 64])
-        cases.append(Case(f"copyonread{i}", _scatter_then_read, [((256,), tf.int32), ((256, dim), f32)],
-                          variables=[(rows, dim)]))
+        nids = _pick(rng, [256, 2048, 8192])  # a batch's ids, or several features' ids, per sparse update
+        cases.append(Case(f"copyonread{i}", _scatter_then_read, [((nids,), tf.int32), ((nids, dim), f32)],
+                          variables=[(rows, dim)], id_bound=rows))
     for i in range(4 * scale):
         dim, nids = _pick(rng, [16, 64]), _pick(rng, [256, 4096])
-        cases.append(Case(f"biggather{i}", _with_grad_first(_gather_sum), [((1_000_000, dim), f32), ((nids,), tf.int32)]))
+        cases.append(Case(f"biggather{i}", _with_grad_first(_gather_sum), [((1_000_000, dim), f32), ((nids,), tf.int32)],
+                          id_bound=1_000_000))
     return cases
 
 

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -188,6 +189,17 @@ def host_device(preset="cpu-local"):
     }
 
 
+# Timed steps of a zoo model span at least this long (at most this many
+# steps): this VM's slow spells last up to seconds, so ten steps of a small
+# model (wide_deep's take 0.5 s) could fall inside one.
+MIN_TIMED_SECONDS, MAX_TIMED_STEPS = 3.0, 1000
+
+
+def steps_spanning(step_seconds, steps):
+    """How many steps of ``step_seconds`` to time: ``steps``, or more to last :data:`MIN_TIMED_SECONDS`."""
+    return max(steps, min(MAX_TIMED_STEPS, math.ceil(MIN_TIMED_SECONDS / max(step_seconds, 1e-9))))
+
+
 def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     """Measure one captured training step: per-op kernel times and step time.
 
@@ -199,7 +211,10 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     device : dict of device columns (see :func:`host_device`)
     origin : str
         The model's name, stored with every row.
-    steps, warmup : int
+    steps : int
+        The least number of profiled steps; a small model's are more, to last
+        :data:`MIN_TIMED_SECONDS` (:func:`steps_spanning`).
+    warmup : int
 
     Returns
     -------
@@ -212,14 +227,15 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     # Steps are timed both before and after the profiled ones, so that a
     # machine whose speed drifts moves the step time and the kernel times alike.
     walls = step_wall_times(fn, args, (steps + 1) // 2)
-    measured = attribute_fused(item, profile_calls(fn, args, steps))
+    profiled = steps_spanning(statistics.median(walls), steps)
+    measured = attribute_fused(item, profile_calls(fn, args, profiled))
     walls += step_wall_times(fn, args, steps // 2)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
     rows = make_rows(names, raw, device, origin, seconds, op_predecessors(list(item.ops.values())))
     record = {
         "step_seconds": statistics.median(walls),
-        "step_repeats": steps,
+        "step_repeats": profiled,
         "batch_size": item.job.batch_size,
         "ops": len(names),
         "timed_ops": int(np.isfinite(seconds).sum()),
@@ -233,16 +249,20 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
 _DEFAULT_EXECUTOR_CHILD = """
 import json, statistics, sys
 steps, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-from cost_models.profiling import step_wall_times, unfused_graphs, zoo_step
+from cost_models.profiling import step_wall_times, steps_spanning, unfused_graphs, zoo_step
 with unfused_graphs():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
-    print(json.dumps(statistics.median(step_wall_times(fn, fn_args, steps))))
+    walls = step_wall_times(fn, fn_args, steps)
+    walls += step_wall_times(fn, fn_args, steps_spanning(statistics.median(walls), steps) - steps)
+    print(json.dumps(statistics.median(walls)))
 """
 
 
 def default_executor_step_seconds(script, args=(), steps=5):
     """Median step time of a zoo script under TensorFlow's default executor (ops overlap), in a fresh process.
+
+    At least ``steps`` steps are timed, more to span :data:`MIN_TIMED_SECONDS`.
 
     :func:`collect` takes it before and after each profile of the script.
 
@@ -461,10 +481,8 @@ def _micro_args(case):
     """Fresh random arguments of a micro-benchmark case: its variables, then its inputs."""
     import tensorflow as tf
 
-    from cost_models.micro import INT_INPUT_MAX
-
     return [tf.Variable(tf.random.uniform(s)) for s in case.variables] + [
-        tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, INT_INPUT_MAX, dtype=d)
+        tf.random.uniform(s, dtype=d) if d.is_floating else tf.random.uniform(s, 0, case.id_bound, dtype=d)
         for s, d in case.inputs
     ]
 
