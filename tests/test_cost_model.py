@@ -364,3 +364,19 @@ def test_keras_attention_einsums_are_learned_from_micro_benchmarks(shipped):
         design_matrix(without_lm.raw, without_lm.peak_flops, without_lm.memory_bandwidth), without_lm.seconds)
     predicted = model.predict(design_matrix(lm.raw, lm.peak_flops, lm.memory_bandwidth), ran_kernel=True)
     assert 0.67 < np.median(predicted / lm.seconds) < 1.5
+
+
+def test_micro_benchmark_ids_range_over_their_whole_table():
+    # A model's sparse updates touch rows all over a 1M-row table; ids drawn
+    # below 1000 would stay in cache and time the update several times faster.
+    from cost_models.micro import INT_INPUT_MAX, micro_cases
+    from cost_models.profiling import _micro_args
+
+    cases = micro_cases(np.random.default_rng(0))
+    big = [c for c in cases if c.name.startswith("copyonread") and c.variables[0][0] >= 100_000][:2]
+    big += [c for c in cases if c.name.startswith("biggather")][:1]
+    assert len(big) == 3
+    for case in big:
+        rows = case.variables[0][0] if case.variables else case.inputs[0][0][0]
+        ids = next(a for a in _micro_args(case) if a.dtype.is_integer).numpy()
+        assert INT_INPUT_MAX < ids.max() < rows and ids.min() >= 0

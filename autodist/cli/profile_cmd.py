@@ -27,7 +27,7 @@ def register(subparsers):
     ops.add_argument("--batch-size", type=int, action="append", default=[], metavar="B",
                      help="batch size of each --model, in order (default: the script's own)")
     ops.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
-    ops.add_argument("--steps", type=int, default=5, help="profiled steps per model (default 5)")
+    ops.add_argument("--steps", type=int, default=5, help="profiled steps per model (default 5); more for a small model, to span 3 s")
     ops.add_argument("--runs", type=int, default=1,
                      help="measure everything this many times and keep per-op and per-step medians (default 1)")
     ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
@@ -63,7 +63,7 @@ def _script(name):
 def run_ops(args):
     from cost_models.calibration import machine_description
     from cost_models.model import DATA_DIR, save_default
-    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, collect
+    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
 
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
@@ -81,12 +81,14 @@ def run_ops(args):
         "machine": machine_description(),
         "steps": steps,
         "load_average": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
-        "note": ("kernel times are medians over the profiled steps (micro-benchmarks: over "
+        "note": (f"kernel times are medians over the profiled steps (at least --steps, more to span "
+                 f"{MIN_TIMED_SECONDS:g} s; micro-benchmarks: over "
                  f"{MICRO_ROUNDS} passes over every case, each the median of {MICRO_CALLS} calls), "
                  f"op and step times then medians over {args.runs} run(s) (every run measures the same "
                  "micro-benchmark cases); "
                  "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
-                 "under TensorFlow's default executor, timed in fresh processes before and after each profile; "
+                 "under TensorFlow's default executor, timed in fresh processes before and after each profile "
+                 "(at least --steps steps, more to span as long); "
                  "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
