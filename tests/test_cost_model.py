@@ -351,19 +351,45 @@ def test_a_gather_moves_the_rows_it_gathers_not_its_whole_table(shipped):
     assert np.array_equal(moved_bytes(others.raw), others.raw["input_bytes"] + others.raw["output_bytes"])
 
 
-def test_keras_attention_einsums_are_learned_from_micro_benchmarks(shipped):
+@pytest.fixture(scope="module")
+def without_lm(shipped):
+    """A model fitted on every row but the transformer LM's, and the LM's rows."""
+    rest = shipped.subset(shipped.origin != "transformer_lm")
+    model = OpTimeRegressor(max_iter=100).fit(design_matrix(rest.raw, rest.peak_flops, rest.memory_bandwidth),
+                                              rest.seconds)
+    return model, shipped.subset(shipped.origin == "transformer_lm")
+
+
+def _predicted_over_measured(model, rows):
+    return model.predict(design_matrix(rows.raw, rows.peak_flops, rows.memory_bandwidth), ran_kernel=True) / rows.seconds
+
+
+def test_keras_attention_einsums_are_learned_from_micro_benchmarks(shipped, without_lm):
     # The micro-benchmarks time Keras MultiHeadAttention's einsums, forward and
     # gradient, so a model that never saw the transformer LM prices its Einsum
     # kernels (TensorFlow transposes around a batched matmul) from them.
     micro = shipped.subset((shipped.origin == "micro") & (shipped.raw["op_type"] == "Einsum"))
     assert any("gradient_tape" in n for n in micro.op_name) and any("gradient_tape" not in n for n in micro.op_name)
-    without_lm = shipped.subset(shipped.origin != "transformer_lm")
-    lm = shipped.subset((shipped.origin == "transformer_lm") & (shipped.raw["op_type"] == "Einsum"))
-    assert len(lm) >= 8
-    model = OpTimeRegressor(max_iter=100).fit(
-        design_matrix(without_lm.raw, without_lm.peak_flops, without_lm.memory_bandwidth), without_lm.seconds)
-    predicted = model.predict(design_matrix(lm.raw, lm.peak_flops, lm.memory_bandwidth), ran_kernel=True)
-    assert 0.67 < np.median(predicted / lm.seconds) < 1.5
+    model, lm = without_lm
+    einsums = lm.subset(lm.raw["op_type"] == "Einsum")
+    assert len(einsums) >= 8
+    assert 0.67 < np.median(_predicted_over_measured(model, einsums)) < 1.5
+
+
+def test_vocabulary_wide_matmuls_are_learned_from_micro_benchmarks(shipped, without_lm):
+    # The LM's output layer (512 tokens x 256 by 256 x 8000) and its two
+    # gradients are wider than any other matmul of the zoo; the micro-benchmarks'
+    # vocabulary-wide products (forward and both gradients) reach that width, so
+    # a model that never saw the LM interpolates their cost.
+    model, lm = without_lm
+    head = lm.subset((lm.raw["op_type"] == "MatMul") & (np.char.find(lm.op_name.astype(str), "lm_head") >= 0))
+    assert len(head) == 3 and set(head.raw["transposed_operands"]) == {0, 1, 2}
+    micro = shipped.subset((shipped.origin == "micro") & (shipped.raw["op_type"] == "MatMul"))
+    for transposed in (0, 1, 2):
+        wide = micro.raw["transposed_operands"] == transposed
+        assert micro.raw["out0_elements"][wide].max() >= head.raw["out0_elements"].max()
+    ratio = _predicted_over_measured(model, head)
+    assert np.all((ratio > 0.8) & (ratio < 1.3)), ratio
 
 
 def test_micro_benchmark_ids_range_over_their_whole_table():
