@@ -30,7 +30,7 @@ from autodist.io import read_json, write_json_atomic
 from cost_models.features import FEATURES
 
 FORMAT = "autodist.op_time_model"
-VERSION = 2
+VERSION = 3
 ESTIMATORS = ("hist", "gbr")
 TARGETS = ("roofline_ratio", "seconds")
 # Added to the roofline before taking the ratio, so that ops with next to no
@@ -51,6 +51,10 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
         Boosting iterations.
     learning_rate : float, default=0.1
     max_leaf_nodes : int, default=31
+    min_samples_leaf : int, default=20
+        Fewest fitted rows per leaf.  Small groups of like ops (a handful of
+        1M-row table copies) need small leaves to be fitted, not averaged
+        with their neighbours.
     random_state : int, default=0
     n_threads : int, default=1
         OpenMP threads for fit and predict.  One by default: the models are
@@ -70,12 +74,13 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(self, estimator="hist", max_iter=200, learning_rate=0.1, max_leaf_nodes=31, random_state=0,
-                 n_threads=1, target="roofline_ratio"):
+    def __init__(self, estimator="hist", max_iter=200, learning_rate=0.1, max_leaf_nodes=31, min_samples_leaf=20,
+                 random_state=0, n_threads=1, target="roofline_ratio"):
         self.estimator = estimator
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
+        self.min_samples_leaf = min_samples_leaf
         self.random_state = random_state
         self.n_threads = n_threads
         self.target = target
@@ -127,10 +132,13 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
         if self.estimator == "hist":
             from sklearn.ensemble import HistGradientBoostingRegressor
 
+            # No early stopping: it would hold a random tenth of the rows out of the fit.
             model = HistGradientBoostingRegressor(
                 max_iter=self.max_iter,
                 learning_rate=self.learning_rate,
                 max_leaf_nodes=self.max_leaf_nodes,
+                min_samples_leaf=self.min_samples_leaf,
+                early_stopping=False,
                 categorical_features=[0],
                 random_state=self.random_state,
             )
@@ -141,6 +149,7 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
                 n_estimators=self.max_iter,
                 learning_rate=self.learning_rate,
                 max_leaf_nodes=self.max_leaf_nodes,
+                min_samples_leaf=self.min_samples_leaf,
                 random_state=self.random_state,
             )
         with threadpool_limits(self.n_threads):
