@@ -27,7 +27,8 @@ def register(subparsers):
     ops.add_argument("--batch-size", type=int, action="append", default=[], metavar="B",
                      help="batch size of each --model, in order (default: the script's own)")
     ops.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
-    ops.add_argument("--steps", type=int, default=5, help="profiled steps per model (default 5); more for a small model, to span 3 s")
+    ops.add_argument("--steps", type=int, default=5,
+                     help="profiled steps per model (default 5); more for a small model, to span 3 s")
     ops.add_argument("--runs", type=int, default=1,
                      help="measure everything this many times and keep per-op and per-step medians (default 1)")
     ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
