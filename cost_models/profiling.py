@@ -439,9 +439,9 @@ def profile_micro(device, seed=0, time_limit_s=300.0, scale=MICRO_SCALE, rounds=
     milliseconds, while this VM's slow spells last up to seconds (the same
     512x256x1024 matmul took 1.3 ms, or 2.5 ms for several cases in a row):
     passes a whole sweep apart sample the machine's speed over minutes, as
-    a zoo model's profiled steps do over seconds (:data:`MIN_TIMED_SECONDS`).  The first pass starts
-    no new case after ``time_limit_s / rounds``; the later passes revisit
-    the cases it measured.
+    a zoo model's profiled steps do over seconds (:data:`MIN_TIMED_SECONDS`).
+    The first pass starts no new case after ``time_limit_s / rounds``; the
+    later passes revisit the cases it measured.
 
     Returns
     -------
