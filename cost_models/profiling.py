@@ -200,6 +200,24 @@ def steps_spanning(step_seconds, steps):
     return max(steps, min(MAX_TIMED_STEPS, math.ceil(MIN_TIMED_SECONDS / max(step_seconds, 1e-9))))
 
 
+# TensorFlow's executor starts every kernel's cost estimate at 100M cycles and
+# moves it a tenth of the way to each run's cycles; a kernel whose estimate
+# falls below 8,000 cycles runs inline on the thread that readied it, with no
+# thread-pool hand-off and no profiler event (KernelStats in
+# tensorflow/core/common_runtime/executor.cc).  From 100M, a sub-8,000-cycle
+# kernel crosses after about 90 runs.  Measured here: mlp's profile traced
+# 205 kernels in its first 10 steps and 39 after 110 steps.
+EXECUTOR_SETTLE_RUNS = 100
+# A step is timed settled only where its settling runs take at most this long;
+# a larger model's steps are timed from its first runs.
+SETTLE_SECONDS = 20.0
+
+
+def settling_runs(step_seconds):
+    """Runs before the executor's cost estimates settle, or 0 where they take over :data:`SETTLE_SECONDS`."""
+    return EXECUTOR_SETTLE_RUNS if EXECUTOR_SETTLE_RUNS * step_seconds <= SETTLE_SECONDS else 0
+
+
 def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     """Measure one captured training step: per-op kernel times and step time.
 
@@ -213,7 +231,11 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         The model's name, stored with every row.
     steps : int
         The least number of profiled steps; a small model's are more, to last
-        :data:`MIN_TIMED_SECONDS` (:func:`steps_spanning`).
+        :data:`MIN_TIMED_SECONDS` (:func:`steps_spanning`).  The profile
+        starts before the executor's cost estimates settle, so that every
+        kernel is traced; the step time is then the median of as many steps
+        without the profiler, after the estimates settle where that is
+        quick (:func:`settling_runs`).
     warmup : int
 
     Returns
@@ -224,12 +246,11 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     """
     for _ in range(warmup):
         fn(*args)
-    # Steps are timed both before and after the profiled ones, so that a
-    # machine whose speed drifts moves the step time and the kernel times alike.
-    walls = step_wall_times(fn, args, (steps + 1) // 2)
-    profiled = steps_spanning(statistics.median(walls), steps)
+    estimate = statistics.median(step_wall_times(fn, args, (steps + 1) // 2))
+    profiled = steps_spanning(estimate, steps)
     measured = attribute_fused(item, profile_calls(fn, args, profiled))
-    walls += step_wall_times(fn, args, steps // 2)
+    step_wall_times(fn, args, max(0, settling_runs(estimate) - warmup - (steps + 1) // 2 - profiled))
+    walls = step_wall_times(fn, args, profiled)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
     rows = make_rows(names, raw, device, origin, seconds, op_predecessors(list(item.ops.values())))
@@ -249,12 +270,16 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
 _DEFAULT_EXECUTOR_CHILD = """
 import json, statistics, sys
 steps, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-from cost_models.profiling import step_wall_times, steps_spanning, unfused_graphs, zoo_step
+from cost_models.profiling import settling_runs, step_wall_times, steps_spanning, unfused_graphs, zoo_step
 with unfused_graphs():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
     walls = step_wall_times(fn, fn_args, steps)
-    walls += step_wall_times(fn, fn_args, steps_spanning(statistics.median(walls), steps) - steps)
+    estimate = statistics.median(walls)
+    if settling_runs(estimate):
+        step_wall_times(fn, fn_args, settling_runs(estimate) - 2 - steps)
+        walls = []
+    walls += step_wall_times(fn, fn_args, steps_spanning(estimate, steps) - len(walls))
     print(json.dumps(statistics.median(walls)))
 """
 
@@ -262,7 +287,9 @@ with unfused_graphs():
 def default_executor_step_seconds(script, args=(), steps=5):
     """Median step time of a zoo script under TensorFlow's default executor (ops overlap), in a fresh process.
 
-    At least ``steps`` steps are timed, more to span :data:`MIN_TIMED_SECONDS`.
+    At least ``steps`` steps are timed, more to span :data:`MIN_TIMED_SECONDS`,
+    after the executor's cost estimates settle where that is quick
+    (:func:`settling_runs`).
 
     :func:`collect` takes it before and after each profile of the script.
 

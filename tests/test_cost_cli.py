@@ -84,6 +84,9 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     timed = rows.timed()
     assert len(timed) > 50 and set(rows.origin) == {"mlp"}
     assert "MatMul" in set(timed.raw["op_type"])
+    # Kernels of a microsecond are traced too: the profile runs before TensorFlow's executor
+    # learns they are cheap and runs them inline, without a trace (after about 90 runs).
+    assert "ReadVariableOp" in set(timed.raw["op_type"])
     # Two runs give one row per op (their median) and the median step.
     assert len(set(rows.op_name)) == len(rows)
     step = read_meta(tmp_path / "op_timings.json")["steps"]["mlp"]

@@ -64,7 +64,8 @@ def _script(name):
 def run_ops(args):
     from cost_models.calibration import machine_description
     from cost_models.model import DATA_DIR, save_default
-    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
+    from cost_models.profiling import (EXECUTOR_SETTLE_RUNS, MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS,
+                                       SETTLE_SECONDS, collect)
 
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
@@ -87,9 +88,12 @@ def run_ops(args):
                  f"{MICRO_ROUNDS} passes over every case, each the median of {MICRO_CALLS} calls), "
                  f"op and step times then medians over {args.runs} run(s) (every run measures the same "
                  "micro-benchmark cases); "
-                 "ops ran one at a time (one inter-op thread); default_step_seconds: the same step "
+                 "ops ran one at a time (one inter-op thread); step_seconds: the median of as many steps "
+                 "without the profiler, timed after it; default_step_seconds: the same step "
                  "under TensorFlow's default executor, timed in fresh processes before and after each profile "
-                 "(at least --steps steps, more to span as long); "
+                 "(at least --steps steps, more to span as long); both timed after the executor's first "
+                 f"{EXECUTOR_SETTLE_RUNS} runs (its kernel cost estimates settle) where these take at most "
+                 f"{SETTLE_SECONDS:g} s; "
                  "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
