@@ -9,7 +9,7 @@ each kernel twice (cost_models.profiling): with every core, and with one
 intra-op thread.  Their ratio is the op's *width*, the cores it turns into
 speed: in the shipped data a matrix product of at least 1 GFLOP runs a
 median 1.94x faster on this machine's two cores than on one, an add or copy
-of at least 10 MB 1.25x, an op under 20 us not at all.  Measured here
+of at least 10 MB 1.19x, an op under 20 us not at all.  Measured here
 (``autodist costmodel eval`` prints both step times), the default executor
 cut the zoo steps' time by 2.3-28% against one op at a time (vgg16
 least, the MLP most).

@@ -218,6 +218,13 @@ def settling_runs(step_seconds):
     return EXECUTOR_SETTLE_RUNS if EXECUTOR_SETTLE_RUNS * step_seconds <= SETTLE_SECONDS else 0
 
 
+def settle(fn, args, step_seconds, runs_so_far):
+    """Run ``fn(*args)`` until the executor has settled (:func:`settling_runs`); whether any run was needed."""
+    left = settling_runs(step_seconds) - runs_so_far
+    step_wall_times(fn, args, max(left, 0))
+    return left > 0
+
+
 def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     """Measure one captured training step: per-op kernel times and step time.
 
@@ -249,7 +256,7 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
     estimate = statistics.median(step_wall_times(fn, args, (steps + 1) // 2))
     profiled = steps_spanning(estimate, steps)
     measured = attribute_fused(item, profile_calls(fn, args, profiled))
-    step_wall_times(fn, args, max(0, settling_runs(estimate) - warmup - (steps + 1) // 2 - profiled))
+    settle(fn, args, estimate, warmup + (steps + 1) // 2 + profiled)
     walls = step_wall_times(fn, args, profiled)
     names, raw = op_raw_features(item)
     seconds = np.array([measured.get(n, np.nan) for n in names])
@@ -270,15 +277,14 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
 _DEFAULT_EXECUTOR_CHILD = """
 import json, statistics, sys
 steps, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
-from cost_models.profiling import settling_runs, step_wall_times, steps_spanning, unfused_graphs, zoo_step
+from cost_models.profiling import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
 with unfused_graphs():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
     walls = step_wall_times(fn, fn_args, steps)
     estimate = statistics.median(walls)
-    if settling_runs(estimate):
-        step_wall_times(fn, fn_args, settling_runs(estimate) - 2 - steps)
-        walls = []
+    if settle(fn, fn_args, estimate, 2 + steps):
+        walls = []  # timed before the executor settled
     walls += step_wall_times(fn, fn_args, steps_spanning(estimate, steps) - len(walls))
     print(json.dumps(statistics.median(walls)))
 """
