@@ -25,8 +25,9 @@ The model is a fluid schedule of the op graph:
   more than ``memory_bandwidth`` (or than the most demanding one alone),
   all of them slow down by the same factor;
 - ``serial_overhead`` of every op's time is the executor's own work, which
-  overlaps nothing: it is fitted on default-executor step times
-  (:func:`fit_serial_overhead`).
+  overlaps nothing: it is fitted on default-executor step times, taken
+  after the executor settles where profiling could wait for it
+  (:func:`fit_serial_overhead`, :func:`settling_runs`).
 
 Each op is charged its share of every interval it runs in (in proportion
 to the cores it uses) plus its serial overhead, so the shares add up to the
@@ -46,6 +47,24 @@ import numpy as np
 
 # Bytes per second no memory reaches: the cap on an op's streaming demand.
 _MAX_STREAMING = 1e18
+
+
+# TensorFlow's executor starts every kernel's cost estimate at 100M cycles and
+# moves it a tenth of the way to each run's cycles; a kernel whose estimate
+# falls below 8,000 cycles runs inline on the thread that readied it, with no
+# thread-pool hand-off and no profiler event (KernelStats in
+# tensorflow/core/common_runtime/executor.cc).  From 100M, a sub-8,000-cycle
+# kernel crosses after about 90 runs.  Measured here: mlp's profile traced
+# 205 kernels in its first 10 steps and 39 after 110 steps.
+EXECUTOR_SETTLE_RUNS = 100
+# A step is timed settled only where its settling runs take at most this long;
+# a larger model's steps are timed from its first runs.
+SETTLE_SECONDS = 20.0
+
+
+def settling_runs(step_seconds):
+    """Runs before the executor's cost estimates settle, or 0 where they take over :data:`SETTLE_SECONDS`."""
+    return EXECUTOR_SETTLE_RUNS if EXECUTOR_SETTLE_RUNS * step_seconds <= SETTLE_SECONDS else 0
 
 
 def op_predecessors(ops):

@@ -13,7 +13,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
 from cost_models.comm import CommModel
-from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors
+from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import design_matrix, device_peak, op_raw_features
 from cost_models.prior import prior_seconds
 from cost_models.types import OpCost
@@ -279,10 +279,16 @@ def fit_executor(timings, steps, overhead, cores):
     the serial part of the per-op ``overhead`` is fitted so that the
     schedules of the measured ops (kernel seconds plus ``overhead``, widths
     from the one-thread times) match the zoo steps timed under the default
-    executor (``default_step_seconds``).
+    executor (``default_step_seconds``).  Training runs with the executor
+    settled, so where some steps were timed settled
+    (:func:`~cost_models.executor.settling_runs`), the fit uses only those:
+    before it settles, the executor treats every kernel as expensive and
+    hands it to another thread whenever other ops are ready.
     """
     profiled = [(rows, record) for rows, record in _profiled_steps(timings, steps) if "default_step_seconds" in record]
-    data = [(*measured_step(rows, overhead, cores), float(record["default_step_seconds"])) for rows, record in profiled]
+    settled = [(rows, record) for rows, record in profiled if settling_runs(float(record["default_step_seconds"]))]
+    data = [(*measured_step(rows, overhead, cores), float(record["default_step_seconds"]))
+            for rows, record in settled or profiled]
     if not data:
         return None
     bandwidth = float(profiled[0][0].memory_bandwidth[0])

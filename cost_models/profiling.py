@@ -28,7 +28,7 @@ import numpy as np
 from autodist.errors import AutoDistError, CaptureError, CostModelError
 from autodist.graph.item import GraphItem, JobInfo
 from cost_models.dataset import Timings, make_rows
-from cost_models.executor import op_predecessors
+from cost_models.executor import op_predecessors, settling_runs
 from cost_models.fresh_process import run_json
 from cost_models.features import device_peak, op_raw_features
 
@@ -198,24 +198,6 @@ MIN_TIMED_SECONDS, MAX_TIMED_STEPS = 3.0, 1000
 def steps_spanning(step_seconds, steps):
     """How many steps of ``step_seconds`` to time: ``steps``, or more to last :data:`MIN_TIMED_SECONDS`."""
     return max(steps, min(MAX_TIMED_STEPS, math.ceil(MIN_TIMED_SECONDS / max(step_seconds, 1e-9))))
-
-
-# TensorFlow's executor starts every kernel's cost estimate at 100M cycles and
-# moves it a tenth of the way to each run's cycles; a kernel whose estimate
-# falls below 8,000 cycles runs inline on the thread that readied it, with no
-# thread-pool hand-off and no profiler event (KernelStats in
-# tensorflow/core/common_runtime/executor.cc).  From 100M, a sub-8,000-cycle
-# kernel crosses after about 90 runs.  Measured here: mlp's profile traced
-# 205 kernels in its first 10 steps and 39 after 110 steps.
-EXECUTOR_SETTLE_RUNS = 100
-# A step is timed settled only where its settling runs take at most this long;
-# a larger model's steps are timed from its first runs.
-SETTLE_SECONDS = 20.0
-
-
-def settling_runs(step_seconds):
-    """Runs before the executor's cost estimates settle, or 0 where they take over :data:`SETTLE_SECONDS`."""
-    return EXECUTOR_SETTLE_RUNS if EXECUTOR_SETTLE_RUNS * step_seconds <= SETTLE_SECONDS else 0
 
 
 def settle(fn, args, step_seconds, runs_so_far):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel
 from cost_models.dataset import read_meta, read_timings
-from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors
+from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.model import TIMINGS, TIMINGS_META, fit_executor, fit_executor_overhead, measured_step, profiled_cores
 
 TWO_CORES = ExecutorModel(lanes=2, cores=2.0, memory_bandwidth=10e9, serial_overhead=0.0)
@@ -115,6 +115,20 @@ def test_shipped_executor_model_is_fitted_on_default_executor_steps():
     assert shipped.memory_bandwidth == rows.memory_bandwidth[0]
     overhead = fit_executor_overhead(rows, meta["steps"])
     assert fit_executor(rows, meta["steps"], overhead, cores) == shipped
+
+
+def test_serial_overhead_is_fitted_on_the_steps_timed_settled():
+    # Training runs with the executor settled; the larger zoo models' steps were timed before it settled.
+    meta = read_meta(TIMINGS_META)
+    rows = read_timings(TIMINGS)
+    cores = profiled_cores(meta)
+    overhead = fit_executor_overhead(rows, meta["steps"])
+    settled = {name: r for name, r in meta["steps"].items() if settling_runs(r["default_step_seconds"])}
+    assert {"mlp", "wide_deep", "transformer_lm"} <= set(settled) and "vgg16" not in settled
+    from_settled = fit_executor(rows, settled, overhead, cores)
+    assert fit_executor(rows, meta["steps"], overhead, cores) == from_settled
+    # With no settled step, the unsettled ones are all there is to fit on.
+    assert fit_executor(rows, {"vgg16": meta["steps"]["vgg16"]}, overhead, cores) != from_settled
 
 
 def test_learned_widths_a_large_matmul_uses_every_core_a_small_op_one():

@@ -64,8 +64,8 @@ def _script(name):
 def run_ops(args):
     from cost_models.calibration import machine_description
     from cost_models.model import DATA_DIR, save_default
-    from cost_models.profiling import (EXECUTOR_SETTLE_RUNS, MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS,
-                                       SETTLE_SECONDS, collect)
+    from cost_models.executor import EXECUTOR_SETTLE_RUNS, SETTLE_SECONDS
+    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
 
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
