@@ -1,4 +1,4 @@
-"""CLI: `autodist costmodel eval` and `autodist profile` (bad input, and one real profile)."""
+"""CLI: `autodist costmodel eval` and `autodist profile` (bad input, one real profile and one real transfer calibration)."""
 
 import json
 import os
@@ -9,6 +9,7 @@ import pytest
 
 import numpy as np
 
+from cost_models.calibration import SIZES, TransferCalibration
 from cost_models.dataset import read_meta, read_timings, write_meta, write_timings
 from cost_models.model import TIMINGS, TIMINGS_META
 
@@ -73,6 +74,26 @@ def test_profile_counts_below_one_are_one_line_errors(flag):
     out = _autodist("profile", "ops", "--model", "mlp", "--no-micro", flag, "0")
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert flag in out.stderr and "Traceback" not in out.stderr
+
+
+def test_profile_transfers_sessions_below_one_is_one_line_error(tmp_path):
+    out = _autodist("profile", "transfers", "--sessions", "0", "--out", str(tmp_path / "transfers.json"))
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "--sessions" in out.stderr and not (tmp_path / "transfers.json").exists()
+
+
+@pytest.mark.slow
+def test_profile_transfers_measures_real_loopback_transfers(tmp_path):
+    out = tmp_path / "transfers.json"
+    done = _autodist("profile", "transfers", "--repeats", "3", "--sessions", "2", "--out", str(out), timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = TransferCalibration.load(str(out))
+    assert [m["bytes"] for m in calibration.measurements] == list(SIZES)
+    assert all(m["sessions"] == 2 and len(m["seconds_per_session"]) == 2 for m in calibration.measurements)
+    seconds = {m["bytes"]: m["seconds"] for m in calibration.measurements}
+    assert seconds[64 * 2**20] > 4 * seconds[4 * 2**20] > 0  # bandwidth-bound at the large end
+    assert calibration.overhead >= 0 and calibration.bandwidth > 0
+    assert "--sessions 2" in calibration.command
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ writes the transfer calibration; ``autodist profile collectives`` does the
 same for TensorFlow's CPU ring allreduce between two processes.
 """
 
+import functools
 import os
 import shlex
 import sys
@@ -39,8 +40,12 @@ def register(subparsers):
                           "(default: the package's cost_models/data)")
     ops.set_defaults(func=run_ops)
 
-    tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC (medians over 3 measurement processes)")
+    tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC (medians over "
+                                          "separate measurement processes)")
     tr.add_argument("--repeats", type=int, default=21, help="timed repeats per size (default 21)")
+    tr.add_argument("--sessions", type=int, default=3,
+                    help="measurement processes; each size keeps the median over them (default 3; whole "
+                         "processes differ by up to ~40%% here, so use more on a shared machine)")
     tr.add_argument("--out", default=None, metavar="FILE",
                     help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
     tr.set_defaults(func=run_transfers)
@@ -107,7 +112,9 @@ def run_transfers(args):
     from cost_models.calibration import calibrate
     from cost_models.model import CALIBRATION
 
-    return _calibrate(args, calibrate, CALIBRATION)
+    if args.sessions < 1:
+        raise InputError("must be at least 1", field="--sessions")
+    return _calibrate(args, functools.partial(calibrate, sessions=args.sessions), CALIBRATION)
 
 
 def run_collectives(args):
