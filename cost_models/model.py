@@ -211,25 +211,27 @@ def fit_op_model(timings, params=None):
 
     Unread ops are left out: they are pruned by rule, not by chance.
     """
-    from cost_models.op_model import OpTimeRegressor
-
     timings = timings.subset(timings.raw["unread"] == 0)
     if len(timings.timed()) == 0:
         raise CostModelError("no timed rows to fit", source=TIMINGS)
-    X = design_matrix(timings.raw, timings.peak_flops, timings.memory_bandwidth)
-    return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, timings.seconds)
+    return _fit_regressor(timings, timings.seconds, params)
 
 
 def fit_one_thread_model(timings, params=None):
     """A model of kernel times with one intra-op thread, fitted on the rows timed both ways; ``None`` without any."""
-    from cost_models.op_model import OpTimeRegressor
-
     both = timings.subset((timings.raw["unread"] == 0) & np.isfinite(timings.seconds)
                           & np.isfinite(timings.seconds_one_thread))
     if len(both) == 0:
         return None
-    X = design_matrix(both.raw, both.peak_flops, both.memory_bandwidth)
-    return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, both.seconds_one_thread)
+    return _fit_regressor(both, both.seconds_one_thread, params)
+
+
+def _fit_regressor(rows, seconds, params):
+    """An :class:`~cost_models.op_model.OpTimeRegressor` of ``seconds`` on the features of ``rows``."""
+    from cost_models.op_model import OpTimeRegressor
+
+    X = design_matrix(rows.raw, rows.peak_flops, rows.memory_bandwidth)
+    return OpTimeRegressor(**(params or DEFAULT_PARAMS)).fit(X, seconds)
 
 
 def _profiled_steps(timings, steps):
