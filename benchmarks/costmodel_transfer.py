@@ -2,7 +2,7 @@
 
 Target: the calibration predicts fresh measurements within 20% at every size
 from 4 KiB to 64 MiB.  Fresh measurements are, like the calibration, per-size
-medians over separate measurement processes (sessions differ by up to ~40% on
+medians over separate measurement processes (sessions differ by up to ~50% on
 this machine); the error against each single session is recorded too.
 Writes benchmarks/results/costmodel_transfer.json.
 

@@ -217,7 +217,7 @@ print(json.dumps(measure_transfers([int(s) for s in sys.argv[2:]], int(sys.argv[
 def measure_sessions(sizes=SIZES, repeats=15, sessions=3):
     """Per-size medians of :func:`measure_transfers` run in ``sessions`` separate processes.
 
-    Whole measurement sessions on this machine differ by up to ~40% at the
+    Whole measurement sessions on this machine differ by up to ~50% at the
     same size (gRPC channel and process state), more than the repeats inside
     one session show; the median over sessions is what a later run expects.
     """

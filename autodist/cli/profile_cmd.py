@@ -45,7 +45,7 @@ def register(subparsers):
     tr.add_argument("--repeats", type=int, default=21, help="timed repeats per size (default 21)")
     tr.add_argument("--sessions", type=int, default=3,
                     help="measurement processes; each size keeps the median over them (default 3; whole "
-                         "processes differ by up to ~40%% here, so use more on a shared machine)")
+                         "processes differ by up to ~50%% here, so use more on a shared machine)")
     tr.add_argument("--out", default=None, metavar="FILE",
                     help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
     tr.set_defaults(func=run_transfers)
