@@ -25,6 +25,28 @@ def graph_of(source, script_args=()):
     return load_graph(path)
 
 
+def with_job_options(graph_item, precision=None, micro_batches=None):
+    """``graph_item`` with its job's precision and micro-batch count overridden where given.
+
+    ``precision`` is one of "fp32", "tf32", "fp16", "bf16" (a float32 job run
+    at fp16/bf16 is priced as Keras mixed precision runs it: half-precision
+    compute and activations, float32 variables and gradients);
+    ``micro_batches`` the micro-batches whose gradients are accumulated
+    before one update.
+    """
+    from cost_models.gpu import PRECISIONS
+
+    if precision is not None:
+        if precision not in PRECISIONS:
+            raise InputError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})", field="--precision")
+        graph_item.job.precision = precision
+    if micro_batches is not None:
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise InputError(f"must be a positive integer, got {micro_batches!r}", field="--micro-batches")
+        graph_item.job.micro_batches = micro_batches
+    return graph_item
+
+
 def cluster_of(cluster):
     """A ResourceSpec from a ResourceSpec, a cluster file or a preset ``"NAME[:N]"``."""
     from autodist.resource_spec import ResourceSpec, load_cluster
@@ -38,7 +60,8 @@ def cluster_of(cluster):
     return load_cluster(preset=str(cluster))
 
 
-def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False):
+def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
+              precision=None, micro_batches=None):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -57,6 +80,9 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         Search only plans that allreduce every variable, one device per
         replica: what ``autodist run`` needs for a custom training loop
         (``autodist.function``), which it runs on collective ops only.
+    precision, micro_batches : optional
+        Override the job's precision and gradient accumulation (see
+        :func:`with_job_options`).
 
     Returns
     -------
@@ -67,7 +93,7 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
 
     from autodist.plan import Plan
 
-    graph_item = graph_of(source, script_args)
+    graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches)
     resource_spec = cluster_of(cluster)
     cost_model = CostModel.default()
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,

@@ -221,6 +221,9 @@ def _graph_summary(graph_item):
         "trainable_variables": len(graph_item.trainable_variables()),
         "parameter_bytes": graph_item.parameter_bytes(),
         "flops": graph_item.total_flops(),
+        "precision": graph_item.job.precision,
+        "xla": bool(graph_item.job.xla),
+        "micro_batches": int(graph_item.job.micro_batches),
     }
 
 

@@ -81,7 +81,9 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        return path.bandwidth * LINK_EFFICIENCY.get(path.medium, 1.0), path.latency, path.links
+        if path.medium not in LINK_EFFICIENCY:
+            raise InputError(f"no achieved-bandwidth figure for link kind {path.medium!r}", field="links")
+        return path.bandwidth * LINK_EFFICIENCY[path.medium], path.latency, path.links
 
     # -- point to point ------------------------------------------------------
     def transfer_phases(self, src_device, dst_device, nbytes):

@@ -15,6 +15,10 @@
   which tells the op model's error from the overlap model's.
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
+- ``gpu_published``: the GPU kernel model against every published single-GPU
+  figure of the calibration set (cost_models.gpu_calibration): fitted on all
+  rows, fitted without the row's model (the target), and the roofline prior
+  alone; AMP over FP32 ratios; and whether each configuration fits its GPU.
 """
 
 from __future__ import annotations
@@ -176,8 +180,15 @@ def bus_bandwidth(cost_model):
     return out
 
 
-def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None):
-    """The whole evaluation as a JSON-ready dict (see the module docstring)."""
+def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None):
+    """The whole evaluation as a JSON-ready dict (see the module docstring).
+
+    ``gpu_calibration``: the published-figures file to judge the GPU model on
+    (default: the shipped one).
+    """
+    from cost_models import gpu_calibration as gpu
+    from cost_models.published import CALIBRATION_CSV, read_calibration
+
     timings_path = os.path.join(data_dir, os.path.basename(TIMINGS)) if data_dir else TIMINGS
     meta_path = os.path.join(data_dir, os.path.basename(TIMINGS_META)) if data_dir else TIMINGS_META
     if not os.path.exists(timings_path):
@@ -189,6 +200,8 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None):
     lomo = leave_one_model_out(timings, steps, params, profiled_cores(meta))
     step = step_target(lomo)
     busbw = bus_bandwidth(cost_model or CostModel.default())
+    published = gpu.evaluate(read_calibration(gpu_calibration or CALIBRATION_CSV))
+    summary = published["summary"]
     return {
         "params": dict(params),
         "data": {"file": timings_path, "rows": len(timings), "timed_rows": len(timings.timed()),
@@ -197,10 +210,16 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None):
         "op_holdout": ops,
         "leave_one_model_out": lomo,
         "allreduce_busbw": busbw,
+        "gpu_published": published,
         "meets": {
             "op_mape": ops["mape"] is not None and ops["mape"] <= TARGETS["op_mape"],
             "step_error": step is not None and step["max_error"] <= TARGETS["step_error"],
             "busbw_error": all(b["error"] <= TARGETS["busbw_error"] for b in busbw.values()),
+            "gpu_median_error": summary["median_error_left_out"] <= gpu.TARGETS["median_error"],
+            "gpu_max_error": summary["max_error_left_out"] <= gpu.TARGETS["max_error"],
+            "gpu_precision_ratio": all(abs(r["error"]) <= gpu.TARGETS["ratio_error"]
+                                       for r in published["precision_ratios"]),
+            "gpu_memory": summary["all_fit_in_memory"] and not (published["memory_check"] or {}).get("fits", True),
         },
     }
 
@@ -242,7 +261,36 @@ def format_report(report):
             f"  {preset:<9} predicted {b['predicted_busbw'] / 1e9:6.0f} GB/s  nccl-tests "
             f"{b['nccl_tests_busbw'] / 1e9:4.0f} GB/s  error {_pct(b['error'])} (target <= 15%)"
         )
+    lines += _gpu_lines(report["gpu_published"])
     return "\n".join(lines)
+
+
+def _gpu_lines(published):
+    """Lines of the ``gpu_published`` section."""
+    summary = published["summary"]
+    lines = [f"GPU kernel model vs published single-GPU throughput ({summary['evaluated']} of {summary['rows']} "
+             "calibration figures evaluated); predicted: fitted on every row / without the row's model / prior:"]
+    for r in published["rows"]:
+        head = f"  {r['id']:<11} {r['model']:<11} {r['device']:<10} {r['precision']:<4} b{r['batch']:<4}"
+        if "predicted" not in r:
+            lines.append(f"{head} published {r['published']:9.1f}  {r['note']}")
+            continue
+        lines.append(f"{head} published {r['published']:9.1f}  predicted {r['predicted']:9.1f} "
+                     f"({r['error'] * 100:+6.1f}%) / {r['predicted_left_out']:9.1f} ({r['error_left_out'] * 100:+6.1f}%)"
+                     f" / {r['prior']:8.1f} ({r['error_prior'] * 100:+6.1f}%)  memory "
+                     f"{r['peak_memory_bytes'] / 1e9:5.1f}/{r['memory_bytes'] / 1e9:.0f} GB")
+    lines.append(f"  left out: median |error| {_pct(summary['median_error_left_out'])} (target <= 12%), worst "
+                 f"{_pct(summary['max_error_left_out'])} (target <= 30%); prior alone: median "
+                 f"{_pct(summary['median_error_prior'])}, worst {_pct(summary['max_error_prior'])}")
+    for ratio in published["precision_ratios"]:
+        lines.append(f"  AMP/FP32 {ratio['pair']}: published {ratio['published']:.2f}x, predicted "
+                     f"{ratio['predicted']:.2f}x ({ratio['error'] * 100:+.1f}%, target within 15%)")
+    lines.append(f"  every evaluated configuration fits its GPU: {'yes' if summary['all_fit_in_memory'] else 'NO'}")
+    check = published["memory_check"]
+    if check:
+        lines.append(f"  {check['config']} at batch {check['batch']} on {check['device']}: "
+                     f"{check['peak_memory_bytes'] / 1e9:.1f} GB, {'fits' if check['fits'] else 'does not fit'}")
+    return lines
 
 
 def _pct(x):

@@ -171,14 +171,11 @@ def to_arrays(rows):
 
 
 def device_peak(device, dtype="float32"):
-    """Peak FLOP/s of ``device`` for ``dtype`` (float32 when not listed)."""
+    """Peak FLOP/s of ``device`` for ``dtype``; ValueError when the device does not list it."""
     peaks = device.peak_flops or {}
-    for key in (dtype, "float32"):
-        if key in peaks:
-            return float(peaks[key])
-    if peaks:
-        return float(max(peaks.values()))
-    raise ValueError(f"device {device.name!r} lists no peak_flops")
+    if dtype not in peaks:
+        raise ValueError(f"device {device.name!r} lists no {dtype} peak_flops")
+    return float(peaks[dtype])
 
 
 # Ops that read only the rows they gather from the table that is their first input.

@@ -15,7 +15,9 @@ from cost_models.calibration import TransferCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import design_matrix, device_peak, op_raw_features
+from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, GpuStep, job_precision
 from cost_models.prior import prior_seconds
+from cost_models.step_table import step_table
 from cost_models.types import OpCost
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -31,6 +33,10 @@ COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
 
 class UnknownOpTypeWarning(UserWarning):
     """Some op types had neither learned data nor a prior: fallback costs used."""
+
+
+class StaleModelWarning(UserWarning):
+    """The shipped op model was pickled by another scikit-learn version and was refitted from its data."""
 
 
 class CostModel:
@@ -55,10 +61,13 @@ class CostModel:
     one_thread_model : cost_models.op_model.OpTimeRegressor or None
         Kernel times with one intra-op thread, fitted like ``op_model``: with
         it, the executor model's op widths (see cost_models.executor).
+    gpu : cost_models.gpu.GpuKernelParams or None
+        The GPU kernel model's parameters, fitted on published figures (see
+        cost_models.gpu); without them, GPU devices cannot be priced.
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None):
+                 executor=None, one_thread_model=None, gpu=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -66,6 +75,7 @@ class CostModel:
         self.executor_overhead = float(executor_overhead)
         self.executor = executor
         self.one_thread_model = one_thread_model
+        self.gpu = gpu
         self._id = None
 
     @classmethod
@@ -100,6 +110,8 @@ class CostModel:
 
         if self.collectives is not None:
             h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
+        if self.gpu is not None:
+            h.update(json.dumps(self.gpu.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
 
     def op_costs(self, graph_item, device):
@@ -115,20 +127,25 @@ class CostModel:
         -------
         dict of op name -> OpCost
         """
-        names, raw = op_raw_features(graph_item)
-        if not names:
+        if not graph_item.ops:
             return {}
-        try:
-            peak = device_peak(device)
-        except ValueError as exc:
-            raise CostModelError(str(exc), field="peak_flops") from None
         if not device.memory_bandwidth or device.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
-        seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
-                                                     device.kind, device.model, peak, device.memory_bandwidth)
+        if device.kind == "GPU":
+            names = list(graph_item.ops)
+            seconds, sources, shares, op_types = self._gpu_step(graph_item, device)
+        else:
+            names, raw = op_raw_features(graph_item)
+            try:
+                peak = device_peak(device)
+            except ValueError as exc:
+                raise CostModelError(str(exc), field="peak_flops") from None
+            seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
+                                                         device.kind, device.model, peak, device.memory_bandwidth)
+            op_types = raw["op_type"]
         unknown = sources == "fallback"
         if unknown.any():
-            types = sorted(set(raw["op_type"][unknown]))
+            types = sorted(set(op_types[unknown]))
             warnings.warn(
                 f"{int(unknown.sum())} ops of {len(types)} unknown op types got the fallback cost: {', '.join(types)}",
                 UnknownOpTypeWarning,
@@ -136,6 +153,30 @@ class CostModel:
             )
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
+
+    def _gpu_step(self, graph_item, device):
+        """Kernel seconds, sources, step shares and op types of one micro-batch on a GPU (cost_models.gpu).
+
+        Ops of types the prior does not know stream their bytes as
+        memory-bound kernels (source ``"fallback"``); the rest are
+        ``"calibrated"`` on architectures the published figures cover and
+        ``"assumed"`` elsewhere.
+        """
+        if self.gpu is None:
+            raise CostModelError("this cost model has no GPU kernel model; it cannot price GPUs",
+                                 source=GPU_MODEL)
+        table = step_table(graph_item)
+        step = GpuStep(table, device, job_precision(graph_item), getattr(graph_item.job, "xla", False))
+        seconds, shares = step.shares(self.gpu)
+        label = "calibrated" if self.gpu.calibrated(step.architecture) else "assumed"
+        sources = np.where(step.fallback, "fallback", label).astype(object)
+        return seconds, sources, shares, table["op_type"]
+
+    def gpu_calibrated(self, device):
+        """Whether ``device``'s GPU costs come from fitted published figures (False: assumed from the shared values)."""
+        from cost_models.gpu import architecture_of
+
+        return self.gpu is not None and self.gpu.calibrated(architecture_of(device.model))
 
     def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
@@ -298,16 +339,17 @@ def fit_executor(timings, steps, overhead, cores):
     return ExecutorModel(int(cores), float(cores), bandwidth, serial)
 
 
-def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None):
+def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
-    the profiled machine's core count (no executor model without it).
+    the profiled machine's core count (no executor model without it);
+    ``gpu`` the GPU kernel model's parameters, passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params))
+                     fit_one_thread_model(timings, params), gpu)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -323,8 +365,9 @@ def _default_model():
     from cost_models.op_model import load_model
 
     calibration, collectives = _shipped_calibrations()
+    gpu = GpuKernelParams.load(GPU_MODEL)
     if not os.path.exists(TIMINGS):
-        return CostModel(calibration=calibration, collectives=collectives)
+        raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=TIMINGS)
     try:
         op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
         # No one-thread model: data without one-thread times (GPU rows).
@@ -334,11 +377,13 @@ def _default_model():
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model)
-    except (CostModelError, KeyError):
+                         executor, one_thread_model, gpu)
+    except (CostModelError, KeyError) as exc:
+        warnings.warn(f"the shipped op model could not be loaded ({exc}); refitted from the shipped timings",
+                      StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(TIMINGS_META)
         return fit_cost_model(read_timings(TIMINGS), timings_meta.get("steps"), profiled_cores(timings_meta),
-                              calibration=calibration, collectives=collectives)
+                              calibration=calibration, collectives=collectives, gpu=gpu)
 
 
 def _shipped_calibrations():

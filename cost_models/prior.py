@@ -120,7 +120,7 @@ def prior_seconds(raw, device_kind, peak_flops, memory_bandwidth):
     seconds : numpy array
     fallback : numpy bool array
     """
-    launch = LAUNCH_SECONDS.get(device_kind, LAUNCH_SECONDS["GPU"])
+    launch = LAUNCH_SECONDS[device_kind]
     classes = np.array([OP_CLASS.get(t, "") for t in raw["op_type"]], dtype=object)
     compute_eff = np.array([COMPUTE_EFFICIENCY.get(c, 1.0) for c in classes])
     data = moved_bytes(raw)

@@ -30,6 +30,17 @@ GPU a share is the op's time.
 Optimizer-update ops are charged to their variable (its own and its slots'
 update ops) plus a byte-proportional share of unattributed update ops.
 
+Gradient accumulation: a job of ``m`` micro-batches (``JobInfo.micro_batches``)
+runs its forward and backward ``m`` times, one after another, then
+synchronises and updates once; gradients become ready during the last
+micro-batch.
+
+Memory (:meth:`Simulator.memory`): parameters and optimizer slots where they
+live, plus the peak of the live tensors of the ops each device runs
+(cost_models.memory: outputs held until their last reader), with
+accumulation a gradient buffer, and on a GPU the framework reserve and
+cuDNN's workspace.
+
 Incremental evaluation: replicas whose devices have the same model and whose
 groups sit on the same slots have identical compute schedules, so a schedule
 is computed once per *replica class* and cached, keyed by the device models
@@ -54,7 +65,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from cost_models import Phase, gradient_bytes
+from cost_models.memory import live_peak, runtime_overhead_bytes
+from cost_models.step_table import step_table
 from placement.grouping import group_ops
 
 # Work units charged per simulate() call besides its events: the fixed
@@ -330,6 +345,12 @@ class Simulator:
         self._preds = self.groups.predecessors()
         self._unit_index = {u: i for i, u in enumerate(self.groups.units)}
         self._group_unit = [self._unit_index[g.unit] for g in self.groups.groups]
+        self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
+        self.precision = getattr(graph_item.job, "precision", "") or "fp32"
+        self._table = None
+        self._op_group = None
+        self._live = {}
+        self._on_slot = {}
         self._costs = {}
         self._schedules = {}
         self._phases = {}
@@ -467,8 +488,15 @@ class Simulator:
                 if remaining[h] == 0:
                     heapq.heappush(heap, (ready_at[h], h))
         self.work += n
-        gradient_ready = {v: end[g] for v, g in self.groups.gradient_group.items()}
-        return _Schedule(max(end, default=0.0), free, busy, gradient_ready, events)
+        one = max(end, default=0.0)
+        earlier = (self.micro_batches - 1) * one  # the micro-batches before the last one
+        gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
+        if earlier:
+            free = {slot: earlier + t for slot, t in free.items()}
+            busy = {slot: t * self.micro_batches for slot, t in busy.items()}
+            events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
+            events += [(f"micro-batches 1-{self.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
+        return _Schedule(earlier + one, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------
     def simulate(self, strategy, trace=False, overlap=True):
@@ -542,38 +570,58 @@ class Simulator:
 
     # -- memory ------------------------------------------------------------
     def memory(self, strategy, slots=None):
-        """Peak bytes per device: parameters, optimizer slots, gradients, activations.
+        """Peak bytes per device (see cost_models.memory).
 
-        A replica device holds the activations of its groups (forward outputs
-        kept for backward), every gradient its groups produce and, for
-        allreduce variables, the variable and its optimizer slots.  A PS
-        device holds its shards of the variables and of their slots.
+        A replica device holds, for allreduce variables of its groups, the
+        variable and its optimizer slots (and an accumulation buffer when
+        the job accumulates micro-batches); for PS variables, its local copy
+        of what it reads; and the peak of the live tensors of the ops of its
+        groups (gradients included, until their update).  A PS device holds
+        its shards of the variables and of their slots.
         """
         if slots is None:
             slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
-        per_slot = {}
-        for g, group in enumerate(self.groups.groups):
-            slot = slots[self._group_unit[g]]
-            per_slot[slot] = per_slot.get(slot, 0) + group.activation_bytes
-        ps_bytes = {}
+        persistent, accumulated, ps_bytes = {}, {}, {}
         for name, s in strategy.sync.items():
             slot = strategy.group_slots.get(self.var_unit[name], 0)
             if s.method == "allreduce":
-                held = 2 * self.dense_bytes[name] + self.slot_bytes[name]
+                held = self.dense_bytes[name] + self.slot_bytes[name]
+                accumulated[slot] = accumulated.get(slot, 0) + self.dense_bytes[name]
             else:
                 held = self.sparse_bytes[name]
                 share = -(-(self.dense_bytes[name] + self.slot_bytes[name]) // s.shards)
                 for task in s.ps_tasks:
                     dev = strategy.ps_devices[task]
                     ps_bytes[dev] = ps_bytes.get(dev, 0) + share
-            per_slot[slot] = per_slot.get(slot, 0) + held
+            persistent[slot] = persistent.get(slot, 0) + held
         memory = {}
         for replica in strategy.replicas:
             for slot, dev in enumerate(replica):
-                memory[dev] = memory.get(dev, 0) + per_slot.get(slot, 0)
+                memory[dev] = memory.get(dev, 0) + self._slot_peak(slots, slot, persistent.get(slot, 0),
+                                                                     accumulated.get(slot, 0))
+                if self.resource_spec.device(dev).kind == "GPU":
+                    memory[dev] += self._gpu_overhead(slots, slot)
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
+
+    def _gpu_overhead(self, slots, slot):
+        """The framework reserve and cuDNN workspace of a GPU at ``slot`` (after :meth:`_slot_peak`)."""
+        return runtime_overhead_bytes(self._table, self._on_slot[(slots, slot)])
+
+    def _slot_peak(self, slots, slot, persistent, accumulated):
+        """Peak bytes of the device at ``slot`` of a replica whose units sit on ``slots`` (live tensors cached)."""
+        key = (slots, slot)
+        if key not in self._live:
+            if self._table is None:
+                self._table = step_table(self.graph_item)
+                group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
+                self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
+            # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
+            on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])
+            self._on_slot[key] = on_slot[self._op_group]
+            self._live[key] = live_peak(self._table, self.precision, self._on_slot[key])
+        return self._live[key] + persistent + (accumulated if self.micro_batches > 1 else 0)
 
 
 def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):

@@ -6,6 +6,8 @@ import random
 import pytest
 
 from autodist.graph.item import GraphItem
+from cost_models.memory import live_peak, runtime_overhead_bytes
+from cost_models.step_table import step_table
 from autodist.resource_spec import load_cluster
 from autodist.strategy import Strategy, VarSync
 from placement import Simulator, baselines, simulate
@@ -61,21 +63,26 @@ def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
     assert two.step_time > one.step_time
 
 
-def test_memory_accounts_parameters_slots_gradients_and_activations(mlp_graph, ethernet, cost_model):
+def test_memory_accounts_parameters_slots_and_live_tensors(mlp_graph, ethernet, cost_model):
     sim = Simulator(mlp_graph, ethernet, cost_model)
     params = mlp_graph.parameter_bytes()
     slots = sum(v.bytes for v in mlp_graph.slot_variables() if v.slot_of in sim.dense_bytes)
-    activations = sum(op.total_output_bytes for op in mlp_graph.ops.values() if op.phase == "forward")
+    table = step_table(mlp_graph)
+    live = live_peak(table)
+    gpu = runtime_overhead_bytes(table)  # framework reserve (no convolution: no cuDNN workspace)
+    forward = sum(op.total_output_bytes for op in mlp_graph.ops.values() if op.phase == "forward")
     assert slots == 2 * params  # Adam: momentum and velocity
+    assert params < live < forward + params  # activations held for backward and gradients held for the update
 
     allreduce = sim.simulate(baselines.data_parallel(sim))
     for replica in baselines.data_parallel(sim).replicas:
-        assert allreduce.memory[replica[0]] == activations + 2 * params + slots
+        assert ethernet.device(replica[0]).kind == "GPU"
+        assert allreduce.memory[replica[0]] == live + params + slots + gpu
 
     ps_strategy = baselines.greedy_ps(sim)
     ps = sim.simulate(ps_strategy)
     worker = ps_strategy.replicas[0][0]
-    assert ps.memory[worker] == activations + params
+    assert ps.memory[worker] == live + params + gpu
     on_servers = sum(ps.memory[d] for d in ps_strategy.ps_devices)
     assert params + slots <= on_servers <= params + slots + len(sim.dense_bytes) * len(ps_strategy.ps_devices)
     assert ps.fits and all(ps.memory[d] <= ps.memory_limit[d] for d in ps.memory)

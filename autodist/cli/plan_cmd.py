@@ -7,6 +7,7 @@ from autodist.errors import InputError
 
 def register(subparsers):
     from autodist.cli.emit_cmd import add_manifest_arguments
+    from autodist.cli.job_options import add_job_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     p = subparsers.add_parser("plan", help="search the best placement and write plan.json")
@@ -18,6 +19,7 @@ def register(subparsers):
     p.add_argument("--allreduce-only", action="store_true",
                    help="search only plans that allreduce every variable (what custom training loops run on)")
     p.add_argument("--emit-k8s", metavar="DIR", help="also write Kubernetes manifests for the plan here")
+    add_job_arguments(p)
     add_manifest_arguments(p)
     p.set_defaults(func=run)
 
@@ -36,6 +38,7 @@ def run(args):
     from autodist.api import make_plan
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
+    from autodist.cli.job_options import job_options
     from autodist.resource_spec import cluster_from_args
 
     if args.budget <= 0:
@@ -46,7 +49,7 @@ def run(args):
     resource_spec = cluster_from_args(args)
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=args.allreduce_only)
+                     allreduce_only=args.allreduce_only, **job_options(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")

@@ -8,6 +8,7 @@ FORMATS = ("text", "markdown", "json")
 
 
 def register(subparsers):
+    from autodist.cli.job_options import add_job_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     p = subparsers.add_parser(
@@ -23,6 +24,7 @@ def register(subparsers):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
     p.add_argument("--compare", metavar="PLAN_JSON", help="another plan to compare with")
+    add_job_arguments(p)
     p.add_argument("script_args", nargs="*", help="arguments of train.py (after --)")
     p.set_defaults(func=run)
 
@@ -63,7 +65,8 @@ def _from_job(args):
     from cost_models import CostModel
     from placement import optimize
 
-    from autodist.api import graph_of
+    from autodist.api import graph_of, with_job_options
+    from autodist.cli.job_options import job_options
     from autodist.cli.progress import SearchProgress
     from autodist.plan import Plan
     from autodist.resource_spec import cluster_from_args
@@ -73,7 +76,7 @@ def _from_job(args):
     if args.budget <= 0:
         raise InputError(f"must be positive, got {args.budget}", field="--budget")
     spec = cluster_from_args(args)
-    graph_item = graph_of(args.source, args.script_args)
+    graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = CostModel.default()
     result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
     plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)

@@ -14,9 +14,11 @@ DEFAULT_PRESET = "cpu-local:2"
 
 
 def _add_options(p):
+    from autodist.cli.job_options import add_job_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     add_cluster_arguments(p)
+    add_job_arguments(p)
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of searching one")
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE",
                    help="where a searched plan is written (default plan.json)")
@@ -60,8 +62,11 @@ def _searched_plan(args):
     if custom_loop:
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
               "searching plans that allreduce every variable", flush=True)
+    if (args.micro_batches or 1) > 1:
+        raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
+                         "run with one micro-batch", field="--micro-batches")
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=custom_loop)
+                     allreduce_only=custom_loop, precision=args.precision)
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output

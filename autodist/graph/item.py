@@ -101,6 +101,16 @@ class JobInfo:
     # How the script trains: "fit" (keras.Model.fit), "function" (a custom
     # loop's step function) or "" (a graph loaded from a file).
     step: str = ""
+    # Numeric precision of the step's compute: "fp32", "tf32" (float32 products
+    # on TF32 tensor cores where the GPU has them, TensorFlow's default), "fp16"
+    # or "bf16" (Keras mixed precision); "" for graphs that do not say (fp32).
+    precision: str = ""
+    # The Keras dtype policy the script ran under ("float32", "mixed_float16", ...).
+    dtype_policy: str = ""
+    # Whether the step is compiled with XLA (Keras' jit_compile, tf.function(jit_compile=True)).
+    xla: bool = False
+    # Micro-batches whose gradients are accumulated before one update (gradient accumulation).
+    micro_batches: int = 1
 
 
 def _copy(value):

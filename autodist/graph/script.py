@@ -38,7 +38,8 @@ class _StepFunction:
     def __call__(self, *args, **kwargs):
         session = _active
         if session is not None and session.item is None:
-            session.item = trace_step(self._tf_function, args, kwargs, session.model_name, session.source)
+            session.item = trace_step(self._tf_function, args, kwargs, session.model_name, session.source,
+                                      xla=self.options.get("jit_compile", False))
             raise _StopScript
         if _runtime is not None:
             return _runtime.call_step(self, args, kwargs)
@@ -84,6 +85,28 @@ def function(func=None, **options):
     return _StepFunction(func, options)
 
 
+@contextlib.contextmanager
+def _without_loss_scaling(model):
+    """Trace ``model``'s step with the optimizer a ``LossScaleOptimizer`` wraps, if it has one.
+
+    Keras compiles ``mixed_float16`` models with a LossScaleOptimizer, whose
+    update runs inside a ``tf.cond`` (skip the step on overflow): a branch
+    function whose ops a capture cannot see, variable updates included.  The
+    step captured with the inner optimizer has the same forward, backward and
+    update ops; it lacks the loss scale's finiteness check and unscaling, two
+    elementwise passes over the gradients.
+    """
+    import keras
+
+    wrapper = model.optimizer
+    if isinstance(wrapper, keras.optimizers.LossScaleOptimizer):
+        model.optimizer = wrapper.inner_optimizer
+    try:
+        yield
+    finally:
+        model.optimizer = wrapper
+
+
 class _ScriptCapture:
     """State of one capture_script run and the fit hook it installs."""
 
@@ -101,16 +124,18 @@ class _ScriptCapture:
         specs = tf.nest.map_structure(spec_of, data)
         shapes = {n: shapes_of(s) for n, s in zip(names, specs)}
         traced = tf.function(model.train_step)
-        self.item = trace_step(
-            traced,
-            (specs,),
-            {},
-            self.model_name,
-            self.source,
-            optimizer=type(model.optimizer).__name__,
-            input_shapes=shapes,
-            step="fit",
-        )
+        with _without_loss_scaling(model):
+            self.item = trace_step(
+                traced,
+                (specs,),
+                {},
+                self.model_name,
+                self.source,
+                optimizer=type(model.optimizer).__name__,
+                input_shapes=shapes,
+                step="fit",
+                xla=model.jit_compile,
+            )
         raise _StopScript
 
     @contextlib.contextmanager

@@ -161,12 +161,33 @@ def _named_shapes(python_fn, specs, kwspecs):
     return named
 
 
-def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None, step="function"):
+# Keras dtype policy -> the job precision it computes in (autodist.graph.item.JobInfo).
+POLICY_PRECISION = {"mixed_float16": "fp16", "float16": "fp16", "mixed_bfloat16": "bf16", "bfloat16": "bf16"}
+
+
+def precision_facts():
+    """``(precision, dtype policy name)`` of the running script.
+
+    The Keras global dtype policy decides mixed precision; otherwise float32
+    products run on TF32 tensor cores where TensorFlow allows it (its
+    default, ``tf.config.experimental.enable_tensor_float_32_execution``).
+    """
+    import keras
+    import tensorflow as tf
+
+    policy = keras.mixed_precision.global_policy().name
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    return POLICY_PRECISION.get(policy, "tf32" if tf32 else "fp32"), policy
+
+
+def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None, step="function",
+               xla=False):
     """Trace ``traced`` (a tf.function) on ``args``/``kwargs`` and build its GraphItem.
 
     ``optimizer`` and ``input_shapes`` override what is found from the
     function itself (``model.fit`` knows them better); ``step`` says how the
-    script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`).
+    script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`);
+    ``xla`` whether the step runs compiled by XLA.
     """
     import tensorflow as tf
 
@@ -183,6 +204,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     if input_shapes is None:
         input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
     variables = concrete.graph.variables
+    precision, policy = precision_facts()
     job = JobInfo(
         model_name=model_name,
         batch_size=_batch_size((specs, kwspecs)),
@@ -191,6 +213,9 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         tf_version=tf.__version__,
         source=source,
         step=step,
+        precision=precision,
+        dtype_policy=policy,
+        xla=bool(xla),
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 
@@ -222,4 +247,5 @@ def capture_step(fn, *example_args, model_name=""):
     """
     traced = _as_tf_function(fn)
     name = getattr(fn, "__name__", type(fn).__name__)
-    return trace_step(traced, example_args, {}, model_name or name, f"capture_step:{name}")
+    return trace_step(traced, example_args, {}, model_name or name, f"capture_step:{name}",
+                      xla=bool(getattr(traced, "_jit_compile", False)))

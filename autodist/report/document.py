@@ -74,7 +74,29 @@ def _cluster(spec):
     }
 
 
-def _baselines(data, candidates, batch_size, replicas):
+def _memory(peak, spec):
+    """Peak bytes per device against each device's capacity, and whether they all fit."""
+    peak = {d: int(b) for d, b in sorted(peak.items())}
+    limit = {d: int(spec.device(d).memory_bytes) for d in peak}
+    return {"peak_bytes": peak, "limit_bytes": limit, "fits": all(peak[d] <= limit[d] for d in peak)}
+
+
+def _costs(data, spec):
+    """The job's precision and accumulation, and how each device model's costs were obtained."""
+    from cost_models.gpu import GpuKernelParams, architecture_of
+
+    gpu = GpuKernelParams.load()
+    models = sorted({(d.kind, d.model) for d in spec.devices()})
+    devices = [{"model": model, "kind": kind,
+                "basis": "measured" if kind == "CPU" else
+                ("calibrated" if gpu.calibrated(architecture_of(model)) else "assumed")}
+               for kind, model in models]
+    summary = data["graph"]
+    return {"precision": summary.get("precision") or "fp32", "micro_batches": summary.get("micro_batches", 1),
+            "devices": devices}
+
+
+def _baselines(data, candidates, batch_size, replicas, spec):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
     Returns the entries and each baseline's step time per replica batch (a
@@ -88,6 +110,7 @@ def _baselines(data, candidates, batch_size, replicas):
                 "samples_per_s": _per_sample(c.simulation.step_time, batch_size, len(c.strategy.replicas)),
                 "compute_time": c.simulation.compute_time,
                 "exposed_comm_time": c.simulation.exposed_comm_time,
+                "memory": _memory(c.simulation.memory, spec),
             }
             for c in candidates
         ]
@@ -100,6 +123,7 @@ def _baselines(data, candidates, batch_size, replicas):
             "samples_per_s": _per_sample(t, batch_size, replicas),
             "compute_time": None,
             "exposed_comm_time": None,
+            "memory": None,
         }
         for name, t in stored.items()
     ]
@@ -266,7 +290,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     batch = data["graph"]["batch_size"]
     replicas = len(plan.strategy.replicas)
     step = prediction["step_time"]
-    baselines, per_batch = _baselines(data, search.candidates if search else (), batch, replicas)
+    baselines, per_batch = _baselines(data, search.candidates if search else (), batch, replicas, plan.resource_spec)
     best = min(per_batch.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
     stats = search.stats if search else None
@@ -287,7 +311,9 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "speedup_over_greedy_ps": _ratio(per_batch.get(GREEDY), step / replicas),
             "best_baseline": best[0],
             "speedup_over_best_baseline": _ratio(best[1], step / replicas),
+            "memory": _memory(prediction["memory"], plan.resource_spec),
         },
+        "costs": _costs(data, plan.resource_spec),
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,

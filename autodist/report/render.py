@@ -86,7 +86,25 @@ def _job(doc, md):
         ["FLOPs per step", count(job["flops_per_step"])],
         ["sparse variables", ", ".join(job["sparse_variables"]) or "none"],
     ]
+    costs = doc["costs"]
+    accumulation = costs["micro_batches"]
+    rows.append(["precision", costs["precision"] + (f", {accumulation} micro-batches per step" if accumulation > 1
+                                                    else "")])
+    rows.append(["costs", "; ".join(f"{d['model']} {BASIS[d['basis']]}" for d in costs["devices"])])
     return table(["job", ""], rows, md)
+
+
+BASIS = {"measured": "measured", "calibrated": "calibrated on published figures",
+         "assumed": "ASSUMED (no published figure of its architecture)"}
+
+
+def _memory(memory):
+    """The largest device's peak memory against its capacity ("-" when unknown)."""
+    if memory is None or not memory["peak_bytes"]:
+        return "-"
+    device = max(memory["peak_bytes"], key=lambda d: (memory["peak_bytes"][d] / max(memory["limit_bytes"][d], 1), d))
+    text = f"{size(memory['peak_bytes'][device])}/{size(memory['limit_bytes'][device])}"
+    return text if memory["fits"] else f"{text} OVER"
 
 
 LINK_NAMES = {"infiniband": "IB", "ethernet": "Ethernet", "roce": "RoCE", "nvlink": "NVLink", "pcie": "PCIe"}
@@ -124,6 +142,7 @@ def _comparison(doc, md):
             count(p["samples_per_s"]),
             ms(p["compute_time"]),
             ms(p["exposed_comm_time"]),
+            _memory(p["memory"]),
             "1.00x",
         ]
     ]
@@ -131,14 +150,14 @@ def _comparison(doc, md):
         ratio = b["samples_per_s"] / p["samples_per_s"] if b["samples_per_s"] and p["samples_per_s"] else None
         rows.append(
             [b["name"], ms(b["step_time"]), count(b["samples_per_s"]), ms(b["compute_time"]),
-             ms(b["exposed_comm_time"]), factor(ratio)]
+             ms(b["exposed_comm_time"]), _memory(b["memory"]), factor(ratio)]
         )
     if doc["compare"]:
         o = doc["compare"]
-        rows.append([f"compared: {o['name']}", ms(o["step_time"]), count(o["samples_per_s"]), "-", "-",
+        rows.append([f"compared: {o['name']}", ms(o["step_time"]), count(o["samples_per_s"]), "-", "-", "-",
                      factor(1 / o["speedup_of_this_plan"] if o["speedup_of_this_plan"] else None)])
     lines = [
-        table(["plan", "step", "samples/s", "compute", "exposed comm", "throughput"], rows, md),
+        table(["plan", "step", "samples/s", "compute", "exposed comm", "peak memory", "throughput"], rows, md),
         "",
         _paragraph(
             f"{p['replicas']} replicas, {p['ps_tasks']} PS tasks. Speed-up over greedy PS: "

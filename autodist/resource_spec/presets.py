@@ -93,7 +93,7 @@ DEVICE_MODELS = {
     # 19.5 FP32 (156 TF32), 312 FP16/BF16 tensor TFLOP/s, 1,555 GB/s.
     "A100-40GB": DeviceModel(
         "GPU",
-        {"float32": 19.5 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
+        {"float32": 19.5 * TFLOPS, "tf32": 156 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
         40 * GB,
         1555 * GBPS,
         fabric="nvlink-a100",
@@ -103,27 +103,29 @@ DEVICE_MODELS = {
     # hw.md "A100 SXM 80GB": 19.5 FP32 (TF32 156), 312 tensor TFLOP/s, 80 GB, 2.0 TB/s.
     "A100-80GB": DeviceModel(
         "GPU",
-        {"float32": 19.5 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
+        {"float32": 19.5 * TFLOPS, "tf32": 156 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
         80 * GB,
         2000 * GBPS,
         fabric="nvlink-a100",
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-80gb", "a100-sxm4-80gb", "nvidia-a100-80gb-hbm2e"),
     ),
-    # hw.md "H100 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 80 GB, 3.35 TB/s.
+    # hw.md "H100 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 80 GB, 3.35 TB/s.  TF32 tensor:
+    # 989 TFLOP/s with 2:4 sparsity, half of it dense (NVIDIA H100 datasheet,
+    # nvidia.com/en-us/data-center/h100, "TF32 Tensor Core 989 teraFLOPS*", *with sparsity).
     "H100-SXM": DeviceModel(
         "GPU",
-        {"float32": 67 * TFLOPS, "float16": 989 * TFLOPS, "bfloat16": 989 * TFLOPS},
+        {"float32": 67 * TFLOPS, "tf32": 494.5 * TFLOPS, "float16": 989 * TFLOPS, "bfloat16": 989 * TFLOPS},
         80 * GB,
         3350 * GBPS,
         fabric="nvlink-h100",
         host_link="pcie-gen5",
         aliases=("nvidia-h100-80gb-hbm3", "h100-sxm5-80gb", "nvidia-h100-sxm5-80gb", "h100"),
     ),
-    # hw.md "H200 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 141 GB, 4.8 TB/s.
+    # hw.md "H200 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 141 GB, 4.8 TB/s; TF32 as the H100.
     "H200-SXM": DeviceModel(
         "GPU",
-        {"float32": 67 * TFLOPS, "float16": 989 * TFLOPS, "bfloat16": 989 * TFLOPS},
+        {"float32": 67 * TFLOPS, "tf32": 494.5 * TFLOPS, "float16": 989 * TFLOPS, "bfloat16": 989 * TFLOPS},
         141 * GB,
         4800 * GBPS,
         fabric="nvlink-h100",

@@ -1,7 +1,9 @@
 """Shared pieces of the zoo scripts: command-line options and synthetic data.
 
 Every zoo script trains offline on random data (fixed seed) so that it runs
-anywhere; ``--steps`` and ``--batch-size`` size the run.
+anywhere; ``--steps`` and ``--batch-size`` size the run, and
+``--mixed-precision`` trains under Keras' ``mixed_float16`` policy (float16
+compute, float32 variables), as published mixed-precision runs do.
 """
 
 import argparse
@@ -9,15 +11,27 @@ import argparse
 import numpy as np
 
 
-def parse_args(description, batch_size, steps=2, argv=None):
-    """Parse ``--steps`` and ``--batch-size`` (plus ``--seed``)."""
+def parse_args(description, batch_size, steps=2, argv=None, seq_len=None):
+    """Parse ``--steps``, ``--batch-size``, ``--seed`` and ``--mixed-precision`` (``--seq-len`` if ``seq_len``).
+
+    ``--mixed-precision`` sets Keras' global dtype policy to ``mixed_float16``
+    before the script builds its model.
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=steps, help="training steps to run")
     parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="train under the mixed_float16 policy (float16 compute, float32 variables)")
+    if seq_len is not None:
+        parser.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1:
-        parser.error("--steps and --batch-size must be positive")
+    if args.steps < 1 or args.batch_size < 1 or getattr(args, "seq_len", 1) < 1:
+        parser.error("--steps, --batch-size and --seq-len must be positive")
+    if args.mixed_precision:
+        import keras
+
+        keras.mixed_precision.set_global_policy("mixed_float16")
     return args
 
 

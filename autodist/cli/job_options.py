@@ -1,0 +1,32 @@
+"""Options that change the job itself: its precision and its gradient accumulation."""
+
+from __future__ import annotations
+
+
+def add_job_arguments(parser):
+    """Add ``--precision`` and ``--micro-batches`` (both default to what the capture recorded)."""
+    from cost_models.gpu import PRECISIONS
+
+    group = parser.add_argument_group("job (default: as captured)")
+    group.add_argument("--precision", metavar="{" + ",".join(PRECISIONS) + "}",
+                       help="compute precision to plan for: fp32, tf32 (float32 on TF32 tensor cores), "
+                            "fp16 or bf16 (Keras mixed precision)")
+    group.add_argument("--micro-batches", type=_positive_int, metavar="N",
+                       help="accumulate the gradients of N micro-batches before each update")
+
+
+def _positive_int(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def job_options(args):
+    """The job overrides given on the command line, as keyword arguments of ``autodist.api.with_job_options``."""
+    return {"precision": getattr(args, "precision", None), "micro_batches": getattr(args, "micro_batches", None)}

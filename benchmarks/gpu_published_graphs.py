@@ -1,0 +1,69 @@
+"""Capture the steps behind the GPU calibration rows and ship them as step tables.
+
+The published single-GPU figures (cost_models/data/published/calibration.csv,
+transcribed from ../shared/reference/published-training-figures.md) are runs
+of ResNet-50, ResNeXt-101 32x4d and BERT-base/large at several sequence
+lengths, in FP32 and in mixed precision.  This script captures the zoo's
+equivalent Keras models (``--mixed-precision`` for the AMP runs) at two
+small batch sizes in fresh processes, and writes each step's table
+(cost_models.step_table) at both sizes to
+``cost_models/data/published/<config>.npz``; the tables scale to the
+published batch sizes exactly (FLOPs and bytes are affine in the batch).
+
+    python benchmarks/gpu_published_graphs.py [--only CONFIG ...]
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+
+from cost_models.published import CONFIGS, TABLES_DIR  # noqa: E402
+from cost_models.step_table import load_tables, save_tables  # noqa: E402
+
+BATCHES = (2, 4)
+CAPTURE = """
+import sys
+from autodist.graph.capture import capture_script
+from cost_models.step_table import save_tables, step_table
+item = capture_script(sys.argv[1], sys.argv[3:])
+slots = sum(v.bytes for v in item.slot_variables())
+save_tables(sys.argv[2], {"step": step_table(item)},
+            {"parameter_bytes": item.parameter_bytes(), "slot_bytes": slots, "batch": item.job.batch_size,
+             "ops": len(item.ops), "tf_version": item.job.tf_version})
+"""
+
+
+def capture(config):
+    script, args = CONFIGS[config]
+    tables, scalars = {}, {}
+    for batch in BATCHES:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "t.npz")
+            subprocess.run([sys.executable, "-c", CAPTURE, os.path.join(HERE, "models", script), path,
+                            "--steps", "1", "--batch-size", str(batch), *args], check=True, cwd=REPO,
+                           stderr=subprocess.DEVNULL)
+            got, meta = load_tables(path)
+        tables[f"b{batch}"] = got["step"]
+        scalars.update({k: v for k, v in meta.items() if k != "batch"})
+        scalars[f"batch_b{batch}"] = batch
+    scalars["command"] = " ".join(["python", script, *args])
+    os.makedirs(TABLES_DIR, exist_ok=True)
+    save_tables(os.path.join(TABLES_DIR, f"{config}.npz"), tables, scalars)
+    print(f"{config}: {scalars['ops']} ops, {scalars['parameter_bytes'] / 1e6:.1f} MB of parameters", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=sorted(CONFIGS), choices=sorted(CONFIGS))
+    for config in parser.parse_args().only:
+        capture(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,246 @@
+"""GPU kernel model: how TensorFlow runs one training step on one GPU.
+
+What a step costs on a GPU, as modelled:
+
+- **No kernel, no cost.**  Constants, identities, variable reads, reshapes,
+  shape arithmetic and control flow run no GPU kernel (the ``trivial``
+  class of cost_models.prior); neither do small int32 ops, which TensorFlow
+  keeps in host memory.  Ops nothing reads are pruned (cost_models.features).
+- **Grappler's remapper fusions** (cost_models.step_table.remapper_fused):
+  BiasAdd and activations folded into a convolution or matmul cost nothing.
+- **Kernels.**  A matrix product or convolution runs at
+  ``peak(precision) * efficiency(precision) / (1 + half_flops / flops)``
+  (small products are far from peak); convolutions at ``conv`` times the
+  matmul efficiency.  Every other kernel (elementwise, reductions,
+  normalisation, gathers, each optimizer-update op) streams its bytes at
+  ``memory`` times the memory bandwidth.  float32 products use TF32 tensor
+  cores where the GPU has them and the job allows it (TensorFlow's default
+  on Ampere and later), float16/bfloat16 ops their tensor-core peak.
+  Under XLA, memory-bound kernels are fused: their time and launches scale
+  by ``xla_memory``.  A published run whose source does not say whether it
+  used XLA (or, in PyTorch, which kernels it fused) gets its own fitted
+  factor, ``unstated_memory``; a user's job always says (capture records it).
+- **Launches.**  The host issues kernels one after another, ``launch``
+  seconds each; the GPU runs them in order on one stream.  A kernel starts
+  when it is issued and the previous one ended, so launch cost shows only
+  where kernels are shorter than their launch:
+  ``end_i = max(end_{i-1}, issued_i) + kernel_i``.
+- **Gradient accumulation**: a step of ``m`` micro-batches runs the forward
+  and backward ops ``m`` times and the update once.
+
+The efficiencies are per GPU architecture (Volta, Ampere, Hopper), as a
+shared value times an architecture factor; they are fitted on the published
+single-GPU figures only (:func:`fit`, cost_models.published).  A GPU of an
+architecture the data does not cover gets the shared values, and its costs
+are marked assumed (``calibrated`` is False).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from autodist.errors import CostModelError
+from cost_models.features import DTYPE_BYTES, moved_bytes
+from cost_models.prior import OP_CLASS
+
+FORMAT = "autodist.gpu_kernel_model"
+VERSION = 1
+MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernel_model.json")
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
+# Device model name prefixes (autodist.resource_spec.presets and GPU product labels) -> architecture.
+ARCHITECTURE_OF = (("V100", "volta"), ("T4", "turing"), ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"),
+                   ("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"))
+COMPUTE_CLASSES = ("matmul", "conv", "batched")
+HOST_DTYPES = ("int32",)
+HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
+# The fitted parameters, each a positive number (fitted in log space).
+SHARED = ("half", "tf32", "fp32", "memory", "conv", "half_flops", "launch", "xla_memory", "unstated_memory")
+PER_ARCHITECTURE = ("compute", "memory")
+
+
+def architecture_of(device_model):
+    """The GPU architecture of a device model name ("" when unknown)."""
+    name = str(device_model).upper()
+    for prefix, arch in ARCHITECTURE_OF:
+        if name.startswith(prefix) or f"-{prefix}" in name:
+            return arch
+    return ""
+
+
+def job_precision(graph_item):
+    """The job's precision: ``graph_item.job.precision``, "fp32" for graphs that do not record one."""
+    return getattr(graph_item.job, "precision", "") or "fp32"
+
+
+def peak_key(dtype, precision, peaks):
+    """The ``peak_flops`` key a product of ``dtype`` runs at under the job's ``precision``.
+
+    float32 products run on TF32 tensor cores where the device lists a
+    ``tf32`` peak and the job is not "fp32"; a precision override to
+    fp16/bf16 runs float32 products at that precision.
+    """
+    if dtype in ("float16", "half"):
+        return "float16"
+    if dtype == "bfloat16":
+        return "bfloat16"
+    if precision in ("fp16", "bf16"):
+        return {"fp16": "float16", "bf16": "bfloat16"}[precision]
+    if precision == "tf32" and "tf32" in peaks:
+        return "tf32"
+    return "float32"
+
+
+EFFICIENCY_KIND = {"float16": "half", "bfloat16": "half", "tf32": "tf32", "float32": "fp32"}
+
+
+class GpuStep:
+    """One step's ops on one GPU model, ready to price with any parameters.
+
+    Parameters
+    ----------
+    table : dict of arrays
+        The step table (cost_models.step_table).
+    device : DeviceSpec-like
+        ``model``, ``peak_flops`` (dict by dtype), ``memory_bandwidth``.
+    precision : str
+        One of :data:`PRECISIONS`.
+    xla : bool or None
+        Whether XLA compiles the step; None: not known (published runs only).
+    micro_batches : int
+
+    Raises CostModelError when the device lists no peak for a precision the
+    step needs.
+    """
+
+    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1):
+        if precision not in PRECISIONS:
+            raise CostModelError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})",
+                                 field="precision")
+        self.architecture = architecture_of(device.model)
+        self.xla = xla if xla is None else bool(xla)
+        self.micro_batches = int(micro_batches)
+        op_type = table["op_type"]
+        dtype = table["dtype"]
+        classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)
+        host = np.isin(dtype, HOST_DTYPES) & (table["out0_elements"] <= HOST_MAX_ELEMENTS)
+        no_kernel = (classes == "trivial") | host | (table["unread"] > 0) | (table["fused"] > 0)
+        self.compute = np.isin(classes, COMPUTE_CLASSES) & ~no_kernel
+        self.conv = (classes == "conv") & self.compute
+        self.memory = ~no_kernel & ~self.compute
+        self.fallback = (classes == "") & self.memory
+        self.update = table["phase"] == "update"
+        peaks = device.peak_flops or {}
+        keys = np.array([peak_key(str(d), precision, peaks) if c else "" for d, c in zip(dtype, self.compute)],
+                        dtype=object)
+        missing = sorted(set(keys[self.compute]) - set(peaks))
+        if missing:
+            raise CostModelError(f"device {device.model!r} lists no {missing[0]} peak, which this "
+                                 f"{precision} job needs", field="peak_flops")
+        self.peak = np.array([float(peaks[k]) if k else 1.0 for k in keys])
+        kinds = np.array([EFFICIENCY_KIND.get(k, "") for k in keys], dtype=object)
+        self.kinds = {kind: kinds == kind for kind in set(EFFICIENCY_KIND.values())}
+        self.flops = np.maximum(table["flops"], 1.0)
+        data = moved_bytes(table)
+        if precision in ("fp16", "bf16"):
+            # A float32 step run at half precision moves half the bytes outside the update.
+            full = np.array([DTYPE_BYTES.get(str(d), 4) == 4 for d in dtype]) & (table["phase"] != "update")
+            data = np.where(full & (np.isin(dtype, ("float32",))), data / 2, data)
+        self.bytes = data
+        self.memory_bandwidth = float(device.memory_bandwidth)
+        if self.memory_bandwidth <= 0:
+            raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")
+
+    def kernel_seconds(self, params):
+        """Seconds each op's kernel runs on the GPU (0 for ops that launch none)."""
+        arch = params.architecture(self.architecture)
+        eff = np.ones(len(self.peak))
+        for kind, mask in self.kinds.items():
+            eff[mask] = params.shared[kind]
+        eff = eff * arch["compute"]
+        eff = np.where(self.conv, eff * params.shared["conv"], eff)
+        compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
+        memory = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
+        memory = memory * self._fusion(params)
+        return np.where(self.compute, compute, np.where(self.memory, memory, 0.0))
+
+    def _fusion(self, params):
+        """The factor on memory-bound kernels' time and launches (1 without XLA)."""
+        if self.xla is None:
+            return params.shared["unstated_memory"]
+        return params.shared["xla_memory"] if self.xla else 1.0
+
+    def shares(self, params):
+        """Per op, its kernel seconds and the time it adds to the step (launch queue included)."""
+        kernel = self.kernel_seconds(params)
+        launches = np.where(self.compute, params.shared["launch"], 0.0)
+        launches = np.where(self.memory, params.shared["launch"] * self._fusion(params), launches)
+        issued = np.cumsum(launches)
+        ran = np.cumsum(kernel)
+        # end_i = ran_i + max_{j <= i} (issued_j - ran_{j-1}): the GPU waits for the host at most there.
+        wait = np.maximum.accumulate(np.maximum(issued - (ran - kernel), 0.0))
+        end = ran + wait
+        return kernel, np.diff(end, prepend=0.0)
+
+    def step_seconds(self, params):
+        """Seconds of one step: micro-batches times the forward and backward, plus the update."""
+        _, share = self.shares(params)
+        return self.micro_batches * float(share[~self.update].sum()) + float(share[self.update].sum())
+
+
+class GpuKernelParams:
+    """The fitted efficiencies (see the module docstring), with provenance.
+
+    Parameters
+    ----------
+    shared : dict
+        One value per name in :data:`SHARED`.
+    architectures : dict
+        Architecture -> {"compute": factor, "memory": factor}; architectures
+        not listed use factor 1 and are not calibrated.
+    fitted_on : list of str
+        Calibration row ids the values were fitted on.
+    """
+
+    def __init__(self, shared, architectures=None, fitted_on=(), source=""):
+        missing = [k for k in SHARED if k not in shared]
+        if missing:
+            raise CostModelError(f"GPU kernel parameters lack {missing[0]!r}", field="shared")
+        self.shared = {k: float(shared[k]) for k in SHARED}
+        self.architectures = {a: {k: float(v[k]) for k in PER_ARCHITECTURE} for a, v in (architectures or {}).items()}
+        self.fitted_on = list(fitted_on)
+        self.source = source
+
+    def architecture(self, arch):
+        return self.architectures.get(arch, {"compute": 1.0, "memory": 1.0})
+
+    def calibrated(self, arch):
+        """Whether ``arch``'s factors were fitted on published figures."""
+        return arch in self.architectures
+
+    def to_dict(self):
+        return {"format": FORMAT, "version": VERSION, "shared": self.shared, "architectures": self.architectures,
+                "fitted_on": self.fitted_on, "source": self.source, "parameters": list(SHARED)}
+
+    @classmethod
+    def from_dict(cls, data, where="<gpu kernel model>"):
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise CostModelError(f"not a {FORMAT} version {VERSION} document", source=where)
+        try:
+            return cls(data["shared"], data.get("architectures"), data.get("fitted_on", ()), data.get("source", ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CostModelError(f"malformed GPU kernel parameters ({exc})", source=where) from None
+
+    @classmethod
+    def load(cls, path=MODEL_FILE):
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f), where=path)
+        except OSError as exc:
+            raise CostModelError(f"cannot read the GPU kernel model ({exc.strerror})", source=path) from None
+        except json.JSONDecodeError as exc:
+            raise CostModelError(f"not JSON ({exc.msg})", source=path) from None

@@ -1,0 +1,86 @@
+"""Peak device memory of a training step, from the liveness of its tensors.
+
+A device holds, at the peak of a step:
+- its parameters and optimizer slots (persistent, given by the caller), and a
+  gradient accumulation buffer as large as the parameters when the step
+  accumulates several micro-batches;
+- every tensor alive at that moment: an op that runs a kernel allocates its
+  outputs when it runs and they are freed after their last reader
+  (cost_models.step_table's ``last_use``, which follows reshapes and
+  identities to the real reader).  Forward outputs are therefore held until
+  their backward use, gradients until the update, temporaries briefly.
+  Ops that run no kernel (constants, variable reads, reshapes) allocate
+  nothing; pruned ops never run;
+- a framework reserve and, for convolutional steps, cuDNN's workspace.
+
+The peak is found by sweeping the ops in graph order, which is the order
+TensorFlow's executor runs a step's forward, backward and update on one
+stream.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.prior import OP_CLASS
+
+# Assumed, not measured (no figure in ../shared/reference): TensorFlow's
+# runtime and allocator fragmentation hold about half a GB of a GPU beyond the
+# tensors, and cuDNN's convolution workspace, which TensorFlow caps at 4 GiB
+# (TF_CUDNN_WORKSPACE_LIMIT_IN_MB), is taken as 256 MiB for the algorithms
+# autotuning picks on the calibration models.
+FRAMEWORK_RESERVE_BYTES = 512 * 2**20
+CONV_WORKSPACE_BYTES = 256 * 2**20
+CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
+HOST_DTYPES = ("int32",)
+
+
+def allocated_bytes(table, precision="fp32"):
+    """Bytes each op allocates for its outputs when it runs (0 for ops that run no kernel).
+
+    A float32 step run at fp16/bf16 (a precision override) allocates half
+    the bytes for its forward and backward float32 outputs.
+    """
+    classes = np.array([OP_CLASS.get(t, "") for t in table["op_type"]], dtype=object)
+    allocates = (classes != "trivial") & (table["unread"] == 0) & ~np.isin(table["dtype"], HOST_DTYPES)
+    nbytes = np.where(allocates, table["output_bytes"], 0.0)
+    if precision in ("fp16", "bf16"):
+        halve = (table["dtype"] == "float32") & (table["phase"] != "update")
+        nbytes = np.where(halve, nbytes / 2, nbytes)
+    return nbytes
+
+
+def live_peak(table, precision="fp32", mask=None):
+    """The largest total of live tensor bytes over the step (ops where ``mask``, if given)."""
+    nbytes = allocated_bytes(table, precision)
+    if mask is not None:
+        nbytes = np.where(mask, nbytes, 0.0)
+    n = len(nbytes)
+    if n == 0:
+        return 0
+    index = np.arange(n)
+    freed = np.maximum(table["last_use"], index) + 1
+    delta = np.zeros(n + 1)
+    np.add.at(delta, index, nbytes)
+    np.add.at(delta, freed, -nbytes)
+    return int(np.cumsum(delta)[:n].max())
+
+
+def runtime_overhead_bytes(table, mask=None):
+    """The framework reserve, plus cuDNN's workspace where the step convolves."""
+    convolves = np.isin(table["op_type"], CONV_TYPES)
+    if mask is not None:
+        convolves = convolves & mask
+    return FRAMEWORK_RESERVE_BYTES + (CONV_WORKSPACE_BYTES if convolves.any() else 0)
+
+
+def step_peak_bytes(table, persistent_bytes, accumulated_bytes=0, micro_batches=1, precision="fp32", mask=None):
+    """Peak bytes of one GPU running the step (ops where ``mask``).
+
+    ``persistent_bytes``: parameters and optimizer slots held on the device;
+    ``accumulated_bytes``: the gradients it accumulates over ``micro_batches``
+    (a buffer only when there is more than one).
+    """
+    accumulation = accumulated_bytes if micro_batches > 1 else 0
+    return (int(persistent_bytes) + int(accumulation) + live_peak(table, precision, mask)
+            + runtime_overhead_bytes(table, mask))

@@ -1,0 +1,121 @@
+"""The published GPU calibration set, as shipped package data.
+
+``data/published/calibration.csv`` transcribes the single-GPU rows of
+../shared/reference/published-training-figures.md (Table 1), one line per
+published figure, with its row id (``row``) and which figure of the row it
+is (``point``).  ``data/published/<config>.npz`` holds the captured step
+table of each configuration those figures ran (benchmarks/gpu_published_graphs.py),
+at two batch sizes.  Rows whose step is not captured, or whose batch size the
+source does not state, are listed with an empty ``config`` and a note, and
+are reported, never fitted.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+from autodist.errors import CostModelError
+from cost_models.step_table import at_batch, load_tables
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
+CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
+TABLES_DIR = DATA_DIR
+COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "batch", "micro_batches",
+           "throughput", "unit", "note")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+# config -> (zoo script, its arguments): the Keras equivalents of the published runs.
+CONFIGS = {
+    "resnet50-fp32": ("resnet50.py", []),
+    "resnet50-mp": ("resnet50.py", ["--mixed-precision"]),
+    "resnext101-fp32": ("resnext101.py", []),
+    "resnext101-mp": ("resnext101.py", ["--mixed-precision"]),
+    "bert_base-s128-fp32": ("bert_base.py", ["--seq-len", "128"]),
+    "bert_base-s128-mp": ("bert_base.py", ["--seq-len", "128", "--mixed-precision"]),
+    "bert_base-s384-mp": ("bert_base.py", ["--seq-len", "384", "--mixed-precision"]),
+    "bert_large-s128-fp32": ("bert_large.py", ["--seq-len", "128"]),
+    "bert_large-s128-mp": ("bert_large.py", ["--seq-len", "128", "--mixed-precision"]),
+    "bert_large-s384-fp32": ("bert_large.py", ["--seq-len", "384"]),
+    "bert_large-s384-mp": ("bert_large.py", ["--seq-len", "384", "--mixed-precision"]),
+    "bert_large-s512-fp32": ("bert_large.py", ["--seq-len", "512"]),
+    "bert_large-s512-mp": ("bert_large.py", ["--seq-len", "512", "--mixed-precision"]),
+}
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """One published single-GPU throughput figure and the job that produced it."""
+
+    row: str
+    point: str
+    model: str
+    config: str
+    device: str
+    precision: str
+    xla: bool | None  # None: the source does not say
+    framework: str
+    batch: int
+    micro_batches: int
+    throughput: float
+    unit: str
+    note: str = ""
+
+    @property
+    def id(self):
+        return f"{self.row}/{self.point}"
+
+    @property
+    def evaluated(self):
+        return bool(self.config)
+
+
+def read_calibration(path=CALIBRATION_CSV):
+    """The :class:`PublishedRun` of every line of the calibration file.
+
+    Raises CostModelError naming the file and the column or line at fault.
+    """
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise CostModelError(f"missing column {missing[0]!r}", source=path)
+            return [_run(line, path, n) for n, line in enumerate(reader, start=2)]
+    except OSError as exc:
+        raise CostModelError(f"cannot read the calibration file ({exc.strerror})", source=path) from None
+
+
+def _run(line, path, n):
+    where = f"{path}:{n}"
+    try:
+        run = PublishedRun(
+            row=line["row"], point=line["point"], model=line["model"], config=line["config"], device=line["device"],
+            precision=line["precision"], xla={"1": True, "0": False, "": None}[line["xla"]], framework=line["framework"],
+            batch=int(line["batch"]), micro_batches=int(line["micro_batches"]),
+            throughput=float(line["throughput"]), unit=line["unit"], note=line["note"] or "")
+    except (TypeError, ValueError, KeyError) as exc:
+        raise CostModelError(f"malformed line ({type(exc).__name__}: {exc})", source=where) from None
+    if run.precision not in PRECISIONS:
+        raise CostModelError(f"unknown precision {run.precision!r}", source=where, field="precision")
+    if run.evaluated and (run.config not in CONFIGS or run.batch < 1 or run.micro_batches < 1
+                          or run.throughput <= 0):
+        raise CostModelError("needs a known config, a positive batch, micro_batches and throughput", source=where)
+    return run
+
+
+@lru_cache(maxsize=None)
+def _tables(config):
+    path = os.path.join(TABLES_DIR, f"{config}.npz")
+    if not os.path.exists(path):
+        raise CostModelError(f"no captured step for {config!r} (run benchmarks/gpu_published_graphs.py)", source=path)
+    return load_tables(path)
+
+
+def published_step(run):
+    """``(table at the run's batch, scalars)`` of the step behind ``run``."""
+    tables, scalars = _tables(run.config)
+    (a, ta), (b, tb) = sorted((int(scalars[f"batch_{k}"]), t) for k, t in tables.items())
+    return at_batch(ta, a, tb, b, run.batch), scalars

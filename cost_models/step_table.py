@@ -1,0 +1,123 @@
+"""A training step as a table: one row per op, in the order TensorFlow may run them.
+
+The GPU kernel model (cost_models.gpu) and the liveness memory model
+(cost_models.memory) read a step through this table rather than through the
+GraphItem, so that the published-figure calibration configurations can ship
+as tables (package data) and load without TensorFlow or their graphs.
+
+Columns: the raw op features (cost_models.features.RAW_COLUMNS) plus
+- ``phase``: forward, backward, update or other (autodist.graph.item);
+- ``last_use``: index of the last op that reads an output of this op as data,
+  directly or through ops that only alias it (:data:`ALIAS_TYPES`: a reshape
+  or identity hands on the same buffer); -1 when none does.  Ops are in
+  topological order;
+- ``fused``: 1 where Grappler's remapper folds the op into the kernel of the
+  op that produces its input on a GPU (see :func:`remapper_fused`).
+
+A table at one batch size scales to another: every op's FLOPs, bytes and
+element counts are affine in the batch (:func:`at_batch`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.features import RAW_COLUMNS, op_raw_features
+
+TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "fused")
+BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements")
+
+# Grappler's remapper (tensorflow/core/grappler/optimizers/remapper.cc, TF 2.21)
+# rewrites, on GPUs, a convolution or matrix product followed by BiasAdd and an
+# activation into one _FusedConv2D / _FusedMatMul kernel (cuDNN / cuBLASLt
+# epilogues), when each intermediate has no other consumer.
+FUSION_HEADS = ("Conv2D", "MatMul", "DepthwiseConv2dNative")
+FUSED_BIAS = ("BiasAdd",)
+# Ops whose output is their input's buffer (no copy on a GPU).
+ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient",
+               "EnsureShape", "CheckNumerics")
+FUSED_ACTIVATIONS = ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Gelu")
+
+
+def remapper_fused(ops):
+    """Names of the ops the GPU remapper folds into their producer's kernel.
+
+    ``ops`` are ``OpInfo`` records in topological order.  A ``BiasAdd``
+    whose input is the only use of a convolution or matrix product is
+    fused, and so is an activation whose input is the only use of such a
+    fused ``BiasAdd``.
+    """
+    by_name = {op.name: op for op in ops}
+    uses = {}
+    for op in ops:
+        for tensor in op.data_inputs:
+            src = tensor.rpartition(":")[0]
+            uses[src] = uses.get(src, 0) + 1
+    fused = set()
+    for op in ops:
+        if not op.data_inputs:
+            continue
+        src = by_name.get(op.data_inputs[0].rpartition(":")[0])
+        if src is None or uses.get(src.name, 0) != 1:
+            continue
+        if op.type in FUSED_BIAS and src.type in FUSION_HEADS:
+            fused.add(op.name)
+        elif op.type in FUSED_ACTIVATIONS and src.name in fused:
+            fused.add(op.name)
+    return fused
+
+
+def step_table(graph_item):
+    """The :data:`TABLE_COLUMNS` of every op of ``graph_item`` (dict of arrays, graph order)."""
+    ops = list(graph_item.ops.values())
+    names, table = op_raw_features(graph_item)
+    index = {name: i for i, name in enumerate(names)}
+    sources = [[index[t.rpartition(":")[0]] for t in op.data_inputs if t.rpartition(":")[0] in index] for op in ops]
+    last_use = np.full(len(ops), -1, dtype=np.int64)
+    for i, srcs in enumerate(sources):
+        for src in srcs:
+            last_use[src] = max(last_use[src], i)
+    for i in range(len(ops) - 1, -1, -1):  # an alias keeps its input's buffer alive as long as itself
+        if ops[i].type in ALIAS_TYPES and sources[i]:
+            last_use[sources[i][0]] = max(last_use[sources[i][0]], last_use[i])
+    fused = remapper_fused(ops)
+    table["phase"] = np.asarray([op.phase for op in ops], dtype=object)
+    table["last_use"] = last_use
+    table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
+    return table
+
+
+def at_batch(table_a, batch_a, table_b, batch_b, batch):
+    """The table at ``batch``, from the same step's tables at two other batch sizes.
+
+    Raises ValueError when the two tables are not the same ops.
+    """
+    if not np.array_equal(table_a["op_type"], table_b["op_type"]) or batch_a == batch_b:
+        raise ValueError("the two tables are not the same step at two batch sizes")
+    out = dict(table_a)
+    for column in BATCH_AFFINE:
+        slope = (table_b[column] - table_a[column]) / (batch_b - batch_a)
+        out[column] = np.maximum(table_a[column] + slope * (batch - batch_a), 0.0)
+    return out
+
+
+def save_tables(path, tables, scalars):
+    """Write named tables and scalars to one compressed ``.npz`` (no pickles)."""
+    arrays = {f"{name}/{column}": np.asarray(values, dtype=str if values.dtype == object else values.dtype)
+              for name, table in tables.items() for column, values in table.items()}
+    arrays.update({f"scalar/{k}": np.asarray(v) for k, v in scalars.items()})
+    np.savez_compressed(path, **arrays)
+
+
+def load_tables(path):
+    """``(tables, scalars)`` written by :func:`save_tables`."""
+    tables, scalars = {}, {}
+    with np.load(path, allow_pickle=False) as data:
+        for key in data.files:
+            name, column = key.split("/", 1)
+            values = data[key]
+            if name == "scalar":
+                scalars[column] = values.item()
+            else:
+                tables.setdefault(name, {})[column] = values.astype(object) if values.dtype.kind == "U" else values
+    return tables, scalars

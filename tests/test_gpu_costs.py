@@ -1,0 +1,216 @@
+"""GPU pricing: kernels TensorFlow really runs, precision, liveness memory, gradient accumulation.
+
+On real captured graphs (conftest's MLP, a Keras model under mixed_float16)
+and on the shipped published-figure step tables; one hand-built toy graph
+checks the liveness sweep against a peak computed by hand.
+"""
+
+import csv
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autodist.api import with_job_options
+from autodist.errors import AutoDistError, CostModelError, InputError
+from autodist.graph.item import GraphItem, JobInfo, OpInfo
+from autodist.resource_spec import load_cluster
+from cost_models import CostModel, gradient_bytes
+from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
+from cost_models.memory import live_peak
+from cost_models.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
+from cost_models.step_table import step_table
+from placement import Simulator, baselines
+
+NO_KERNEL = ("Const", "Identity", "ReadVariableOp", "Reshape", "Shape", "NoOp", "Placeholder")
+
+
+def _autodist(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "autodist", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
+
+
+def _copy(item):
+    return GraphItem.from_dict(item.to_dict())
+
+
+def test_ops_that_launch_no_kernel_cost_nothing_on_a_gpu(mlp_graph):
+    device = load_cluster(preset="dgx-h100").gpus()[0]
+    costs = CostModel.default().op_costs(mlp_graph, device)
+    no_kernel = [n for n, op in mlp_graph.ops.items() if op.type in NO_KERNEL]
+    assert len(no_kernel) > 20
+    assert all(costs[n].seconds == 0 and costs[n].step_seconds == 0 for n in no_kernel)
+    matmuls = [n for n, op in mlp_graph.ops.items() if op.type == "MatMul"]
+    assert matmuls and all(costs[n].seconds > 0 for n in matmuls)
+    assert {c.source for c in costs.values()} == {"calibrated"}
+
+
+def test_bias_and_activation_after_a_matmul_are_fused_away(mlp_graph):
+    table = step_table(mlp_graph)
+    fused = {t for t, f in zip(table["op_type"], table["fused"]) if f}
+    assert fused == {"BiasAdd", "Relu"}
+
+
+def test_precision_moves_gpu_time_the_way_tensor_cores_do(mlp_graph):
+    """TF32 and fp16 products run faster than FP32 on an A100; a GPU without TF32 (V100) prices tf32 as fp32."""
+    model = CostModel.default()
+    a100 = load_cluster(preset="p4d.24xlarge").gpus()[0]
+    v100 = load_cluster(preset="p3.16xlarge").gpus()[0]
+    step = {}
+    for precision in ("fp32", "tf32", "fp16"):
+        item = with_job_options(_copy(mlp_graph), precision=precision)
+        for device in (a100, v100):
+            costs = model.op_costs(item, device)
+            step[precision, device.model] = sum(c.seconds for n, c in costs.items()
+                                                if item.ops[n].type == "MatMul")
+    assert step["tf32", "A100-40GB"] < step["fp32", "A100-40GB"]
+    assert step["fp16", "A100-40GB"] < step["fp32", "A100-40GB"]
+    assert step["tf32", "V100-16GB"] == step["fp32", "V100-16GB"]
+
+
+def test_mixed_float16_capture_records_the_policy_and_halves_float16_gradients():
+    import keras
+
+    from autodist.graph.capture import capture_step
+    from tests.conftest import _keras_step
+
+    def capture(policy, hidden_dtype=None):
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, dtype=hidden_dtype, name="hidden"),
+                                      keras.layers.Dense(1, dtype="float32", name="out")], name=f"mp_{policy}")
+            opt = keras.optimizers.SGD(0.1)
+            step = _keras_step(model, opt, keras.losses.MeanSquaredError())
+            x, y = np.zeros((8, 32), np.float32), np.zeros((8, 1), np.float32)
+            return capture_step(step, x, y)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+
+    full, mixed = capture("float32"), capture("mixed_float16", hidden_dtype="float16")
+    assert (mixed.job.precision, mixed.job.dtype_policy) == ("fp16", "mixed_float16")
+    assert full.job.precision in ("fp32", "tf32") and full.job.dtype_policy == "float32"
+    full_kernel = next(v for v in full.trainable_variables() if v.name.endswith("hidden/kernel"))
+    mixed_kernel = next(v for v in mixed.trainable_variables() if v.name.endswith("hidden/kernel"))
+    assert mixed_kernel.dtype == "float16" and full_kernel.dtype == "float32"
+    assert gradient_bytes(mixed_kernel) * 2 == gradient_bytes(full_kernel)
+
+
+def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
+    """x(100) -> a(200) -> b(300) -> c(50); a is read again by d(10) after c; r aliases b."""
+    def op(name, inputs, nbytes, op_type="Relu"):
+        return OpInfo(name, op_type, inputs, [[nbytes // 4]], ["float32"], [nbytes], phase="forward")
+
+    ops = [op("x", [], 100, "Placeholder"), op("a", ["x:0"], 200), op("b", ["a:0"], 300),
+           op("r", ["b:0"], 300, "Reshape"), op("c", ["r:0"], 50), op("d", ["a:0", "c:0"], 10),
+           op("out", ["d:0"], 0, "NoOp")]
+    item = GraphItem(ops, [], JobInfo(model_name="toy", batch_size=1))
+    # After c runs: a (200, read by d), b (300, read through its alias r by c) and c (50) are live: 550.
+    # The placeholder and the reshape allocate nothing; b is freed after c, then d adds 10 to a and c: 260.
+    assert live_peak(step_table(item)) == 550
+
+
+def test_gradient_accumulation_divides_sync_cost_per_sample(mlp_graph):
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    model = CostModel.default()
+
+    def per_sample(micro_batches):
+        item = with_job_options(_copy(mlp_graph), micro_batches=micro_batches)
+        sim = Simulator(item, spec, model)
+        run = sim.simulate(baselines.data_parallel(sim), overlap=False)
+        samples = micro_batches * item.job.batch_size * run.replicas
+        return run.compute_time / samples, (run.step_time - run.compute_time) / samples
+
+    compute_one, sync_one = per_sample(1)
+    compute_four, sync_four = per_sample(4)
+    assert sync_one > 0
+    assert compute_four == pytest.approx(compute_one)
+    assert sync_four == pytest.approx(sync_one / 4)
+
+
+def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
+    spec = load_cluster(preset="dgx-h100")
+    model = CostModel.default()
+    sim_one = Simulator(mlp_graph, spec, model)
+    sim_four = Simulator(with_job_options(_copy(mlp_graph), micro_batches=4), spec, model)
+    strategy = baselines.data_parallel(sim_one)
+    device = strategy.replicas[0][0]
+    extra = sim_four.memory(strategy)[device] - sim_one.memory(strategy)[device]
+    assert extra == mlp_graph.parameter_bytes()
+
+
+def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
+    runs = [r for r in read_calibration() if r.evaluated and r.config.startswith("resnet50")]
+    from cost_models.gpu_calibration import _must_not_fit, _published_peak, device_of
+
+    for run in runs:
+        table, scalars = published_step(run)
+        assert _published_peak(table, scalars, run) <= device_of(run.device).memory_bytes, run.id
+    check = _must_not_fit(runs)
+    assert check["device"] == "V100-16GB" and check["batch"] == 256 and not check["fits"]
+
+
+def test_calibration_file_matches_the_reference_rows():
+    """Every figure in the shipped calibration file is in its row of the published-figures reference."""
+    reference = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference",
+                             "published-training-figures.md")
+    if not os.path.exists(reference):
+        pytest.skip("../shared/reference is not beside this checkout")
+    lines = {line.split("|")[1].strip(): line for line in open(reference) if line.startswith("| G")}
+    for run in read_calibration():
+        text = f"{run.throughput:g}"
+        assert text in lines[run.row].replace(",", ""), run.id
+
+
+def test_architecture_of_device_models():
+    assert [architecture_of(m) for m in ("V100-16GB", "A100-80GB", "H100-SXM", "T4", "Mystery-9")] == [
+        "volta", "ampere", "hopper", "turing", ""]
+
+
+def test_a_device_without_the_precision_the_job_needs_is_refused(mlp_graph):
+    device = load_cluster(preset="dgx-h100").gpus()[0]
+    device.peak_flops = {"float32": device.peak_flops["float32"]}
+    with pytest.raises(CostModelError, match="float16"):
+        GpuStep(step_table(mlp_graph), device, "fp16")
+
+
+def test_bad_precision_and_calibration_input_give_one_line(tmp_path, mlp_graph):
+    mlp_graph.save(tmp_path / "g.json")
+    out = _autodist("plan", str(tmp_path / "g.json"), "--preset", "dgx-h100", "--precision", "fp8",
+                    "-o", str(tmp_path / "p.json"))
+    assert out.returncode == 2 and "--precision" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
+
+    cluster = tmp_path / "fp32-only.yaml"
+    cluster.write_text("name: fp32-only\nnodes:\n  - name: box\n    gpus:\n      model: MyAccel\n      count: 1\n"
+                       "      peak_flops: {float32: 67}\n      memory: 80 GB\n      memory_bandwidth: 3.35 TB/s\n"
+                       "    fabric: {kind: pcie, generation: 4}\n")
+    out = _autodist("plan", str(tmp_path / "g.json"), "--cluster", str(cluster), "--precision", "fp16",
+                    "-o", str(tmp_path / "p.json"))
+    assert out.returncode == 2, out.stderr
+    assert "float16" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
+
+    with open(CALIBRATION_CSV) as f:
+        rows = list(csv.DictReader(f))
+    broken = tmp_path / "calibration.csv"
+    with open(broken, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[c for c in COLUMNS if c != "throughput"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    out = _autodist("costmodel", "fit-gpu", "--calibration", str(broken), "-o", str(tmp_path / "m.json"))
+    assert out.returncode == 2 and "throughput" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_fitted_parameters_round_trip_and_refuse_missing_fields():
+    params = GpuKernelParams.load()
+    assert GpuKernelParams.from_dict(params.to_dict()).to_dict() == params.to_dict()
+    assert params.fitted_on and all(f.startswith("G") for f in params.fitted_on)
+    broken = params.to_dict()
+    del broken["shared"]["launch"]
+    with pytest.raises(AutoDistError, match="launch"):
+        GpuKernelParams.from_dict(broken)
+    with pytest.raises(InputError):
+        with_job_options(GraphItem([], []), micro_batches=0)
