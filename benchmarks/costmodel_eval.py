@@ -2,8 +2,10 @@
 
 Per-op MAPE on held-out rows (ops >= 50 us), leave-one-zoo-model-out step
 error (against the default executor's step), the predicted allreduce bus
-bandwidth of the 8-GPU H100/A100 presets against nccl-tests, and how long
-``CostModel.op_costs`` takes on the largest zoo graphs.  Writes
+bandwidth of the 8-GPU H100/A100 presets against nccl-tests, the GPU kernel
+model against the published single-GPU figures (``gpu_published``), and how
+long ``CostModel.op_costs`` takes on the largest zoo graphs (on a CPU and on
+an H100).  Writes
 benchmarks/results/costmodel_eval.json.
 
     python benchmarks/costmodel_eval.py [--out PATH]
@@ -55,16 +57,18 @@ def time_op_costs():
     from autodist.resource_spec import load_cluster
 
     cm = CostModel.default()
-    device = load_cluster(preset="cpu-local").devices("CPU")[0]
+    devices = {"CPU": load_cluster(preset="cpu-local").devices("CPU")[0], "GPU": load_cluster(preset="dgx-h100").gpus()[0]}
     out = {}
     for script, args in TIMED_GRAPHS:
         item = capture_script(os.path.join(ZOO, script), args)
-        cm.op_costs(item, device)
-        start = time.perf_counter()
-        cm.op_costs(item, device)
-        seconds = time.perf_counter() - start
-        out[item.job.model_name] = {"ops": len(item.ops), "op_costs_seconds": seconds}
-        print(f"op_costs on {item.job.model_name} ({len(item.ops)} ops): {seconds:.3f} s")
+        entry = out[item.job.model_name] = {"ops": len(item.ops)}
+        for kind, device in devices.items():
+            cm.op_costs(item, device)
+            start = time.perf_counter()
+            cm.op_costs(item, device)
+            seconds = time.perf_counter() - start
+            entry["op_costs_seconds" if kind == "CPU" else "gpu_op_costs_seconds"] = seconds
+            print(f"op_costs on {item.job.model_name} ({len(item.ops)} ops), {device.model}: {seconds:.3f} s")
     return out
 
 

@@ -3,9 +3,10 @@
 seconds = max(FLOPs / (peak * eff_flops), bytes / (bandwidth * eff_memory))
           + launch overhead
 
-It prices every op on devices the learned model has no data for (GPUs until
-GPU timings are profiled).  Figures, from ../shared/reference/hardware.md
-unless stated:
+It prices ops on CPU devices the learned model has no data for, and ops of
+types the learned model does not know; GPUs are priced by the kernel model
+(cost_models.gpu), which uses the classes below.  Figures, from
+../shared/reference/hardware.md unless stated:
 - large matrix products reach ~80% of tensor peak (790 of 989 TFLOP/s for an
   8192^3 bf16 matmul on one H100); convolutions and batched or small products
   reach less, we take 0.6 and 0.5;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autodist.errors import CostModelError
 from cost_models.features import COPY_ON_READ, moved_bytes
 
 COMPUTE_EFFICIENCY = {
@@ -120,6 +122,9 @@ def prior_seconds(raw, device_kind, peak_flops, memory_bandwidth):
     seconds : numpy array
     fallback : numpy bool array
     """
+    if device_kind not in LAUNCH_SECONDS:
+        raise CostModelError(f"no per-op cost for device kind {device_kind!r} (one of {', '.join(LAUNCH_SECONDS)})",
+                             field="kind")
     launch = LAUNCH_SECONDS[device_kind]
     classes = np.array([OP_CLASS.get(t, "") for t in raw["op_type"]], dtype=object)
     compute_eff = np.array([COMPUTE_EFFICIENCY.get(c, 1.0) for c in classes])

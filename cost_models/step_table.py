@@ -30,8 +30,10 @@ BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_ele
 # Grappler's remapper (tensorflow/core/grappler/optimizers/remapper.cc, TF 2.21)
 # rewrites, on GPUs, a convolution or matrix product followed by BiasAdd and an
 # activation into one _FusedConv2D / _FusedMatMul kernel (cuDNN / cuBLASLt
-# epilogues), when each intermediate has no other consumer.
+# epilogues), and a FusedBatchNorm followed by Relu into _FusedBatchNormEx,
+# when each intermediate has no other consumer.
 FUSION_HEADS = ("Conv2D", "MatMul", "DepthwiseConv2dNative")
+BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV3")
 FUSED_BIAS = ("BiasAdd",)
 # Ops whose output is their input's buffer (no copy on a GPU).
 ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient",
@@ -45,24 +47,26 @@ def remapper_fused(ops):
     ``ops`` are ``OpInfo`` records in topological order.  A ``BiasAdd``
     whose input is the only use of a convolution or matrix product is
     fused, and so is an activation whose input is the only use of such a
-    fused ``BiasAdd``.
+    fused ``BiasAdd``, and a ``Relu`` whose input is the only use of a
+    fused batch norm's output.
     """
     by_name = {op.name: op for op in ops}
     uses = {}
     for op in ops:
         for tensor in op.data_inputs:
-            src = tensor.rpartition(":")[0]
-            uses[src] = uses.get(src, 0) + 1
+            uses[tensor] = uses.get(tensor, 0) + 1
     fused = set()
     for op in ops:
         if not op.data_inputs:
             continue
         src = by_name.get(op.data_inputs[0].rpartition(":")[0])
-        if src is None or uses.get(src.name, 0) != 1:
+        if src is None or uses[op.data_inputs[0]] != 1:
             continue
         if op.type in FUSED_BIAS and src.type in FUSION_HEADS:
             fused.add(op.name)
         elif op.type in FUSED_ACTIVATIONS and src.name in fused:
+            fused.add(op.name)
+        elif op.type == "Relu" and src.type in BATCH_NORMS:
             fused.add(op.name)
     return fused
 

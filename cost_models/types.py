@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOURCES = ("learned", "prior", "fallback")
+SOURCES = ("learned", "prior", "fallback", "calibrated", "assumed")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,10 @@ class OpCost:
     cost_models.executor; the shares of a step's ops add up to its compute
     time).  ``source`` is ``"learned"`` (the fitted model, for op types and
     device models it was trained on), ``"prior"`` (the roofline with
-    per-op-type efficiencies) or ``"fallback"`` (an op type neither knows).
+    per-op-type efficiencies), ``"calibrated"`` / ``"assumed"`` (the GPU
+    kernel model, with efficiencies fitted on published figures of the
+    GPU's architecture or not, see cost_models.gpu) or ``"fallback"`` (an
+    op type none of them knows).
     """
 
     seconds: float

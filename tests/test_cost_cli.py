@@ -33,8 +33,23 @@ def small_data(tmp_path_factory):
     return folder
 
 
-def test_costmodel_eval_json_reports_every_measure(small_data):
-    out = _autodist("costmodel", "eval", "--json", "--data", str(small_data))
+SMALL_GPU_ROWS = ("G1", "G2", "G3", "G4", "G19", "G20")
+
+
+@pytest.fixture(scope="module")
+def small_calibration(tmp_path_factory):
+    """The published figures of ResNet-50 and BERT-base on one V100 (two models: one left out at a time)."""
+    from cost_models.published import CALIBRATION_CSV
+
+    path = tmp_path_factory.mktemp("gpu") / "calibration.csv"
+    with open(CALIBRATION_CSV) as f:
+        lines = f.read().splitlines()
+    path.write_text("\n".join([lines[0]] + [line for line in lines[1:] if line.split(",")[0] in SMALL_GPU_ROWS]) + "\n")
+    return path
+
+
+def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration):
+    out = _autodist("costmodel", "eval", "--json", "--data", str(small_data), "--gpu-calibration", str(small_calibration))
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["op_holdout"]["test_rows_at_least_50us"] > 0
@@ -52,7 +67,14 @@ def test_costmodel_eval_json_reports_every_measure(small_data):
         assert 0 < r["executor_on_measured_ops"]["predicted_seconds"] <= one_after_another * (1 + 1e-9)
         assert r["executor_on_measured_ops"]["measured_seconds"] == r["default_executor"]["measured_seconds"]
     assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
-    assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error"}
+    assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error", "gpu_median_error", "gpu_max_error",
+                                    "gpu_precision_ratio", "gpu_memory"}
+    gpu = report["gpu_published"]
+    assert {r["id"].split("/")[0] for r in gpu["rows"]} == set(SMALL_GPU_ROWS)
+    for row in gpu["rows"]:
+        assert row["predicted"] > 0 and row["predicted_left_out"] > 0 and row["prior"] > 0 and row["fits"]
+    assert [r["pair"] for r in gpu["precision_ratios"]] == ["ResNet-50, V100 (XLA)", "ResNet-50, V100"]
+    assert not gpu["memory_check"]["fits"]
 
 
 def test_costmodel_eval_text_and_missing_data(tmp_path):
@@ -97,7 +119,7 @@ def test_profile_transfers_measures_real_loopback_transfers(tmp_path):
 
 
 @pytest.mark.slow
-def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
+def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir, small_calibration):
     out = _autodist("profile", "ops", "--no-micro", "--model", os.path.join(zoo_dir, "mlp.py"),
                     "--batch-size", "32", "--steps", "2", "--runs", "2", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
@@ -125,7 +147,7 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir):
     for name in ("op_model", "op_model_one_thread"):
         assert (tmp_path / f"{name}.pkl").exists() and (tmp_path / f"{name}.json").exists()
     # The data evaluates like the shipped data (one model: nothing to leave out).
-    ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path))
+    ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path), "--gpu-calibration", str(small_calibration))
     assert ev.returncode == 0, ev.stderr
     report = json.loads(ev.stdout)
     assert report["op_holdout"]["test_rows"] > 0

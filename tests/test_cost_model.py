@@ -73,13 +73,16 @@ def test_op_costs_on_real_mlp_graph_cpu(mlp_graph, cpu):
     assert matmuls and all(costs[n].source == "learned" for n in matmuls)
 
 
-def test_op_costs_on_gpu_come_from_the_prior(mlp_graph, h100):
-    costs = CostModel.default().op_costs(mlp_graph, h100)
-    assert {c.source for c in costs.values()} <= {"prior", "fallback"}
-    # A MatMul's prior is its roofline with the matmul efficiency plus the launch overhead.
+def test_op_costs_on_gpu_come_from_the_calibrated_kernel_model(mlp_graph, h100):
+    model = CostModel.default()
+    costs = model.op_costs(mlp_graph, h100)
+    assert {c.source for c in costs.values()} == {"calibrated"}
+    # A float32 MatMul of a tf32 job runs on TF32 tensor cores at the fitted efficiency of its size.
+    assert mlp_graph.job.precision == "tf32"
     name, op = next((n, op) for n, op in mlp_graph.ops.items() if op.type == "MatMul" and op.flops)
-    data = sum(mlp_graph.tensor_bytes(t) for t in op.data_inputs) + op.total_output_bytes
-    expected = max(op.flops / (67e12 * 0.8), data / (h100.memory_bandwidth * 0.8)) + 5e-6
+    shared, arch = model.gpu.shared, model.gpu.architecture("hopper")
+    expected = op.flops / (h100.peak_flops["tf32"] * shared["tf32"] * arch["compute"]) * (
+        1 + shared["half_flops"] / op.flops)
     assert costs[name].seconds == pytest.approx(expected)
 
 
