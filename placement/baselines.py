@@ -124,11 +124,13 @@ def greedy_op_placer(simulator):
     costs = [simulator.device_costs(d)[0] for d in devices]
     groups = simulator.groups
     preds = groups.predecessors()
-    capacity = [d.memory_bytes for d in devices]
+    capacity = [d.memory_bytes - simulator.runtime_reserve(d) for d in devices]
     var_bytes = {}
     for name, unit in simulator.var_unit.items():
         var_bytes[unit] = var_bytes.get(unit, 0) + simulator.sparse_bytes[name]
-    used = [0] * width
+    # What a group's ops allocate in all bounds what they hold at once; the updates run on the first device.
+    group_bytes, update_bytes = simulator.allocated_bytes()
+    used = [update_bytes] + [0] * (width - 1)
     free = [0.0] * width
     end = [0.0] * len(groups.groups)
     slot_of_unit, slot_of_group = {}, []
@@ -143,11 +145,11 @@ def greedy_op_placer(simulator):
             return max(ready, free[slot]) + costs[slot][g]
 
         if group.unit not in slot_of_unit:
-            need = group.activation_bytes + var_bytes.get(group.unit, 0)
+            need = group_bytes[g] + var_bytes.get(group.unit, 0)
             fitting = [s for s in range(width) if used[s] + need <= capacity[s]] or list(range(width))
             slot_of_unit[group.unit] = min(fitting, key=lambda s: (finish(s), s))
         slot = slot_of_unit[group.unit]
-        used[slot] += group.activation_bytes + (var_bytes.pop(group.unit, 0))
+        used[slot] += group_bytes[g] + (var_bytes.pop(group.unit, 0))
         slot_of_group.append(slot)
         end[g] = finish(slot)
         free[slot] = end[g]

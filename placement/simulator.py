@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models import Phase, gradient_bytes
-from cost_models.memory import live_peak, runtime_overhead_bytes
+from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
 from placement.grouping import group_ops
 
@@ -605,6 +605,26 @@ class Simulator:
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
 
+    def allocated_bytes(self):
+        """Bytes the ops of each group allocate in all (an upper bound of their live peak), and those of the updates."""
+        self.step_table()
+        nbytes = allocated_bytes(self._table, self.precision)
+        per_group = np.bincount(self._op_group[self._op_group >= 0], weights=nbytes[self._op_group >= 0],
+                                minlength=len(self.groups.groups))
+        return [int(b) for b in per_group], int(nbytes[self._op_group < 0].sum())
+
+    def step_table(self):
+        """The step table of the job (cost_models.step_table), built once."""
+        if self._table is None:
+            self._table = step_table(self.graph_item)
+            group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
+            self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
+        return self._table
+
+    def runtime_reserve(self, device):
+        """Bytes of ``device`` that the runtime holds besides the step's tensors (0 on a CPU)."""
+        return runtime_overhead_bytes(self.step_table()) if device.kind == "GPU" else 0
+
     def _gpu_overhead(self, slots, slot):
         """The framework reserve and cuDNN workspace of a GPU at ``slot`` (after :meth:`_slot_peak`)."""
         return runtime_overhead_bytes(self._table, self._on_slot[(slots, slot)])
@@ -613,10 +633,7 @@ class Simulator:
         """Peak bytes of the device at ``slot`` of a replica whose units sit on ``slots`` (live tensors cached)."""
         key = (slots, slot)
         if key not in self._live:
-            if self._table is None:
-                self._table = step_table(self.graph_item)
-                group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
-                self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
+            self.step_table()
             # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
             on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])
             self._on_slot[key] = on_slot[self._op_group]

@@ -5,6 +5,8 @@ import json
 import pytest
 
 from autodist.resource_spec import ResourceSpec, load_cluster
+from cost_models.memory import live_peak, runtime_overhead_bytes
+from cost_models.step_table import step_table
 from placement import Simulator, baselines, lower_bound, optimize
 
 
@@ -24,10 +26,12 @@ def with_gpu_memory(spec, nbytes):
 
 
 def footprint(graph_item):
+    """Forward outputs, live tensors at the peak, parameters, optimizer slots and a GPU's runtime reserve."""
+    table = step_table(graph_item)
     params = graph_item.parameter_bytes()
     slots = sum(v.bytes for v in graph_item.slot_variables())
     activations = sum(op.total_output_bytes for op in graph_item.ops.values() if op.phase == "forward")
-    return activations, params, slots
+    return activations, live_peak(table), params, slots, runtime_overhead_bytes(table)
 
 
 @pytest.mark.parametrize("preset", ["dgx-h100:2", "g4dn.12xlarge:2", "cpu-2s-25g:2"])
@@ -72,9 +76,9 @@ def test_progress_reports_fraction_and_best_time(mlp_graph, cost_model):
 
 
 def test_search_respects_memory_when_allreduce_does_not_fit(mlp_graph, cost_model):
-    activations, params, slots = footprint(mlp_graph)
-    # allreduce keeps weights, slots and gradients on every GPU; PS only gradients
-    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), activations + 2 * params)
+    _, live, params, slots, reserve = footprint(mlp_graph)
+    # allreduce keeps weights and slots on every GPU; PS a copy of the weights
+    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), reserve + live + 2 * params)
     result = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
     fits = {c.name: c.simulation.fits for c in result.candidates}
     assert fits["greedy-ps"] and not fits["ring"] and not fits["hierarchical"]
@@ -84,8 +88,8 @@ def test_search_respects_memory_when_allreduce_does_not_fit(mlp_graph, cost_mode
 
 
 def test_greedy_op_placer_splits_a_model_that_fits_no_device(mlp_graph, cost_model):
-    activations, params, slots = footprint(mlp_graph)
-    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), (activations + params) * 0.9)
+    _, live, params, _, reserve = footprint(mlp_graph)
+    spec = with_gpu_memory(load_cluster(preset="g4dn.12xlarge:2"), reserve + (live + params) * 0.9)
     result = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
     names = [c.name for c in result.candidates]
     assert "greedy-op-placer" in names
