@@ -350,7 +350,6 @@ class Simulator:
         self._table = None
         self._op_group = None
         self._live = {}
-        self._on_slot = {}
         self._costs = {}
         self._schedules = {}
         self._phases = {}
@@ -597,10 +596,12 @@ class Simulator:
         memory = {}
         for replica in strategy.replicas:
             for slot, dev in enumerate(replica):
-                memory[dev] = memory.get(dev, 0) + self._slot_peak(slots, slot, persistent.get(slot, 0),
-                                                                     accumulated.get(slot, 0))
+                live, reserve = self._slot_peak(slots, slot)
+                memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
+                if self.micro_batches > 1:
+                    memory[dev] += accumulated.get(slot, 0)
                 if self.resource_spec.device(dev).kind == "GPU":
-                    memory[dev] += self._gpu_overhead(slots, slot)
+                    memory[dev] += reserve
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
@@ -625,20 +626,17 @@ class Simulator:
         """Bytes of ``device`` that the runtime holds besides the step's tensors (0 on a CPU)."""
         return runtime_overhead_bytes(self.step_table()) if device.kind == "GPU" else 0
 
-    def _gpu_overhead(self, slots, slot):
-        """The framework reserve and cuDNN workspace of a GPU at ``slot`` (after :meth:`_slot_peak`)."""
-        return runtime_overhead_bytes(self._table, self._on_slot[(slots, slot)])
-
-    def _slot_peak(self, slots, slot, persistent, accumulated):
-        """Peak bytes of the device at ``slot`` of a replica whose units sit on ``slots`` (live tensors cached)."""
+    def _slot_peak(self, slots, slot):
+        """``(live tensor peak, GPU runtime reserve)`` of the device at ``slot`` of a replica whose units sit on
+        ``slots`` (cached)."""
         key = (slots, slot)
         if key not in self._live:
             self.step_table()
             # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
-            on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])
-            self._on_slot[key] = on_slot[self._op_group]
-            self._live[key] = live_peak(self._table, self.precision, self._on_slot[key])
-        return self._live[key] + persistent + (accumulated if self.micro_batches > 1 else 0)
+            on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])[self._op_group]
+            self._live[key] = (live_peak(self._table, self.precision, on_slot),
+                               runtime_overhead_bytes(self._table, on_slot))
+        return self._live[key]
 
 
 def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
