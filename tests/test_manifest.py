@@ -319,3 +319,18 @@ def test_missing_crd_schemas_are_one_clear_error(allreduce_rdma_plan, tmp_path, 
             build_manifests(allreduce_rdma_plan, "tfjob")
     finally:
         crd_schema.cache_clear()
+
+
+def test_crd_schemas_ship_with_the_package(monkeypatch):
+    """Without $AUTODIST_K8S_SCHEMAS the package's own copy is read; every CRD file is there."""
+    import os
+
+    import launcher
+    from launcher.validate import CRD_FILES, schemas_dir
+
+    monkeypatch.delenv("AUTODIST_K8S_SCHEMAS", raising=False)
+    folder = schemas_dir()
+    assert folder == os.path.join(os.path.dirname(launcher.__file__), "k8s_schemas")
+    for filename in CRD_FILES.values():
+        assert os.path.isfile(os.path.join(folder, filename))
+    assert "Apache-2.0" in open(os.path.join(folder, "SOURCES.md"), encoding="utf-8").read()
