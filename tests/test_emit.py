@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from autodist.cli import main
+from launcher.plan_data import read_plan_json
 from tests.test_plan_fixtures import allreduce_rdma_plan, ps_plan  # noqa: F401  (fixtures)
 
 
@@ -44,11 +45,15 @@ def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
     assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano", "--namespace", "ml", "--name", "bert-run") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
-    assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml"}
-    config_map = yaml.safe_load((out / "configmap.yaml").read_text())
-    assert json.loads(config_map["data"]["plan.json"]) == json.loads(plan_file.read_text())
+    assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml", "labels": {"autodist.io/job": "bert-run"}}
+    config_maps = list(yaml.safe_load_all((out / "configmap.yaml").read_text()))
+    assert json.loads(read_plan_json(config_maps)) == json.loads(plan_file.read_text())
     group = yaml.safe_load((out / "podgroup.yaml").read_text())
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["spec"]["minMember"] == 2
+    # not the job's name: the operator's own PodGroup has that one
+    assert group["metadata"]["name"] == "bert-run-gang"
+    pod = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run-gang"
     assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
 
 
@@ -283,4 +288,5 @@ def test_plan_command_on_a_zoo_script(tmp_path, zoo_dir, capsys):
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
     for replica in tfjob["spec"]["tfReplicaSpecs"].values():
         command = replica["template"]["spec"]["containers"][0]["command"]
-        assert command[4:] == [script, "--steps", "2", "--batch-size", "32"]
+        # the pod runs the script from the image's code folder, never from this machine's path
+        assert command[4:] == ["/workspace/mlp.py", "--steps", "2", "--batch-size", "32"]
