@@ -351,3 +351,16 @@ def test_dockerfile_builds_the_worker_image():
         assert f"COPY {package} /src/{package}" in text
     readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
     assert "docker build -t REGISTRY/autodist:0.1.0 ." in readme
+
+
+def test_worker_exits_retryable_when_a_peer_is_lost():
+    """The code a collective TFJob's ExitCode policy restarts on: the operator retries 128 and above."""
+    import tensorflow as tf
+
+    from autodist.cli.worker_cmd import RETRYABLE_EXIT_CODE, lost_peer
+
+    assert 128 <= RETRYABLE_EXIT_CODE <= 255
+    assert lost_peer(tf.errors.UnavailableError(None, None, "Socket closed"))
+    assert lost_peer(tf.errors.AbortedError(None, None, "Collective ops is aborted"))
+    assert not lost_peer(tf.errors.InvalidArgumentError(None, None, "shape mismatch"))
+    assert not lost_peer(ValueError("a bug in the script"))
