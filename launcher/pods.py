@@ -49,6 +49,7 @@ def worker_command(options):
 def code_config_map_name(job_name):
     return f"{job_name}-code"
 
+
 # RoCE v2 over IPv4 is GID index 3 on ConnectX adapters with the default GID table.
 ROCE_GID_INDEX = "3"
 # AWS EFA: RDMA over Ethernet through libfabric (the aws-ofi-nccl plugin), one
@@ -146,11 +147,10 @@ def _resources(plan, options, tasks, gpus, fabric):
     return {"requests": amounts, "limits": limits}
 
 
-def _environment(plan, options, nccl, extra_env):
+def _environment(plan, options, nccl):
     env = {"AUTODIST_PLAN": plan_data.PLAN_PATH}
     if nccl:
         env.update(nccl_environment(plan, options))
-    env.update(extra_env or {})
     if options.log_dir:
         env[LOG_DIR_ENV] = options.log_dir
     entries = [{"name": k, "value": v} for k, v in env.items()]
@@ -192,8 +192,7 @@ def _volumes(plan, options, job_name, nccl, memory_limit):
     return volumes, mounts
 
 
-def pod_template(plan, options, job_name, role, tasks, command, container_name, port=None, collective=False,
-                 extra_env=None):
+def pod_template(plan, options, job_name, role, tasks, command, container_name, port=None, collective=False):
     """The pod template of one replica kind.
 
     Parameters
@@ -215,14 +214,12 @@ def pod_template(plan, options, job_name, role, tasks, command, container_name, 
         plan crosses nodes over RDMA, the RDMA device, IPC_LOCK and the
         ``--network`` the user names.  ``collective`` without GPUs (an
         MPIJob launcher) exports the NCCL variables only.
-    extra_env : dict, optional
-        More environment variables.
     """
     gpus = gpus_per_task(plan, tasks)
     nccl = collective and uses_nccl(plan, gpus)
     fabric = rdma_fabric(plan) if nccl else None
     resources = _resources(plan, options, tasks, gpus, fabric)
-    env = _environment(plan, options, collective and collective_mode(plan), extra_env)
+    env = _environment(plan, options, collective and collective_mode(plan))
     container = {"name": container_name, "image": options.image, "command": list(command), "workingDir": CODE_DIR,
                  "env": env, "resources": resources}
     if port is not None:
