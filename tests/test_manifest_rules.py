@@ -129,17 +129,18 @@ def test_resources_come_from_the_cluster_spec_and_can_be_overridden(ps_plan):
         assert resources["limits"]["cpu"] == "6" and resources["limits"]["memory"] == "64Gi"
 
 
-def test_plan_of_2048_gpus_emits_in_small_objects(mlp_graph):
+@pytest.mark.parametrize("nodes", [128, 256])
+def test_plans_of_1024_and_2048_gpus_emit_in_small_objects(mlp_graph, nodes):
     from autodist.plan import Plan
     from placement import simulate
     from tests.test_plan_fixtures import allreduce_strategy, cluster, cost_model
 
-    spec = cluster("dgx-h100:256")
+    spec = cluster(f"dgx-h100:{nodes}")
     strategy = allreduce_strategy(mlp_graph, spec)
     plan = Plan.from_strategy(mlp_graph, spec, strategy, simulate(mlp_graph, spec, strategy, cost_model()),
                               cost_model().id, 0)
-    assert len(plan.resource_spec.gpus()) == 2048
-    assert len(plan.to_json().encode()) > 1024 * 1024  # more than one ConfigMap could hold uncompressed
+    assert len(plan.resource_spec.gpus()) == 8 * nodes
+    assert len(plan.to_json().encode()) > 3 * MAX_OBJECT_BYTES  # far more than kubectl apply records uncompressed
     for fmt in ("tfjob", "mpijob"):
         objects = build_manifests(plan, fmt, EmitOptions(gang="volcano"))
         check_runnable(objects)
