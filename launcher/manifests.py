@@ -26,7 +26,7 @@ from launcher.validate import validate_objects
 
 BUILDERS = {"tfjob": build_tfjob, "mpijob": build_mpijob}
 # kubectl apply records the object in the last-applied-configuration
-# annotation, and a object's annotations hold at most 256 KiB.
+# annotation, and an object's annotations hold at most 256 KiB.
 MAX_OBJECT_BYTES = 256 * 1024
 # The longest Service name the TF operator derives: "<job>-worker-<index>".
 _LONGEST_SUFFIX = "-worker-"
@@ -140,7 +140,7 @@ def write_manifests(objects, out_dir, force=False):
 
     Call only with validated objects (:func:`build_manifests` returns those).
     """
-    out_dir = check_output_folder(out_dir, force)
+    given, out_dir = out_dir, check_output_folder(out_dir, force)
     files = manifest_files(objects)
     parent, base = os.path.split(out_dir)
     staging = None
@@ -154,8 +154,12 @@ def write_manifests(objects, out_dir, force=False):
         if os.path.isdir(out_dir):
             old = tempfile.mkdtemp(prefix=f".{base}.old-", dir=parent)
             os.replace(out_dir, old)  # onto the empty folder just made
-            os.replace(staging, out_dir)
-            shutil.rmtree(old)
+            try:
+                os.replace(staging, out_dir)
+            except OSError:
+                os.replace(old, out_dir)  # the earlier emission stays whole
+                raise
+            shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, out_dir)
         staging = None
@@ -164,4 +168,4 @@ def write_manifests(objects, out_dir, force=False):
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    return [os.path.join(out_dir, name) for name in files]
+    return [os.path.join(os.fspath(given), name) for name in files]
