@@ -52,6 +52,10 @@ def test_allreduce_manifests_pass_strict_validation(allreduce_rdma_plan, fmt, ga
         group = by_kind(objects)["PodGroup"]
         assert group["spec"]["minMember"] == members
         assert group["spec"]["minResources"]["nvidia.com/gpu"] == "16"
+        requests = [c["resources"]["requests"] for r in replicas.values() for c in r["template"]["spec"]["containers"]
+                    for _ in range(r["replicas"])]
+        assert group["spec"]["minResources"]["cpu"] == f"{sum(int(q['cpu']) for q in requests) * 1000}m"
+        assert group["spec"]["minResources"]["memory"] == str(sum(int(q["memory"][:-2]) for q in requests) * 2**30)
 
 
 def test_ps_plan_gives_chief_worker_and_ps_replicas(ps_plan):
