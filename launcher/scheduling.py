@@ -12,6 +12,8 @@ workers or away from them, as the plan puts it.
 
 from __future__ import annotations
 
+from autodist.errors import LaunchError
+
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # Set by NVIDIA GPU feature discovery on every GPU node, e.g. "NVIDIA-H100-80GB-HBM3".
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -30,9 +32,22 @@ def podgroup_name(job_name):
 
 
 def real_hostnames(plan, nodes):
-    """The nodes' ``kubernetes.io/hostname`` labels when every one has it, else None."""
-    hosts = [plan.resource_spec.node(n).labels.get(HOSTNAME_LABEL) for n in nodes]
-    return None if not hosts or None in hosts else sorted(set(hosts))
+    """The nodes' ``kubernetes.io/hostname`` labels when every one has it, else None.
+
+    Raises LaunchError when two nodes of the plan carry the same hostname (a
+    cluster-file node group that gives all its nodes one label): their pods
+    could never all be placed.
+    """
+    hosts = {n: plan.resource_spec.node(n).labels.get(HOSTNAME_LABEL) for n in sorted(set(nodes))}
+    if not hosts or None in hosts.values():
+        return None
+    owners = {}
+    for node, host in hosts.items():
+        if host in owners:
+            raise LaunchError(f"nodes {owners[host]!r} and {node!r} both carry {HOSTNAME_LABEL}={host}",
+                              source=plan.where)
+        owners[host] = node
+    return sorted(owners)
 
 
 def _shared_label(plan, nodes, key):

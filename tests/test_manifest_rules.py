@@ -111,6 +111,15 @@ def test_cluster_file_hostnames_are_real_names(mlp_graph):
     assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-a", "gpu-b"]}]}]
 
 
+def test_one_hostname_on_several_nodes_is_refused(mlp_graph):
+    from autodist.resource_spec.cluster_file import parse_cluster
+    from tests.test_manifest import _allreduce_plan
+
+    spec = parse_cluster("nodes:\n  - {name: gpu, count: 2, preset: dgx-h100, labels: {kubernetes.io/hostname: box}}\n")
+    with pytest.raises(LaunchError, match="nodes 'gpu-0' and 'gpu-1' both carry kubernetes.io/hostname=box"):
+        build_manifests(_allreduce_plan(mlp_graph, spec), "tfjob")
+
+
 def test_resources_come_from_the_cluster_spec_and_can_be_overridden(ps_plan):
     spec = ps_plan.resource_spec
     tasks_per_node = {}
