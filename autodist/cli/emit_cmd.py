@@ -58,9 +58,9 @@ def add_manifest_arguments(parser):
     parser.add_argument("--backoff-limit", type=int, default=DEFAULT_BACKOFF_LIMIT,
                         help=f"restarts before the job fails (default {DEFAULT_BACKOFF_LIMIT})")
     parser.add_argument("--running-timeout", default=str(DEFAULT_RUNNING_TIMEOUT_S), metavar="DURATION",
-                        help="the job's deadline, seconds or with s, m, h, d (default 7d)")
+                        help=f"the job's deadline, seconds or with s, m, h, d (default {DEFAULT_RUNNING_TIMEOUT_S // 86400}d)")
     parser.add_argument("--ttl-after-finished", default=str(DEFAULT_TTL_AFTER_FINISHED_S), metavar="DURATION",
-                        help="how long a finished job's pods are kept (default 1d)")
+                        help=f"how long a finished job's pods are kept (default {DEFAULT_TTL_AFTER_FINISHED_S // 86400}d)")
     parser.add_argument(
         "--rdma-resource", default=DEFAULT_RDMA_RESOURCE, help=f"RDMA device-plugin resource (default {DEFAULT_RDMA_RESOURCE})"
     )
