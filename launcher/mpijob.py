@@ -5,12 +5,19 @@ planned GPUs and runs one rank per GPU (``slotsPerWorker``).  Each rank is
 ``autodist worker``, which finds its replica from the MPI environment rather
 than TF_CONFIG (:mod:`launcher.runtime.mpi`) and sums gradients with
 TensorFlow's collective ops (NCCL).
+
+Failures: ``mpirun`` fails when any rank does, and the mpi-operator then
+reruns the launcher, so the whole job restarts together, up to
+``runPolicy.backoffLimit`` times.
 """
 
 from __future__ import annotations
 
 from autodist.errors import LaunchError
-from launcher.pods import gpus_per_task, nccl_environment, pod_template, worker_command
+from launcher.options import parse_env
+from launcher.pods import LOG_DIR_ENV, gpus_per_task, nccl_environment, pod_template, worker_command
+from launcher.runtime.collective import why_not_collective
+from launcher.scheduling import JOB_LABEL, run_policy
 
 API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"
@@ -20,23 +27,27 @@ SSHD_COMMAND = ["/usr/sbin/sshd", "-De"]
 
 
 def launcher_command(plan, options, slots):
-    """``mpirun`` over every worker slot, exporting the NCCL settings and the plan's path."""
+    """``mpirun`` over every worker slot, exporting the NCCL settings, the plan's path and the user's variables."""
     ranks = slots * len(plan.tasks_of("worker"))
-    names = sorted(nccl_environment(plan, options)) + ["AUTODIST_PLAN"]
+    names = sorted(nccl_environment(plan, options)) + ["AUTODIST_PLAN"] + ([LOG_DIR_ENV] if options.log_dir else [])
+    names += [parse_env(text)["name"] for text in options.env]
     exports = [arg for name in names for arg in ("-x", name)]
     return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-bind-to", "none", "-map-by", "slot", *exports, *worker_command(options)]
 
 
 def build_mpijob(plan, options, job_name):
-    """The MPIJob object; raises LaunchError for a plan with parameter servers."""
+    """The MPIJob object; raises LaunchError for a plan that does not run on collectives."""
     if plan.has_ps():
         raise LaunchError("an MPIJob runs allreduce plans only; this plan has PS tasks (emit a TFJob)", source=plan.where)
+    reason = why_not_collective(plan)
+    if reason:
+        raise LaunchError(f"an MPIJob runs allreduce plans only: {reason} (emit a TFJob)", source=plan.where)
     workers = plan.tasks_of("worker")
     slots = max(gpus_per_task(plan, workers, uniform=True), 1)
     launcher = pod_template(
-        plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, nccl=True
+        plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, collective=True
     )
-    worker = pod_template(plan, options, job_name, "worker", workers, SSHD_COMMAND, CONTAINER_NAME, nccl=True)
+    worker = pod_template(plan, options, job_name, "worker", workers, SSHD_COMMAND, CONTAINER_NAME, collective=True)
     specs = {
         "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": launcher},
         "Worker": {"replicas": len(workers), "restartPolicy": "OnFailure", "template": worker},
@@ -44,10 +55,10 @@ def build_mpijob(plan, options, job_name):
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": job_name, "namespace": options.namespace},
+        "metadata": {"name": job_name, "namespace": options.namespace, "labels": {JOB_LABEL: job_name}},
         "spec": {
             "slotsPerWorker": slots,
-            "runPolicy": {"cleanPodPolicy": "Running", "schedulingPolicy": {"minAvailable": 1 + len(workers)}},
+            "runPolicy": run_policy(options, 1 + len(workers)),
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": specs,
         },

@@ -1,36 +1,54 @@
 """Pod templates for every task kind, built in one place for TFJob and MPIJob.
 
-A template holds one container; what varies between replica kinds is the
-command, the GPU count, where the pod may run and whether it talks NCCL over
-RDMA or sockets.
+A template holds one main container, with CPU, memory and GPU requests, and
+an init container that unpacks the plan (:mod:`launcher.plan_data`); what
+varies between replica kinds is the command, the GPU count, where the pod may
+run (:mod:`launcher.scheduling`) and whether it talks NCCL over RDMA or
+sockets.  The job's code is in the image's ``/workspace``, or mounted there
+from a ConfigMap or a PersistentVolumeClaim (``--code-from``).
 """
 
 from __future__ import annotations
 
-from autodist.errors import LaunchError
-from launcher.runtime.collective import collective_mode
+import posixpath
 
-PLAN_DIR = "/etc/autodist"
-PLAN_FILE = "plan.json"
-PLAN_PATH = f"{PLAN_DIR}/{PLAN_FILE}"
-WORKER_COMMAND = ["autodist", "worker", "--plan", PLAN_PATH]
+from autodist.errors import InputError, LaunchError
+from launcher import plan_data, scheduling
+from launcher.options import (
+    CODE_DIR,
+    parse_code_from,
+    parse_data_volume,
+    parse_env,
+    parse_network,
+    parse_toleration,
+)
+from launcher.resources import quantity_value, task_resources
+from launcher.runtime.collective import collective_mode
+from launcher.scheduling import JOB_LABEL, ROLE_LABEL
+
+WORKER_COMMAND = ["autodist", "worker", "--plan", plan_data.PLAN_PATH]
+GPU_RESOURCE = "nvidia.com/gpu"
+# An MPIJob launcher only runs mpirun.
+LAUNCHER_RESOURCES = {"cpu": "1", "memory": "2Gi"}
+# Multus: the NetworkAttachmentDefinitions a pod joins besides the pod network.
+NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+CODE_VOLUME = "code"
+LOG_DIR_ENV = "AUTODIST_LOG_DIR"
+
+
+def script_in_pod(script):
+    """Where the training script is in the pod: a relative path is under the code folder."""
+    return posixpath.join(CODE_DIR, script)
 
 
 def worker_command(options):
     """The in-task entry point, with the training script when one is given."""
-    return WORKER_COMMAND + ([options.script, *options.script_args] if options.script else [])
+    return WORKER_COMMAND + ([script_in_pod(options.script), *options.script_args] if options.script else [])
 
-GPU_RESOURCE = "nvidia.com/gpu"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-# Set by NVIDIA GPU feature discovery on every GPU node, e.g. "NVIDIA-H100-80GB-HBM3".
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-JOB_LABEL = "autodist.io/job"
-ROLE_LABEL = "autodist.io/role"
 
-# Where a Volcano or coscheduling PodGroup is named on each pod.
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
-SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler"}
+def code_config_map_name(job_name):
+    return f"{job_name}-code"
+
 
 # RoCE v2 over IPv4 is GID index 3 on ConnectX adapters with the default GID table.
 ROCE_GID_INDEX = "3"
@@ -48,10 +66,6 @@ def rdma_fabric(plan):
     if kinds == {"ethernet"}:
         return "efa"
     return "roce" if "roce" in kinds else "infiniband"
-
-
-def plan_config_map_name(job_name):
-    return f"{job_name}-plan"
 
 
 def nccl_environment(plan, options):
@@ -91,26 +105,6 @@ def nccl_environment(plan, options):
     return dict(sorted(env.items()))
 
 
-def _node_affinity(plan, nodes):
-    """Required: one of the planned nodes; GPU product too when the cluster reported it.
-
-    A node's hostname is its ``kubernetes.io/hostname`` label when discovery
-    recorded one, else its name in the plan.
-    """
-    specs = [plan.resource_spec.node(n) for n in nodes]
-    hosts = sorted({s.labels.get(HOSTNAME_LABEL, s.name) for s in specs})
-    expressions = [{"key": HOSTNAME_LABEL, "operator": "In", "values": hosts}]
-    products = {s.labels.get(GPU_PRODUCT_LABEL) for s in specs}
-    if products and None not in products:
-        expressions.append({"key": GPU_PRODUCT_LABEL, "operator": "In", "values": sorted(products)})
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}
-
-
-def _one_pod_per_node(job_name, role):
-    selector = {"matchLabels": {JOB_LABEL: job_name, ROLE_LABEL: role}}
-    return {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": selector, "topologyKey": HOSTNAME_LABEL}]}
-
-
 def gpus_per_task(plan, tasks, uniform=False):
     """GPUs each pod of ``tasks`` requests.
 
@@ -132,7 +126,73 @@ def gpus_per_task(plan, tasks, uniform=False):
     return most
 
 
-def pod_template(plan, options, job_name, role, tasks, command, container_name, port=None, nccl=False, extra_env=None):
+def uses_nccl(plan, gpus):
+    """Whether a pod holding ``gpus`` GPUs runs NCCL: only replicas of a collective plan.
+
+    A hybrid plan's allreduced part is summed by ordinary TF ops from one
+    client (see the README), so its workers get no NCCL or RDMA settings.
+    """
+    return bool(gpus) and collective_mode(plan)
+
+
+def _resources(plan, options, tasks, gpus, fabric):
+    amounts = task_resources(plan, options, tasks) if tasks else dict(LAUNCHER_RESOURCES)
+    limits = dict(amounts)
+    if gpus:
+        limits[GPU_RESOURCE] = gpus
+    if fabric == "efa":
+        limits[EFA_RESOURCE] = max(len(plan.resource_spec.node(t["node"]).nics) for t in tasks)
+    elif fabric:
+        limits[options.rdma_resource] = 1
+    return {"requests": amounts, "limits": limits}
+
+
+def _environment(plan, options, nccl):
+    env = {"AUTODIST_PLAN": plan_data.PLAN_PATH}
+    if nccl:
+        env.update(nccl_environment(plan, options))
+    if options.log_dir:
+        env[LOG_DIR_ENV] = options.log_dir
+    entries = [{"name": k, "value": v} for k, v in env.items()]
+    # the user's variables last: they may override ours
+    return entries + [parse_env(text) for text in options.env]
+
+
+def _code_volume(options, job_name):
+    """The volume that holds the job's code, or None when it is in the image."""
+    code = parse_code_from(options.code_from)
+    if code[0] == "configmap":
+        return {"name": CODE_VOLUME, "configMap": {"name": code_config_map_name(job_name)}}, None
+    if code[0] == "pvc":
+        sub_path = code[2].strip("/")
+        return {"name": CODE_VOLUME, "persistentVolumeClaim": {"claimName": code[1], "readOnly": True}}, sub_path
+    return None, None
+
+
+def _volumes(plan, options, job_name, nccl, memory_limit):
+    """(volumes, the main container's mounts): plan, code, data volumes and /dev/shm."""
+    volumes = plan_data.plan_volumes(job_name, len(plan_data.plan_parts(plan)))
+    mounts = [plan_data.plan_mount()]
+    code, sub_path = _code_volume(options, job_name)
+    if code:
+        volumes.append(code)
+        mounts.append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True,
+                       **({"subPath": sub_path} if sub_path else {})})
+    for k, text in enumerate(options.data):
+        claim, path = parse_data_volume(text)
+        volumes.append({"name": f"data-{k}", "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": f"data-{k}", "mountPath": path})
+    if nccl:
+        # NCCL's shared-memory transport and RDMA buffers need more than the
+        # 64 MiB /dev/shm a container gets by default; it counts as the pod's memory.
+        if quantity_value(options.shm_size) > quantity_value(memory_limit):
+            raise InputError(f"{options.shm_size} is more than the pod's memory limit {memory_limit}", field="--shm-size")
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": options.shm_size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def pod_template(plan, options, job_name, role, tasks, command, container_name, port=None, collective=False):
     """The pod template of one replica kind.
 
     Parameters
@@ -143,76 +203,73 @@ def pod_template(plan, options, job_name, role, tasks, command, container_name, 
     role : str
         The replica kind in lower case (``chief``, ``worker``, ``ps``, ``launcher``).
     tasks : list of dict
-        The plan's tasks this template serves (they fix node placement and GPUs).
+        The plan's tasks this template serves (they fix placement, GPUs, CPU and memory).
     command : list of str
     container_name : str
     port : int, optional
         Container port to expose (TFJob's ``tfjob-port``).
-    nccl : bool
-        Whether the pod runs NCCL collectives: adds the NCCL variables, and
-        when it holds GPUs the RDMA device, IPC_LOCK and /dev/shm.
-    extra_env : dict, optional
-        More environment variables.
+    collective : bool
+        Whether the pod takes part in the plan's collectives: with GPUs it
+        then runs NCCL and gets the NCCL variables, /dev/shm and, when the
+        plan crosses nodes over RDMA, the RDMA device, IPC_LOCK and the
+        ``--network`` the user names.  ``collective`` without GPUs (an
+        MPIJob launcher) exports the NCCL variables only.
     """
     gpus = gpus_per_task(plan, tasks)
-    fabric = rdma_fabric(plan) if nccl and gpus else None
-    rdma = fabric is not None
-    limits = {}
-    if gpus:
-        limits[GPU_RESOURCE] = gpus
-    if fabric == "efa":
-        limits[EFA_RESOURCE] = max(len(plan.resource_spec.node(t["node"]).nics) for t in tasks)
-    elif rdma:
-        limits[options.rdma_resource] = 1
-    env = [{"name": "AUTODIST_PLAN", "value": PLAN_PATH}]
-    if nccl:
-        env += [{"name": k, "value": v} for k, v in nccl_environment(plan, options).items()]
-    env += [{"name": k, "value": v} for k, v in sorted((extra_env or {}).items())]
-    container = {"name": container_name, "image": options.image, "command": list(command), "env": env}
+    nccl = collective and uses_nccl(plan, gpus)
+    fabric = rdma_fabric(plan) if nccl else None
+    resources = _resources(plan, options, tasks, gpus, fabric)
+    env = _environment(plan, options, collective and collective_mode(plan))
+    container = {"name": container_name, "image": options.image, "command": list(command), "workingDir": CODE_DIR,
+                 "env": env, "resources": resources}
     if port is not None:
         container["ports"] = [{"name": "tfjob-port", "containerPort": port}]
         # Under a collective plan a worker runs one process per replica, replica i on the port + i.
         replicas = max((len(t["devices"]) for t in tasks), default=1) if role == "worker" and collective_mode(plan) else 1
         container["ports"] += [{"name": f"replica-{i}", "containerPort": port + i} for i in range(1, replicas)]
-    if limits:
-        container["resources"] = {"limits": limits}
-    mounts = [{"name": "autodist-plan", "mountPath": PLAN_DIR, "readOnly": True}]
-    volumes = [{"name": "autodist-plan", "configMap": {"name": plan_config_map_name(job_name)}}]
-    if nccl and (gpus > 1 or rdma):
-        # NCCL's shared-memory transport and RDMA buffers need more than the
-        # 64 MiB /dev/shm a container gets by default.
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
-    if rdma:
+    volumes, mounts = _volumes(plan, options, job_name, nccl, resources["limits"]["memory"])
+    if fabric:
         # Registering (pinning) memory for RDMA needs IPC_LOCK.
         container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     container["volumeMounts"] = mounts
 
-    labels = {JOB_LABEL: job_name, ROLE_LABEL: role}
-    annotations = {}
-    spec = {"containers": [container], "volumes": volumes}
-    if tasks:
-        affinity = {"nodeAffinity": _node_affinity(plan, [t["node"] for t in tasks])}
-        if len(tasks) > 1 and gpus:
-            affinity["podAntiAffinity"] = _one_pod_per_node(job_name, role)
+    labels, annotations, scheduler = scheduling.gang_membership(options, job_name)
+    labels = {JOB_LABEL: job_name, ROLE_LABEL: role, **labels}
+    spec = {"initContainers": [plan_data.unpack_container(options.image)], "containers": [container], "volumes": volumes}
+    network = parse_network(options.network) if fabric else None
+    if network == ("host",):
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"  # Services still resolve
+    elif network:
+        annotations[NETWORKS_ANNOTATION] = network[1]
+    selector = scheduling.node_selector(plan, options, tasks)
+    if selector:
+        spec["nodeSelector"] = selector
+    affinity = scheduling.affinity(plan, job_name, role, tasks, gpus)
+    if affinity:
         spec["affinity"] = affinity
-    if options.gang == "volcano":
-        annotations[VOLCANO_GROUP_ANNOTATION] = job_name
-    elif options.gang == "coscheduling":
-        labels[COSCHEDULING_GROUP_LABEL] = job_name
-    if options.gang:
-        spec["schedulerName"] = SCHEDULER_NAMES[options.gang]
+    if options.tolerations:
+        spec["tolerations"] = [parse_toleration(text) for text in options.tolerations]
+    if options.priority:
+        spec["priorityClassName"] = options.priority
+    if options.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
+    if scheduler:
+        spec["schedulerName"] = scheduler
     metadata = {"labels": labels}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}
 
 
-def config_map(plan, options, job_name):
-    """The ConfigMap that carries the plan into every pod."""
+def code_config_map(options, job_name):
+    """With ``--code-from configmap``: the ConfigMap of the script's folder, or None."""
+    if parse_code_from(options.code_from) != ("configmap",):
+        return None
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": plan_config_map_name(job_name), "namespace": options.namespace, "labels": {JOB_LABEL: job_name}},
-        "data": {PLAN_FILE: plan.to_json()},
+        "metadata": {"name": code_config_map_name(job_name), "namespace": options.namespace,
+                     "labels": {JOB_LABEL: job_name}},
+        "data": dict(options.code_files),
     }

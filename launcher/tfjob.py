@@ -1,9 +1,19 @@
-"""TFJob (kubeflow.org/v1) for a plan: Chief/Worker/PS replicas as planned."""
+"""TFJob (kubeflow.org/v1) for a plan: Chief/Worker/PS replicas as planned.
+
+Failures: a collective plan's replicas form one ring that a restarted pod
+cannot rejoin, so every replica has ``restartPolicy: ExitCode``: the operator
+restarts a pod that exits with a retryable code (128 and above: killed,
+evicted, or ``autodist worker`` after a lost peer) and fails the job on any
+other, up to ``runPolicy.backoffLimit`` restarts.  A PS plan's worker can
+come back alone, so its replicas restart ``OnFailure``.
+"""
 
 from __future__ import annotations
 
 from autodist.plan import DEFAULT_PORT
 from launcher.pods import pod_template, worker_command
+from launcher.runtime.collective import collective_mode
+from launcher.scheduling import JOB_LABEL, run_policy
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
@@ -15,7 +25,7 @@ CONTAINER_NAME = "tensorflow"  # the TF operator finds its container by this nam
 
 def replica_specs(plan, options, job_name):
     """``tfReplicaSpecs``: one entry per job of the plan, in chief, worker, ps order."""
-    allreduce = bool(plan.collectives["buckets"])
+    restart = "ExitCode" if collective_mode(plan) else "OnFailure"
     specs = {}
     for job, replica_type in REPLICA_TYPES.items():
         tasks = plan.tasks_of(job)
@@ -30,22 +40,21 @@ def replica_specs(plan, options, job_name):
             worker_command(options),
             CONTAINER_NAME,
             port=DEFAULT_PORT,
-            nccl=allreduce and job == "worker",
+            collective=job == "worker",
         )
-        specs[replica_type] = {"replicas": len(tasks), "restartPolicy": "OnFailure", "template": template}
+        specs[replica_type] = {"replicas": len(tasks), "restartPolicy": restart, "template": template}
     return specs
 
 
 def build_tfjob(plan, options, job_name):
     """The TFJob object; ``minAvailable`` covers every replica so the job starts whole."""
     specs = replica_specs(plan, options, job_name)
-    scheduling = {"minAvailable": sum(s["replicas"] for s in specs.values())}
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": job_name, "namespace": options.namespace},
+        "metadata": {"name": job_name, "namespace": options.namespace, "labels": {JOB_LABEL: job_name}},
         "spec": {
-            "runPolicy": {"cleanPodPolicy": "Running", "schedulingPolicy": scheduling},
+            "runPolicy": run_policy(options, sum(s["replicas"] for s in specs.values())),
             "tfReplicaSpecs": specs,
         },
     }

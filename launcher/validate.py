@@ -1,6 +1,6 @@
 """Validation of emitted objects before anything is written or submitted.
 
-Three checks, as ``k8s-schemas/SOURCES.md`` lists them:
+Three checks, as ``k8s_schemas/SOURCES.md`` lists them:
 
 1. each custom resource against its CRD's ``openAPIV3Schema``, converted to
    JSON Schema, in strict mode (an unknown field is an error, as with
@@ -9,8 +9,9 @@ Three checks, as ``k8s-schemas/SOURCES.md`` lists them:
    against the Kubernetes OpenAPI schemas bundled by ``kubernetes-validate``;
 3. the rules the operators enforce outside the schema.
 
-The CRD files are read at run time from ``$AUTODIST_K8S_SCHEMAS``, by default
-``../shared/k8s-schemas`` next to the repository.
+The CRD files ship with the package (``launcher/k8s_schemas``, their source
+and licence in its ``SOURCES.md``); ``$AUTODIST_K8S_SCHEMAS`` names another
+folder to read them from instead.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ CRD_FILES = {
 REPLICA_FIELDS = {"TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
 
 
+SHIPPED_SCHEMAS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "k8s_schemas")
+
+
 def schemas_dir():
-    """Folder of the CRD files: ``$AUTODIST_K8S_SCHEMAS`` or ``<repo>/../shared/k8s-schemas``."""
-    default = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "k8s-schemas")
-    return os.path.normpath(os.environ.get(SCHEMAS_ENV) or default)
+    """Folder of the CRD files: ``$AUTODIST_K8S_SCHEMAS``, else the copy shipped with the package."""
+    return os.path.normpath(os.environ.get(SCHEMAS_ENV) or SHIPPED_SCHEMAS)
 
 
 def to_json_schema(node, strict=True):

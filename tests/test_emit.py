@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from autodist.cli import main
+from launcher.plan_data import read_plan_json
 from tests.test_plan_fixtures import allreduce_rdma_plan, ps_plan  # noqa: F401  (fixtures)
 
 
@@ -44,11 +45,15 @@ def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
     assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano", "--namespace", "ml", "--name", "bert-run") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
-    assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml"}
-    config_map = yaml.safe_load((out / "configmap.yaml").read_text())
-    assert json.loads(config_map["data"]["plan.json"]) == json.loads(plan_file.read_text())
+    assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml", "labels": {"autodist.io/job": "bert-run"}}
+    config_maps = list(yaml.safe_load_all((out / "configmap.yaml").read_text()))
+    assert json.loads(read_plan_json(config_maps)) == json.loads(plan_file.read_text())
     group = yaml.safe_load((out / "podgroup.yaml").read_text())
     assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["spec"]["minMember"] == 2
+    # not the job's name: the operator's own PodGroup has that one
+    assert group["metadata"]["name"] == "bert-run-gang"
+    pod = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run-gang"
     assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
 
 
@@ -283,4 +288,71 @@ def test_plan_command_on_a_zoo_script(tmp_path, zoo_dir, capsys):
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
     for replica in tfjob["spec"]["tfReplicaSpecs"].values():
         command = replica["template"]["spec"]["containers"][0]["command"]
-        assert command[4:] == [script, "--steps", "2", "--batch-size", "32"]
+        # the pod runs the script from the image's code folder, never from this machine's path
+        assert command[4:] == ["/workspace/mlp.py", "--steps", "2", "--batch-size", "32"]
+
+
+def test_re_emission_into_a_used_folder_leaves_exactly_the_new_set(tmp_path, plan_file, capsys):
+    out = tmp_path / "k8s"
+    assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left
+    capsys.readouterr()
+    # a file autodist did not write: refused, one line, nothing changed
+    (out / "notes.txt").write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert run_cli("emit", plan_file, "-o", out) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"autodist: error: {out}: holds 'notes.txt', which autodist did not emit; "
+                   "give --force to replace the folder's content"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert run_cli("emit", plan_file, "-o", out, "--force") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
+
+
+def test_plan_command_refuses_a_foreign_folder_before_the_search(tmp_path, mlp_graph, capsys):
+    graph, out, plan_path = tmp_path / "graph.json", tmp_path / "k8s", tmp_path / "plan.json"
+    mlp_graph.save(graph)
+    out.mkdir()
+    (out / "README").write_text("mine")
+    assert run_cli("plan", graph, "--preset", "dgx-h100:2", "-o", plan_path, "--emit-k8s", out) == 2
+    assert "holds 'README', which autodist did not emit" in capsys.readouterr().err
+    assert not plan_path.exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--code-from", "pvc:claim"], "--code-from: 'pvc:claim' is not image, configmap or pvc:CLAIM:PATH (with a path)"),
+        (["--toleration", "a=b=c:NoSchedule"], "--toleration: 'a=b=c:NoSchedule' is not KEY[=VALUE][:EFFECT] or 'all'"),
+        (["--env", "JUSTANAME"], "--env: 'JUSTANAME' is not NAME=VALUE"),
+        (["--priority", "Urgent!"], "--priority: 'Urgent!' is not a DNS-1123 label"),
+        (["--shm-size", "lots"], "--shm-size: 'lots' is not a Kubernetes quantity"),
+        (["--running-timeout", "2 weeks"], "--running-timeout: '2 weeks' is not a positive duration"),
+        (["--node-selector", "pool"], "--node-selector: 'pool' is not a node label key=value"),
+        (["--code-from", "configmap", "--script", "missing.py"], "missing.py: no such file"),
+    ],
+)
+def test_bad_manifest_options_one_line_exit_2_nothing_written(tmp_path, plan_file, capsys, extra, message):
+    out = tmp_path / "k8s"
+    assert run_cli("emit", plan_file, "-o", out, *extra) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith(f"autodist: error: {message}"), lines
+    assert not out.exists()
+
+
+def test_code_from_configmap_packs_the_local_script_folder(tmp_path, ps_plan_file, capsys):
+    code = tmp_path / "proj"
+    code.mkdir()
+    (code / "train.py").write_text("import helpers\n")
+    (code / "helpers.py").write_text("X = 1\n")
+    out = tmp_path / "k8s"
+    assert run_cli("emit", ps_plan_file, "-o", out, "--code-from", "configmap", "--script", code / "train.py") == 0
+    config_maps = list(yaml.safe_load_all((out / "configmap.yaml").read_text()))
+    (packed,) = [c for c in config_maps if c["metadata"]["name"].endswith("-code")]
+    assert packed["data"] == {"helpers.py": "X = 1\n", "train.py": "import helpers\n"}
+    tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
+    assert tfjob["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["command"][4] == "/workspace/train.py"

@@ -22,6 +22,15 @@ def env_of(container):
     return {e["name"]: e["value"] for e in container["env"]}
 
 
+def device_limits(container):
+    """The container's limits on devices (GPUs, RDMA adapters), without CPU and memory."""
+    return {k: v for k, v in container["resources"]["limits"].items() if k not in ("cpu", "memory")}
+
+
+def gpu_limit(container):
+    return container["resources"]["limits"].get("nvidia.com/gpu", 0)
+
+
 def only_container(replica):
     (container,) = replica["template"]["spec"]["containers"]
     return container
@@ -43,6 +52,10 @@ def test_allreduce_manifests_pass_strict_validation(allreduce_rdma_plan, fmt, ga
         group = by_kind(objects)["PodGroup"]
         assert group["spec"]["minMember"] == members
         assert group["spec"]["minResources"]["nvidia.com/gpu"] == "16"
+        requests = [c["resources"]["requests"] for r in replicas.values() for c in r["template"]["spec"]["containers"]
+                    for _ in range(r["replicas"])]
+        assert group["spec"]["minResources"]["cpu"] == f"{sum(int(q['cpu']) for q in requests) * 1000}m"
+        assert group["spec"]["minResources"]["memory"] == str(sum(int(q["memory"][:-2]) for q in requests) * 2**30)
 
 
 def test_ps_plan_gives_chief_worker_and_ps_replicas(ps_plan):
@@ -54,11 +67,18 @@ def test_ps_plan_gives_chief_worker_and_ps_replicas(ps_plan):
         assert container["name"] == "tensorflow"
         assert container["command"] == ["autodist", "worker", "--plan", "/etc/autodist/plan.json"]
         assert not any(k.startswith("NCCL_") for k in env_of(container))
-    assert only_container(specs["Worker"])["resources"]["limits"] == {"nvidia.com/gpu": 8}
-    assert "resources" not in only_container(specs["PS"])
-    ps_nodes = specs["PS"]["template"]["spec"]["affinity"]["nodeAffinity"]
-    hosts = ps_nodes["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0]
-    assert hosts["key"] == "kubernetes.io/hostname" and hosts["values"] == sorted(t["node"] for t in ps_plan.tasks_of("ps"))
+        assert replica["restartPolicy"] == "OnFailure"  # a PS plan's worker comes back alone
+    assert gpu_limit(only_container(specs["Worker"])) == 8
+    assert "nvidia.com/gpu" not in only_container(specs["PS"])["resources"]["limits"]
+    # preset node names exist in no cluster: the PS pods go beside the workers, one per node, as planned
+    assert {t["node"] for t in ps_plan.tasks_of("ps")} <= {t["node"] for t in ps_plan.tasks_of("worker")}
+    affinity = specs["PS"]["template"]["spec"]["affinity"]
+    assert "nodeAffinity" not in affinity
+    near = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert near == [{"labelSelector": {"matchLabels": {"autodist.io/job": "embedding", "autodist.io/role": "worker"}},
+                     "topologyKey": "kubernetes.io/hostname"}]
+    away = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert away[0]["labelSelector"]["matchLabels"]["autodist.io/role"] == "ps"
 
 
 def test_ps_plan_cannot_be_an_mpijob(ps_plan):
@@ -74,10 +94,11 @@ def test_allreduce_on_rdma_cluster_one_pod_per_node_with_rdma_settings(allreduce
     assert worker["replicas"] == len(allreduce_rdma_plan.resource_spec.nodes)
     pod = worker["template"]["spec"]
     container = only_container(worker)
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "rdma/hca_shared_devices_a": 1}
+    assert device_limits(container) == {"nvidia.com/gpu": 8, "rdma/hca_shared_devices_a": 1}
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
+    assert worker["restartPolicy"] == "ExitCode"  # the ring restarts whole
     env = env_of(container)
     assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_HCA"] == "mlx5"
     assert env["NCCL_NET_GDR_LEVEL"] == "PHB"  # the DGX preset has GPUDirect RDMA
@@ -96,7 +117,7 @@ def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
     assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]) <= 64
     assert "NCCL_IB_HCA" not in env and "securityContext" not in container
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert device_limits(container) == {"nvidia.com/gpu": 8}
 
 
 def test_mpijob_runs_one_autodist_worker_per_gpu(allreduce_rdma_plan):
@@ -106,7 +127,7 @@ def test_mpijob_runs_one_autodist_worker_per_gpu(allreduce_rdma_plan):
     assert {k: v["replicas"] for k, v in spec["mpiReplicaSpecs"].items()} == {"Launcher": 1, "Worker": 2}
     launcher = only_container(spec["mpiReplicaSpecs"]["Launcher"])
     assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
-    assert "resources" not in launcher  # the launcher holds no GPU and no RDMA device
+    assert device_limits(launcher) == {}  # the launcher holds no GPU and no RDMA device
     assert launcher["command"][-4:] == ["autodist", "worker", "--plan", "/etc/autodist/plan.json"]
     env = env_of(launcher)
     for name in env:
@@ -245,7 +266,7 @@ def test_efa_cluster_gets_libfabric_settings(mlp_graph):
     env = env_of(container)
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert "NCCL_IB_HCA" not in env
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    assert device_limits(container) == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
 
 
@@ -256,7 +277,7 @@ def test_uneven_gpu_counts_request_the_most_in_tfjob_but_not_mpijob(mlp_graph):
     replicas = [[f"{spec.nodes[0].name}/GPU:{i}"] for i in range(8)] + [[f"{spec.nodes[1].name}/GPU:{i}"] for i in range(4)]
     plan = _allreduce_plan(mlp_graph, spec, replicas)
     worker = by_kind(build_manifests(plan, "tfjob"))["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
-    assert only_container(worker)["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert gpu_limit(only_container(worker)) == 8
     assert plan.device_string(f"{spec.nodes[1].name}/GPU:3") == "/job:worker/task:1/device:GPU:3"
     with pytest.raises(LaunchError, match=r"different GPU counts \[4, 8\]"):
         build_manifests(plan, "mpijob")
@@ -307,8 +328,7 @@ def test_manifest_property(mlp_graph, data):
         assert plan.tf_config(task["job"], task["index"], namespace="default")["cluster"] == expected
     spec = plan.resource_spec
     gpus = [sum(spec.device(d).kind == "GPU" for d in t["devices"]) for t in plan.tasks_of("worker")]
-    limits = only_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"]).get("resources", {}).get("limits", {})
-    assert limits.get("nvidia.com/gpu", 0) == max(gpus)
+    assert gpu_limit(only_container(tfjob["spec"]["tfReplicaSpecs"]["Worker"])) == max(gpus)
 
 
 def test_missing_crd_schemas_are_one_clear_error(allreduce_rdma_plan, tmp_path, monkeypatch):
@@ -319,3 +339,18 @@ def test_missing_crd_schemas_are_one_clear_error(allreduce_rdma_plan, tmp_path, 
             build_manifests(allreduce_rdma_plan, "tfjob")
     finally:
         crd_schema.cache_clear()
+
+
+def test_crd_schemas_ship_with_the_package(monkeypatch):
+    """Without $AUTODIST_K8S_SCHEMAS the package's own copy is read; every CRD file is there."""
+    import os
+
+    import launcher
+    from launcher.validate import CRD_FILES, schemas_dir
+
+    monkeypatch.delenv("AUTODIST_K8S_SCHEMAS", raising=False)
+    folder = schemas_dir()
+    assert folder == os.path.join(os.path.dirname(launcher.__file__), "k8s_schemas")
+    for filename in CRD_FILES.values():
+        assert os.path.isfile(os.path.join(folder, filename))
+    assert "Apache-2.0" in open(os.path.join(folder, "SOURCES.md"), encoding="utf-8").read()

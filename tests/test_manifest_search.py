@@ -19,13 +19,19 @@ def searched_plan(graph_item, preset):
 
 
 def check_plan_manifests(plan):
-    tfjob = build_manifests(plan, "tfjob")[-1]
+    from tests.test_manifest_rules import check_runnable
+
+    objects = build_manifests(plan, "tfjob")
+    check_runnable(objects)
+    tfjob = objects[-1]
     replicas = {k.lower(): v["replicas"] for k, v in tfjob["spec"]["tfReplicaSpecs"].items()}
     assert replicas == {job: len(plan.tasks_of(job)) for job in ("chief", "worker", "ps") if plan.tasks_of(job)}
     for task in plan.tasks:
         assert plan.tf_config(task["job"], task["index"], namespace="default")["cluster"] == operator_cluster_spec(tfjob)
     if not plan.has_ps():
-        mpijob = build_manifests(plan, "mpijob")[-1]
+        objects = build_manifests(plan, "mpijob")
+        check_runnable(objects)
+        mpijob = objects[-1]
         assert mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == len(plan.tasks_of("worker"))
     return tfjob
 

@@ -45,7 +45,10 @@ def run(args):
         raise InputError(f"must be positive, got {args.budget}", field="--budget")
     script = args.source if args.source.endswith(".py") else None
     if args.emit_k8s:
-        options_from_args(args, script)  # bad manifest options fail before the search
+        from launcher.manifests import check_output_folder
+
+        options_from_args(args, script)  # bad manifest options and folders fail before the search
+        check_output_folder(args.emit_k8s, args.force)
     resource_spec = cluster_from_args(args)
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
@@ -56,6 +59,6 @@ def run(args):
     if objects:
         from launcher.manifests import write_manifests
 
-        for path in write_manifests(objects, args.emit_k8s):
+        for path in write_manifests(objects, args.emit_k8s, force=args.force):
             print(path)
     return 0

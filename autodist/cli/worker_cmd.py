@@ -23,7 +23,41 @@ def register(subparsers):
     p.set_defaults(func=run)
 
 
+# Under restartPolicy ExitCode the training operator restarts a pod that exits
+# with 128 or more and fails the job on any other code (launcher/tfjob.py).  A
+# replica whose peer is gone cannot rejoin the ring alone: it exits with this
+# code, so every replica restarts and the ring forms again.
+RETRYABLE_EXIT_CODE = 200
+# TensorFlow's errors for a task that went away: refused connection, aborted
+# or timed-out collective, cancelled step.
+LOST_PEER_ERRORS = ("UnavailableError", "AbortedError", "DeadlineExceededError", "CancelledError")
+
+
+def lost_peer(exc):
+    """Whether ``exc`` is TensorFlow's report of a lost peer task."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(exc, tuple(getattr(tf.errors, name) for name in LOST_PEER_ERRORS))
+
+
 def run(args):
+    """Run this pod's task; a lost peer ends it with :data:`RETRYABLE_EXIT_CODE`."""
+    import sys
+
+    from autodist.errors import first_line
+
+    try:
+        return run_task(args)
+    except Exception as exc:
+        if not lost_peer(exc):
+            raise
+        print(f"autodist worker: a peer task is gone ({first_line(exc)}); exit {RETRYABLE_EXIT_CODE} to restart "
+              "the job whole", file=sys.stderr)
+        return RETRYABLE_EXIT_CODE
+
+
+def run_task(args):
     import os
 
     from autodist.plan import Plan
