@@ -7,16 +7,20 @@ import tempfile
 from autodist.errors import InputError
 
 
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_json(path):
-    """Read a JSON file; any failure is an InputError naming the file."""
+    """Read a JSON file; any failure (NaN and Infinity included) is an InputError naming the file."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.load(fh, parse_constant=_refuse_constant)
     except FileNotFoundError:
         raise InputError("no such file", source=path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a JSON file", source=path) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError or a constant
         raise InputError(f"not valid JSON ({exc})", source=path) from None
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror})", source=path) from None

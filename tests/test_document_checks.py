@@ -1,0 +1,148 @@
+"""Graphs and plans that break their invariants are refused on load: one line, exit 2, nothing written.
+
+The documents are the real captured MLP (conftest's ``mlp_graph``) and real
+plans of it (tests/test_plan_fixtures.py), each edited the way a hostile
+user or another tool would.
+"""
+
+import json
+import os
+
+import pytest
+
+from autodist.cli import main, placement_main
+from autodist.errors import InputError
+from autodist.graph.item import GraphItem
+from autodist.plan import Plan
+from tests.test_plan_fixtures import allreduce_rdma_plan, ps_plan  # noqa: F401  (fixtures)
+
+
+def run_cli(entry, argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        entry(argv)
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def _first_trainable(data):
+    return next(i for i, v in enumerate(data["variables"]) if v["trainable"])
+
+
+def _set(path, value):
+    """An edit that sets ``data[path[0]][path[1]]... = value``."""
+
+    def edit(data):
+        target = data
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+def _no_gradient(data):
+    data["variables"][_first_trainable(data)]["gradients"] = []
+
+
+def _cycle(data):
+    data["ops"][0]["inputs"].append(f"^{data['ops'][-1]['name']}")
+
+
+GRAPH_EDITS = {
+    "negative shape": (_set(["ops", 3, "output_shapes", 0], [-5, 3]), "ops[3].output_shapes[0]: must be >= -1, got -5"),
+    "negative bytes": (_set(["ops", 3, "output_bytes", 0], -4), "ops[3].output_bytes[0]: must be >= 0, got -4"),
+    "duplicate op": (lambda d: d["ops"][1].__setitem__("name", d["ops"][0]["name"]), "ops[1].name: duplicate op name"),
+    "input names no op": (_set(["ops", 5, "inputs"], ["ghost:0"]), "ops[5].inputs[0]: 'ghost:0' names no op of the graph"),
+    "no variables": (_set(["variables"], []), "variables: the graph has no trainable variables"),
+    "batch 0": (_set(["job", "batch_size"], 0), "job.batch_size: must be a positive batch size, got 0"),
+    "absurd flops": (_set(["ops", 2, "flops"], 10**30), "ops[2].flops: op"),
+    "no ops": (_set(["ops"], []), "ops: the graph has no ops"),
+    "cycle": (_cycle, "ops: the graph has a cycle"),
+    "flops not a number": (_set(["ops", 2, "flops"], "many"), "ops[2].flops: must be an integer, got 'many'"),
+    "trainable without gradient": (_no_gradient, "has no gradient in a graph with a backward pass"),
+}
+
+
+@pytest.fixture(scope="module")
+def mlp_document(mlp_graph):
+    return mlp_graph.to_dict()
+
+
+def test_the_real_graph_holds_every_invariant(mlp_graph, embedding_graph):
+    for item in (mlp_graph, embedding_graph):
+        assert GraphItem.from_dict(json.loads(json.dumps(item.to_dict()))) == item
+
+
+@pytest.mark.parametrize("case", sorted(GRAPH_EDITS))
+def test_bad_graph_is_refused_before_planning(case, mlp_document, tmp_path, capsys):
+    edit, expected = GRAPH_EDITS[case]
+    data = json.loads(json.dumps(mlp_document))
+    edit(data)
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps(data))
+    out_path = tmp_path / "plan.json"
+    code, out, err = run_cli(main, ["plan", str(path), "--preset", "dgx-h100:2", "-o", str(out_path)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"autodist: error: {path}: ") and expected in err, err
+    assert sorted(os.listdir(tmp_path)) == ["graph.json"]
+
+
+def _duplicate_variable(data):
+    data["variables"].append(dict(data["variables"][0]))
+
+
+def _second_bucket(data):
+    first, second = data["collectives"]["buckets"][:2]
+    second["variables"].append(first["variables"][0])
+
+
+def _shared_replica(data):
+    replicas = data["strategy"]["replicas"]
+    replicas[1] = list(replicas[0])
+
+
+def _sync_key(data, key, value):
+    name = sorted(data["strategy"]["sync"])[0]
+    data["strategy"]["sync"][name][key] = value
+
+
+PLAN_EDITS = {
+    "variable synchronised twice": ("allreduce_rdma_plan", _duplicate_variable, "variables: variable"),
+    "variable in two buckets": ("allreduce_rdma_plan", _second_bucket, "collectives.buckets[1].variables: variable"),
+    "replicas share a device": ("allreduce_rdma_plan", _shared_replica, "replicas must be disjoint"),
+    "unknown version": ("allreduce_rdma_plan", _set(["version"], 2), "version: unsupported plan version 2"),
+    "bucket bytes": ("allreduce_rdma_plan", lambda d: d["collectives"]["buckets"][0].__setitem__("bytes", 1), "collectives.buckets[0].bytes"),
+    "unknown sync method": ("allreduce_rdma_plan", lambda d: _sync_key(d, "method", "gossip"), "unknown method 'gossip'"),
+    "bucket of the wrong type": ("allreduce_rdma_plan", lambda d: _sync_key(d, "bucket", "b"), "must be an integer >= 0, got 'b'"),
+    "PS task out of range": ("ps_plan", lambda d: _sync_key(d, "ps_tasks", [7]), "must name 1 or more PS tasks from 0 to 1"),
+    "device of another node": ("ps_plan", lambda d: d["tasks"][1]["devices"].__setitem__(0, "node-1/GPU:0"), "is not on the task's node"),
+    "assignments disagree": ("ps_plan", lambda d: d["device_assignments"].pop(), "device_assignments: do not follow"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_EDITS))
+def test_bad_plan_is_refused_by_report_and_emit(case, request, tmp_path, capsys):
+    fixture, edit, expected = PLAN_EDITS[case]
+    data = request.getfixturevalue(fixture).to_dict()
+    edit(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    for entry, argv in ((placement_main, ["report", str(path)]), (main, ["emit", str(path), "-o", str(tmp_path / "k8s")])):
+        code, out, err = run_cli(entry, argv, capsys)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert f": error: {path}: " in err and expected in err, err
+    assert sorted(os.listdir(tmp_path)) == ["plan.json"]
+
+
+def test_every_built_plan_holds_the_invariants(allreduce_rdma_plan, ps_plan):  # noqa: F811
+    for plan in (allreduce_rdma_plan, ps_plan):
+        assert Plan.from_dict(plan.to_dict()) == plan
+
+
+def test_nan_in_a_document_is_refused(ps_plan, tmp_path):  # noqa: F811
+    data = ps_plan.to_dict()
+    data["prediction"]["step_time"] = float("nan")
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="not valid JSON .NaN is not a JSON number"):
+        Plan.load(path)
