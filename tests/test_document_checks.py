@@ -146,3 +146,48 @@ def test_nan_in_a_document_is_refused(ps_plan, tmp_path):  # noqa: F811
     path.write_text(json.dumps(data))
     with pytest.raises(InputError, match="not valid JSON .NaN is not a JSON number"):
         Plan.load(path)
+
+
+def test_validate_prints_ok_and_a_summary_of_each_kind(mlp_graph, allreduce_rdma_plan, tmp_path, capsys):  # noqa: F811
+    from autodist.resource_spec import load_cluster
+
+    graph, plan, spec = tmp_path / "graph.json", tmp_path / "plan.json", tmp_path / "spec.json"
+    mlp_graph.save(graph)
+    allreduce_rdma_plan.save(plan)
+    spec.write_text(json.dumps(load_cluster(preset="dgx-h100:2").to_dict()))
+    cluster_yaml = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "clusters", "lab-mixed.yaml")
+    expected = {
+        graph: f"ok: {graph}: graph mlp: {len(mlp_graph.ops):,} ops, 4 trainable variables (2,762 parameters), batch size 16\n",
+        plan: f"ok: {plan}: plan 'mlp': 4 variables; predicted step",
+        spec: f"ok: {spec}: cluster 'dgx-h100:2': 2 nodes, 18 devices (16 GPUs)\n",
+        cluster_yaml: f"ok: {cluster_yaml}: cluster 'lab-mixed': 4 nodes, 24 devices (20 GPUs)\n",
+    }
+    for path, line in expected.items():
+        code, out, err = run_cli(main, ["validate", str(path)], capsys)
+        assert code == 0 and err == "" and out.count("\n") == 1 and out.startswith(line), out
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"format": "autodist.report"}', "not an autodist document (format 'autodist.report'"),
+        ("[1, 2]", "not an autodist document (format None"),
+        ('{"format": "autodist.resource_spec", "version": 1, "nodes": [{"name": "a", "devices": [], "fabric": '
+         '{"kind": "nvlink", "bandwidth": -1, "latency": 0}}]}', "nodes[0].devices: a node needs at least one device"),
+    ],
+)
+def test_validate_names_the_first_problem(text, expected, tmp_path, capsys):
+    path = tmp_path / "doc.json"
+    path.write_text(text)
+    code, out, err = run_cli(main, ["validate", str(path)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"autodist: error: {path}: ") and expected in err, err
+
+
+def test_validate_refuses_a_plan_edited_by_hand(allreduce_rdma_plan, tmp_path, capsys):  # noqa: F811
+    data = allreduce_rdma_plan.to_dict()
+    _second_bucket(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    code, out, err = run_cli(main, ["validate", str(path)], capsys)
+    assert code == 2 and out == "" and "collectives.buckets[1].variables: variable" in err

@@ -25,6 +25,7 @@ AUTODIST_COMMANDS = (
     "emit_cmd",
     "run_cmd",
     "worker_cmd",
+    "validate_cmd",
 )
 PLACEMENT_COMMANDS = ("report_cmd",)
 

@@ -58,9 +58,5 @@ def run(args):
             raise InputError("script arguments given, but the source is not a .py script", source=args.source)
         item = load_graph(args.source)
     item.save(args.output)
-    print(
-        f"captured {item.job.model_name or args.source}: {len(item.ops):,} ops, "
-        f"{len(item.trainable_variables())} trainable variables "
-        f"({item.parameter_count():,} parameters), batch size {item.job.batch_size} -> {args.output}"
-    )
+    print(f"captured {item.describe()} -> {args.output}")
     return 0

@@ -199,6 +199,14 @@ class GraphItem:
             counts[op.phase] += 1
         return counts
 
+    def describe(self):
+        """One line: model, ops, trainable variables, parameters and batch size."""
+        return (
+            f"{self.job.model_name or '(unnamed model)'}: {len(self.ops):,} ops, "
+            f"{len(self.trainable_variables())} trainable variables ({self.parameter_count():,} parameters), "
+            f"batch size {self.job.batch_size}"
+        )
+
     # -- serialisation ---------------------------------------------------
     def to_dict(self):
         return {
