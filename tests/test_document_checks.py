@@ -59,7 +59,7 @@ GRAPH_EDITS = {
     "no ops": (_set(["ops"], []), "ops: the graph has no ops"),
     "cycle": (_cycle, "ops: the graph has a cycle"),
     "flops not a number": (_set(["ops", 2, "flops"], "many"), "ops[2].flops: must be an integer, got 'many'"),
-    "trainable without gradient": (_no_gradient, "has no gradient in a graph with a backward pass"),
+    "updated without gradient": (_no_gradient, "is updated but has no gradient"),
 }
 
 

@@ -88,10 +88,9 @@ def _graph_holds_invariants(item, doc):
     assert item.ops and item.job.batch_size > 0 and item.trainable_variables()
     graph = item.graph
     assert nx.is_directed_acyclic_graph(graph)
-    backward = any(op.phase == "backward" for op in item.ops.values())
     for var in item.variables.values():
         assert var.bytes >= 0 and all(d >= 0 for d in var.shape)
-        assert not (var.trainable and backward) or var.gradients
+        assert not (var.trainable and var.update_ops) or var.gradients
         for tensor in var.gradients:
             assert tensor.rpartition(":")[0] in item.ops
     for op in item.ops.values():

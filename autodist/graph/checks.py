@@ -6,8 +6,9 @@ type of every field; then unique names, inputs that name an existing op
 output, an acyclic graph, non-negative shapes, bytes and FLOPs (at most
 :data:`MAX_OP_FLOPS` per op), a positive batch, at least one trainable
 variable, and variables whose ops, gradients and slots exist.  A trainable
-variable without gradients is refused unless the graph has no backward op at
-all (a forward-only graph, e.g. a serving signature).
+variable that is updated has a gradient; one with neither is the capture
+saying it saw no update (a forward-only graph such as a serving signature,
+or an update inside a conditional, as LossScaleOptimizer applies them).
 
 Every failure is an :class:`~autodist.errors.InputError` naming the file and
 the field, e.g. ``graph.json: ops[12].output_bytes[0]: must be >= 0, got -4``.
@@ -138,7 +139,7 @@ def check_graph_document(data, where="<graph item>"):
         check.types(var, VARIABLE_FIELDS, f"variables[{i}]")
     check.types(data["job"], JOB_FIELDS, "job")
     outputs = _check_ops(check, data["ops"])
-    _check_variables(check, data["variables"], outputs, data["ops"])
+    _check_variables(check, data["variables"], outputs)
     if data["job"].get("batch_size", 0) < 1:
         check.fail("job.batch_size", f"must be a positive batch size, got {data['job'].get('batch_size', 0)}")
 
@@ -177,10 +178,11 @@ def _check_ops(check, ops):
         for j, tensor in enumerate(op.get("inputs", [])):
             src = _resolve(check, tensor, outputs, f"ops[{i}].inputs[{j}]")
             graph.add_edge(src, op["name"])
-    try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
+    if nx.is_directed_acyclic_graph(graph):
         return outputs
+    # find_cycle alone is quadratic on large graphs; look only inside a strongly connected component.
+    loop = next(c for c in nx.strongly_connected_components(graph) if len(c) > 1 or graph.has_edge(*[min(c)] * 2))
+    cycle = nx.find_cycle(graph.subgraph(loop))
     check.fail("ops", f"the graph has a cycle: {' -> '.join(edge[0] for edge in cycle)} -> {cycle[0][0]}")
 
 
@@ -199,7 +201,7 @@ def _resolve(check, tensor, outputs, field):
     return src
 
 
-def _check_variables(check, variables, outputs, ops):
+def _check_variables(check, variables, outputs):
     names = set()
     for i, var in enumerate(variables):
         for key in ("name", "shape", "dtype", "bytes"):
@@ -211,7 +213,6 @@ def _check_variables(check, variables, outputs, ops):
     trainable = {v["name"] for v in variables if v.get("trainable", True)}
     if not trainable:
         check.fail("variables", "the graph has no trainable variables")
-    forward_only = not any(op.get("phase") == "backward" for op in ops)
     for i, var in enumerate(variables):
         at = f"variables[{i}]"
         for d in var["shape"]:
@@ -231,5 +232,5 @@ def _check_variables(check, variables, outputs, ops):
                 check.fail(f"{at}.slots[{j}]", f"variable {var['name']!r}: slot {slot!r} names no variable")
         if var.get("slot_of") is not None and var["slot_of"] not in trainable:
             check.fail(f"{at}.slot_of", f"{var['slot_of']!r} names no trainable variable")
-        if var["name"] in trainable and not var.get("gradients") and not forward_only:
-            check.fail(f"{at}.gradients", f"trainable variable {var['name']!r} has no gradient in a graph with a backward pass")
+        if var["name"] in trainable and var.get("update_ops") and not var.get("gradients"):
+            check.fail(f"{at}.gradients", f"trainable variable {var['name']!r} is updated but has no gradient")
