@@ -191,3 +191,35 @@ def test_validate_refuses_a_plan_edited_by_hand(allreduce_rdma_plan, tmp_path, c
     path.write_text(json.dumps(data))
     code, out, err = run_cli(main, ["validate", str(path)], capsys)
     assert code == 2 and out == "" and "collectives.buckets[1].variables: variable" in err
+
+
+MIXED_PRECISION_SCRIPT = """
+import keras
+import numpy as np
+
+keras.mixed_precision.set_global_policy("mixed_float16")
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)])
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(np.zeros((32, 8), np.float32), np.zeros((32,), np.int32), batch_size=8, epochs=1)
+"""
+
+
+def test_a_mixed_precision_capture_holds_the_invariants(tmp_path):
+    """Keras wraps the optimizer in a LossScaleOptimizer, whose updates the capture cannot see: no gradients either."""
+    import keras
+
+    from autodist.graph.capture import capture_script
+
+    script = tmp_path / "mixed.py"
+    script.write_text(MIXED_PRECISION_SCRIPT)
+    try:
+        item = capture_script(str(script))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert item.job.optimizer == "LossScaleOptimizer" and item.trainable_variables()
+    assert GraphItem.from_dict(json.loads(json.dumps(item.to_dict()))) == item
+
+
+@pytest.mark.slow
+def test_the_zoo_resnet50_holds_every_invariant(resnet50_graph):
+    assert GraphItem.from_dict(json.loads(json.dumps(resnet50_graph.to_dict()))) == resnet50_graph
