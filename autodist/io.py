@@ -46,8 +46,9 @@ def check_output_file(path, field=None):
         raise InputError("is a directory, expected a file name", source=path, field=field)
     if not os.path.isdir(folder):
         raise InputError(f"folder {folder} does not exist", source=path, field=field)
-    if len(os.fsencode(name)) > os.pathconf(folder, "PC_NAME_MAX"):
-        raise InputError(f"file name is longer than {os.pathconf(folder, 'PC_NAME_MAX')} bytes", source=path, field=field)
+    longest = os.pathconf(folder, "PC_NAME_MAX")
+    if len(os.fsencode(name)) > longest:
+        raise InputError(f"file name is longer than {longest} bytes", source=path, field=field)
     if not os.access(folder, os.W_OK):
         raise InputError(f"folder {folder} is not writable", source=path, field=field)
 

@@ -32,6 +32,8 @@ def plan_problems(data, resource_spec, strategy):
     for name, count in sorted(Counter(names).items()):
         if count > 1:
             yield "variables", f"variable {name!r} is listed {count} times; each is synchronised exactly once"
+    if len(names) != data["graph"]["trainable_variables"]:
+        yield "variables", f"{len(names)} variables, but the graph has {data['graph']['trainable_variables']} trainable ones"
     yield from strategy.problems(devices, set(names))
     yield from _placement_problems(data, resource_spec, strategy)
     yield from _variable_problems(data["variables"], strategy)

@@ -94,16 +94,15 @@ class Strategy:
         for field, message in self.problems({d.name for d in resource_spec.devices()}, trainable):
             raise PlacementError(f"{field}: {message}")
 
-    def problems(self, device_names, variables=None):
+    def problems(self, device_names, variables):
         """``(field, message)`` for every inconsistency, first to last.
 
         Parameters
         ----------
         device_names : set of str
             The cluster's logical devices.
-        variables : set of str, optional
-            The trainable variables, each of which must be synchronised exactly
-            once; not checked when None.
+        variables : set of str
+            The trainable variables, each of which must be synchronised exactly once.
         """
         seen = {}
         for r, replica in enumerate(self.replicas):
@@ -119,12 +118,11 @@ class Strategy:
         for k, dev in enumerate(self.ps_devices):
             if dev not in device_names:
                 yield f"strategy.ps_devices[{k}]", f"device {dev!r} is not in the cluster"
-        if variables is not None:
-            for name in sorted(variables - set(self.sync)):
-                yield "strategy.sync", f"variable {name!r} has no synchronisation"
+        for name in sorted(variables - set(self.sync)):
+            yield "strategy.sync", f"variable {name!r} has no synchronisation"
         for var, s in sorted(self.sync.items()):
             field = f"strategy.sync.{var}"
-            if variables is not None and var not in variables:
+            if var not in variables:
                 yield field, f"names unknown variable {var!r}"
             for key, message in _sync_problems(s, len(self.ps_devices)):
                 yield f"{field}.{key}", message

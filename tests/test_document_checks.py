@@ -101,6 +101,15 @@ def _shared_replica(data):
     replicas[1] = list(replicas[0])
 
 
+def _drop_variable(data):
+    """Remove one variable everywhere a plan names it, as if the graph had one fewer."""
+    name = data["variables"].pop(0)["name"]
+    del data["strategy"]["sync"][name]
+    for bucket in data["collectives"]["buckets"]:
+        if name in bucket["variables"]:
+            bucket["variables"].remove(name)
+
+
 def _sync_key(data, key, value):
     name = sorted(data["strategy"]["sync"])[0]
     data["strategy"]["sync"][name][key] = value
@@ -108,6 +117,7 @@ def _sync_key(data, key, value):
 
 PLAN_EDITS = {
     "variable synchronised twice": ("allreduce_rdma_plan", _duplicate_variable, "variables: variable"),
+    "variable left out": ("allreduce_rdma_plan", _drop_variable, "variables: 3 variables, but the graph has 4 trainable ones"),
     "variable in two buckets": ("allreduce_rdma_plan", _second_bucket, "collectives.buckets[1].variables: variable"),
     "replicas share a device": ("allreduce_rdma_plan", _shared_replica, "replicas must be disjoint"),
     "unknown version": ("allreduce_rdma_plan", _set(["version"], 2), "version: unsupported plan version 2"),
