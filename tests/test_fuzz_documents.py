@@ -2,10 +2,11 @@
 
 Hypothesis mutates real documents (the captured MLP and embedding steps,
 plans of them simulated for real, the example cluster files and a preset's
-resource spec): it deletes fields, duplicates entries, flips signs and
-changes types, one to three times.  A mutant goes through ``autodist
-validate``; it is either refused with an AutoDistError, or accepted and then
-used the way the rest of autodist uses it (which must hold the invariants).
+resource spec): it deletes fields, duplicates entries, moves list entries,
+flips signs and changes types, one to three times, 200 examples per kind.
+A mutant goes through ``autodist validate``; it is either refused with an
+AutoDistError, or accepted and then used the way the rest of autodist uses
+it (which must hold the invariants).
 No other exception escapes and no file is written.
 """
 
@@ -41,7 +42,7 @@ def _children(node):
 
 
 def _mutate_once(data, doc):
-    """Walk from the root to a random field, then delete, duplicate, negate or retype it."""
+    """Walk from the root to a random field, then delete, duplicate, move (in a list), negate or retype it."""
     parent, key = None, None
     node = doc
     while isinstance(node, (dict, list)) and node and (parent is None or data.draw(st.integers(0, 3)) > 0):
@@ -49,11 +50,14 @@ def _mutate_once(data, doc):
         node = parent[key]
     if parent is None:
         return
-    action = data.draw(st.sampled_from(["delete", "duplicate", "negate", "retype"]))
+    action = data.draw(st.sampled_from(["delete", "duplicate", "swap", "negate", "retype"]))
     if action == "delete":
         del parent[key]
     elif action == "duplicate" and isinstance(parent, list):
         parent.insert(key, copy.deepcopy(node))
+    elif action == "swap" and isinstance(parent, list):
+        other = data.draw(st.integers(0, len(parent) - 1))
+        parent[key], parent[other] = parent[other], parent[key]
     elif action == "negate" and isinstance(node, (int, float)) and not isinstance(node, bool):
         parent[key] = -node if node else -1
     else:
@@ -100,19 +104,6 @@ def _graph_holds_invariants(item, doc):
     assert GraphItem.from_dict(item.to_dict()) == item
 
 
-@pytest.fixture(scope="module")
-def graph_documents(mlp_graph, embedding_graph):
-    return [mlp_graph.to_dict(), embedding_graph.to_dict()]
-
-
-@FUZZ
-@given(data=st.data())
-def test_graph_mutants(graph_documents, data, tmp_path):
-    doc = _mutant(data, data.draw(st.sampled_from(graph_documents)))
-    if _accepted(tmp_path, "graph.json", json.dumps(doc)):
-        _graph_holds_invariants(GraphItem.from_dict(doc), doc)
-
-
 def _plan_holds_invariants(plan):
     names = [v["name"] for v in plan.variables]
     assert sorted(names) == sorted(plan.strategy.sync) and len(set(names)) == len(names)
@@ -126,19 +117,6 @@ def _plan_holds_invariants(plan):
     assert sorted(in_buckets) == sorted(n for n, s in plan.strategy.sync.items() if s.method == "allreduce")
 
 
-@pytest.fixture(scope="module")
-def plan_documents(allreduce_rdma_plan, ps_plan):  # noqa: F811
-    return [allreduce_rdma_plan.to_dict(), ps_plan.to_dict()]
-
-
-@FUZZ
-@given(data=st.data())
-def test_plan_mutants(plan_documents, data, tmp_path):
-    doc = _mutant(data, data.draw(st.sampled_from(plan_documents)))
-    if _accepted(tmp_path, "plan.json", json.dumps(doc)):
-        _plan_holds_invariants(Plan.from_dict(doc))
-
-
 def _cluster_holds_invariants(spec):
     devices = [d.name for d in spec.devices()]
     assert devices and len(devices) == len(set(devices))
@@ -149,8 +127,16 @@ def _cluster_holds_invariants(spec):
         assert path.bandwidth > 0 and path.latency >= 0
 
 
+def _graph_documents(request):
+    return [("graph.json", request.getfixturevalue(name).to_dict()) for name in ("mlp_graph", "embedding_graph")]
+
+
+def _plan_documents(request):
+    return [("plan.json", request.getfixturevalue(name).to_dict()) for name in ("allreduce_rdma_plan", "ps_plan")]
+
+
 @functools.lru_cache(maxsize=1)
-def _cluster_documents():
+def _cluster_files():
     from autodist.resource_spec import load_cluster
 
     files = sorted(glob.glob(os.path.join(REPO, "benchmarks", "clusters", "*.yaml")))
@@ -158,11 +144,21 @@ def _cluster_documents():
     return docs + [("spec.json", load_cluster(preset="p3.16xlarge:2").to_dict())]
 
 
+# kind -> (its real documents as (file name, document), the check of an accepted mutant (text, document))
+KINDS = {
+    "graph": (_graph_documents, lambda text, doc: _graph_holds_invariants(GraphItem.from_dict(doc), doc)),
+    "plan": (_plan_documents, lambda text, doc: _plan_holds_invariants(Plan.from_dict(doc))),
+    "cluster": (lambda request: _cluster_files(), lambda text, doc: _cluster_holds_invariants(parse_cluster(text))),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
 @FUZZ
 @given(data=st.data())
-def test_cluster_mutants(data, tmp_path):
-    name, doc = data.draw(st.sampled_from(_cluster_documents()))
+def test_mutants_are_refused_or_hold_the_invariants(kind, request, data, tmp_path):
+    documents, holds = KINDS[kind]
+    name, doc = data.draw(st.sampled_from(documents(request)))
     doc = _mutant(data, doc)
-    text = json.dumps(doc) if name.endswith(".json") else yaml.safe_dump(doc)
+    text = yaml.safe_dump(doc) if name.endswith(".yaml") else json.dumps(doc)
     if _accepted(tmp_path, name, text):
-        _cluster_holds_invariants(parse_cluster(text))
+        holds(text, doc)
