@@ -141,7 +141,8 @@ def check_graph_document(data, where="<graph item>"):
     outputs = _check_ops(check, data["ops"])
     _check_variables(check, data["variables"], outputs)
     if data["job"].get("batch_size", 0) < 1:
-        check.fail("job.batch_size", f"must be a positive batch size, got {data['job'].get('batch_size', 0)}")
+        check.fail("job.batch_size", f"must be a positive batch size, got {data['job'].get('batch_size', 0)} "
+                   "(a loaded graph takes it from its inputs' first dimension, which must be known)")
 
 
 def _check_ops(check, ops):
