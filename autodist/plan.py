@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from autodist.errors import InputError
 from autodist.io import check_document, read_json, write_json_atomic
+from autodist.plan_checks import plan_problems
 from autodist.resource_spec.spec import ResourceSpec
 from autodist.strategy import Strategy
 
@@ -127,7 +128,8 @@ def task_device_strings(task, resource_spec):
     return out
 
 
-def _device_assignments(tasks, resource_spec):
+def device_assignments(tasks, resource_spec):
+    """One entry per device of every task: its job, task index and TensorFlow device string."""
     return [
         {"device": dev, "job": t["job"], "task": t["index"], "tf_device": tf}
         for t in tasks
@@ -241,7 +243,7 @@ class Plan:
         try:
             self.resource_spec = ResourceSpec.from_dict(data["cluster"], where=f"{where}: cluster")
             self.strategy = Strategy.from_dict(data["strategy"], where=where)
-            self._check_devices()
+            self._check()
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"malformed plan ({type(exc).__name__}: {exc})", source=where) from None
 
@@ -289,7 +291,7 @@ class Plan:
             "graph": _graph_summary(graph_item),
             "tasks": tasks,
             "strategy": strategy.to_dict(),
-            "device_assignments": _device_assignments(tasks, resource_spec),
+            "device_assignments": device_assignments(tasks, resource_spec),
             "variables": _variable_entries(graph_item, strategy, tasks, resource_spec),
             "op_groups": {g: strategy.devices_of(g) for g in sorted(strategy.group_slots)},
             "collectives": _collectives(graph_item, resource_spec, strategy, tasks),
@@ -310,34 +312,9 @@ class Plan:
     def load(cls, path):
         return cls.from_dict(read_json(path), where=str(path))
 
-    def _check_devices(self):
-        names = {d.name for d in self.resource_spec.devices()}
-        nodes = {n.name for n in self.resource_spec.nodes}
-
-        def check(dev, field):
-            if dev not in names:
-                raise InputError(f"device {dev!r} is not in the plan's cluster", source=self.where, field=field)
-
-        for i, task in enumerate(self.tasks):
-            if task.get("job") not in JOBS:
-                raise InputError(f"unknown job {task.get('job')!r}", source=self.where, field=f"tasks[{i}].job")
-            if task.get("node") not in nodes:
-                raise InputError(
-                    f"node {task.get('node')!r} is not in the plan's cluster", source=self.where, field=f"tasks[{i}].node"
-                )
-            for j, dev in enumerate(task.get("devices", [])):
-                check(dev, f"tasks[{i}].devices[{j}]")
-        for r, replica in enumerate(self.strategy.replicas):
-            for j, dev in enumerate(replica):
-                check(dev, f"strategy.replicas[{r}][{j}]")
-        for k, dev in enumerate(self.strategy.ps_devices):
-            check(dev, f"strategy.ps_devices[{k}]")
-        for job in JOBS:
-            indices = [t["index"] for t in self.tasks_of(job)]
-            if indices != list(range(len(indices))):
-                raise InputError(f"{job} task indices are {indices}, expected 0..{len(indices) - 1}", source=self.where, field="tasks")
-        if not self.tasks_of("worker"):
-            raise InputError("no worker task", source=self.where, field="tasks")
+    def _check(self):
+        for field, message in plan_problems(self._data, self.resource_spec, self.strategy):
+            raise InputError(message, source=self.where, field=field)
 
     # -- writing ---------------------------------------------------------
     def to_dict(self):

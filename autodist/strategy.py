@@ -49,6 +49,26 @@ class VarSync:
         return len(self.ps_tasks) if self.method == "ps" else 1
 
 
+def _is_index(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _sync_problems(sync, ps_count):
+    """``(key, message)`` for what is wrong with one VarSync, given the number of PS tasks."""
+    if sync.method not in SYNC_METHODS:
+        yield "method", f"unknown method {sync.method!r} (one of {', '.join(SYNC_METHODS)})"
+    elif sync.method == "ps":
+        if not sync.ps_tasks or not all(_is_index(t) and t < ps_count for t in sync.ps_tasks):
+            yield "ps_tasks", f"must name 1 or more PS tasks from 0 to {ps_count - 1}, got {list(sync.ps_tasks)}"
+        if not _is_index(sync.axis):
+            yield "axis", f"must be an integer >= 0, got {sync.axis!r}"
+    else:
+        if sync.algorithm not in ALLREDUCE_ALGORITHMS:
+            yield "algorithm", f"unknown allreduce algorithm {sync.algorithm!r} (one of {', '.join(ALLREDUCE_ALGORITHMS)})"
+        if not _is_index(sync.bucket):
+            yield "bucket", f"must be an integer >= 0, got {sync.bucket!r}"
+
+
 @dataclass
 class Strategy:
     """A complete placement of one job (see the module docstring)."""
@@ -70,31 +90,45 @@ class Strategy:
 
     def validate(self, graph_item, resource_spec):
         """Raise PlacementError unless every name and index is consistent."""
-        names = {d.name for d in resource_spec.devices()}
-        for r, replica in enumerate(self.replicas):
-            for dev in replica:
-                if dev not in names:
-                    raise PlacementError(f"replica {r} names unknown device {dev!r}")
-        for k, dev in enumerate(self.ps_devices):
-            if dev not in names:
-                raise PlacementError(f"PS task {k} names unknown device {dev!r}")
         trainable = {v.name for v in graph_item.trainable_variables()}
-        missing = sorted(trainable - set(self.sync))
-        if missing:
-            raise PlacementError(f"variable {missing[0]!r} has no synchronisation")
-        for var, s in self.sync.items():
-            if var not in trainable:
-                raise PlacementError(f"sync names unknown variable {var!r}")
-            if s.method not in SYNC_METHODS:
-                raise PlacementError(f"variable {var!r}: unknown method {s.method!r}")
-            if s.method == "ps":
-                if not s.ps_tasks or any(not 0 <= t < len(self.ps_devices) for t in s.ps_tasks):
-                    raise PlacementError(f"variable {var!r}: PS task out of range")
-            elif s.algorithm not in ALLREDUCE_ALGORITHMS:
-                raise PlacementError(f"variable {var!r}: unknown allreduce algorithm {s.algorithm!r}")
-        for group, slot in self.group_slots.items():
+        for field, message in self.problems({d.name for d in resource_spec.devices()}, trainable):
+            raise PlacementError(f"{field}: {message}")
+
+    def problems(self, device_names, variables):
+        """``(field, message)`` for every inconsistency, first to last.
+
+        Parameters
+        ----------
+        device_names : set of str
+            The cluster's logical devices.
+        variables : set of str
+            The trainable variables, each of which must be synchronised exactly once.
+        """
+        seen = {}
+        for r, replica in enumerate(self.replicas):
+            for j, dev in enumerate(replica):
+                field = f"strategy.replicas[{r}][{j}]"
+                if dev not in device_names:
+                    yield field, f"device {dev!r} is not in the cluster"
+                elif dev in seen:
+                    yield field, f"device {dev!r} is already in replica {seen[dev]}: replicas must be disjoint"
+                seen[dev] = r
+        if not self.replicas or not all(self.replicas):
+            yield "strategy.replicas", "every replica needs a device, and there must be one"
+        for k, dev in enumerate(self.ps_devices):
+            if dev not in device_names:
+                yield f"strategy.ps_devices[{k}]", f"device {dev!r} is not in the cluster"
+        for name in sorted(variables - set(self.sync)):
+            yield "strategy.sync", f"variable {name!r} has no synchronisation"
+        for var, s in sorted(self.sync.items()):
+            field = f"strategy.sync.{var}"
+            if var not in variables:
+                yield field, f"names unknown variable {var!r}"
+            for key, message in _sync_problems(s, len(self.ps_devices)):
+                yield f"{field}.{key}", message
+        for group, slot in sorted(self.group_slots.items()):
             if any(not 0 <= slot < len(replica) for replica in self.replicas):
-                raise PlacementError(f"op group {group!r}: slot {slot} outside its replica")
+                yield f"strategy.group_slots.{group}", f"slot {slot} outside its replica"
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self):

@@ -15,9 +15,7 @@ refitted from the shipped data instead (see cost_models.model).
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 
 import numpy as np
 import sklearn
@@ -26,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from autodist.errors import CostModelError
-from autodist.io import read_json, write_json_atomic
+from autodist.io import read_json, write_bytes_atomic, write_json_atomic
 from cost_models.features import FEATURES
 
 FORMAT = "autodist.op_time_model"
@@ -187,16 +185,7 @@ class OpTimeRegressor(RegressorMixin, BaseEstimator):
 def save_model(model, path_pickle, path_meta, training_data):
     """Pickle ``model`` and write its metadata (version, features, data)."""
     check_is_fitted(model, "estimator_")
-    folder = os.path.dirname(os.path.abspath(path_pickle))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(model, fh, protocol=4)
-        os.replace(tmp, path_pickle)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes_atomic(path_pickle, pickle.dumps(model, protocol=4))
     write_json_atomic(path_meta, model_metadata(model, training_data))
 
 

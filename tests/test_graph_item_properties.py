@@ -1,4 +1,4 @@
-"""Property: any GraphItem survives JSON text and back unchanged (no TensorFlow involved)."""
+"""Property: any valid GraphItem survives JSON text and back unchanged (no TensorFlow involved)."""
 
 import json
 
@@ -15,14 +15,14 @@ attr_values = st.one_of(st.booleans(), st.integers(), names, st.lists(st.integer
 
 @st.composite
 def graph_items(draw):
+    """A GraphItem that holds every invariant of autodist.graph.checks (inputs, gradients and slots resolve)."""
     op_names = draw(st.lists(names, min_size=1, max_size=12, unique=True))
-    ops = []
+    ops, tensors = [], []
     for i, name in enumerate(op_names):
-        n_out = draw(st.integers(0, 3))
-        earlier = op_names[:i]
-        inputs = [f"{draw(st.sampled_from(earlier))}:{draw(st.integers(0, 2))}" for _ in range(draw(st.integers(0, 2)))] if earlier else []
-        if earlier and draw(st.booleans()):
-            inputs.append(f"^{draw(st.sampled_from(earlier))}")
+        n_out = draw(st.integers(1 if i == 0 else 0, 3))
+        inputs = [draw(st.sampled_from(tensors)) for _ in range(draw(st.integers(0, 2)))] if tensors else []
+        if i and draw(st.booleans()):
+            inputs.append(f"^{draw(st.sampled_from(op_names[:i]))}")
         ops.append(
             OpInfo(
                 name=name,
@@ -38,27 +38,30 @@ def graph_items(draw):
                 attrs=draw(st.dictionaries(st.sampled_from(["strides", "padding", "equation"]), attr_values)),
             )
         )
-    var_names = draw(st.lists(names, max_size=5, unique=True))
+        tensors += [f"{name}:{k}" for k in range(n_out)]
+    var_names = draw(st.lists(names, min_size=1, max_size=5, unique=True))
+    trainable = [True] + [draw(st.booleans()) for _ in var_names[1:]]
+    weights = [v for v, t in zip(var_names, trainable) if t]
     variables = [
         VariableInfo(
             name=v,
             shape=draw(st.lists(st.integers(1, 1000), max_size=3)),
             dtype="float32",
             bytes=draw(st.integers(0, 2**40)),
-            trainable=draw(st.booleans()),
-            gradients=draw(st.lists(st.sampled_from([f"{o}:0" for o in op_names]), max_size=2)),
+            trainable=t,
+            gradients=draw(st.lists(st.sampled_from(tensors), min_size=1, max_size=2)),
             sparse_gradient=draw(st.booleans()),
             sparse_update=draw(st.booleans()),
             update_ops=draw(st.lists(st.sampled_from(op_names), max_size=2)),
-            slot_of=draw(st.one_of(st.none(), st.sampled_from(var_names))),
+            slot_of=None if t else draw(st.one_of(st.none(), st.sampled_from(weights))),
             rows_touched=draw(st.one_of(st.none(), st.integers(0, 10**6))),
             model_weight=draw(st.booleans()),
         )
-        for v in var_names
+        for v, t in zip(var_names, trainable)
     ]
     job = JobInfo(
         model_name=draw(names),
-        batch_size=draw(st.integers(0, 4096)),
+        batch_size=draw(st.integers(1, 4096)),
         input_shapes=draw(st.dictionaries(names, dims, max_size=3)),
         optimizer=draw(st.sampled_from(["", "Adam", "SGD"])),
     )

@@ -25,12 +25,20 @@ AUTODIST_COMMANDS = (
     "emit_cmd",
     "run_cmd",
     "worker_cmd",
+    "validate_cmd",
 )
 PLACEMENT_COMMANDS = ("report_cmd",)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line and exit status 2, like every other error."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog.split()[0]}: error: {message} (see {self.prog} --help)\n")
+
+
 def _build_parser(prog, modules):
-    parser = argparse.ArgumentParser(prog=prog)
+    parser = OneLineParser(prog=prog)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in modules:

@@ -9,16 +9,22 @@ SCRIPT_SUFFIX = ".py"
 
 
 def register(subparsers):
+    from autodist.cli.options import seconds_between
+    from autodist.graph.script import DEFAULT_TIMEOUT_S
+
     parser = subparsers.add_parser(
         "capture",
         help="capture one training step into a GraphItem JSON",
-        usage="autodist capture SOURCE -o GRAPH_JSON [-- SCRIPT_ARGS ...]",
+        usage="autodist capture SOURCE -o GRAPH_JSON [--timeout SECONDS] [-- SCRIPT_ARGS ...]",
         description="Capture one training step of a Keras model.fit script, a script whose step is an "
         "@autodist.function, a GraphDef (.pb/.pbtxt) or a SavedModel directory. Arguments after -- "
         "go to the script.",
     )
     parser.add_argument("source", help="train.py, graph.pb, graph.pbtxt or a SavedModel directory")
     parser.add_argument("-o", "--output", required=True, help="GraphItem JSON to write")
+    parser.add_argument("--timeout", type=seconds_between(1, 86_400), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"stop a script that has not reached its training step after this long "
+                        f"(default {DEFAULT_TIMEOUT_S:g})")
     parser.parse_known_args = _split_script_args(parser)
     parser.set_defaults(func=run)
 
@@ -42,17 +48,15 @@ def _split_script_args(parser):
 def run(args):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from autodist.graph.capture import capture_script, load_graph
+    from autodist.io import check_output_file
 
+    check_output_file(args.output, field="-o")
     if args.source.endswith(SCRIPT_SUFFIX):
-        item = capture_script(args.source, args.script_args)
+        item = capture_script(args.source, args.script_args, timeout_s=args.timeout)
     else:
         if args.script_args:
             raise InputError("script arguments given, but the source is not a .py script", source=args.source)
         item = load_graph(args.source)
     item.save(args.output)
-    print(
-        f"captured {item.job.model_name or args.source}: {len(item.ops):,} ops, "
-        f"{len(item.trainable_variables())} trainable variables "
-        f"({item.parameter_count():,} parameters), batch size {item.job.batch_size} -> {args.output}"
-    )
+    print(f"captured {item.describe()} -> {args.output}")
     return 0

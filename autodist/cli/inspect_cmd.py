@@ -4,6 +4,8 @@ import json
 
 
 def register(subparsers):
+    from autodist.cli.options import integer_between
+
     parser = subparsers.add_parser(
         "inspect",
         help="summarise a GraphItem: ops by phase, parameters, sparse variables, FLOPs",
@@ -11,7 +13,8 @@ def register(subparsers):
     )
     parser.add_argument("graph", help="graph.json written by `autodist capture`")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.add_argument("--top", type=int, default=10, help="how many largest variables and op types to list")
+    parser.add_argument("--top", type=integer_between(1, 10_000), default=10,
+                        help="how many largest variables and op types to list")
     parser.set_defaults(func=run)
 
 

@@ -8,7 +8,7 @@ def add_job_arguments(parser):
     from cost_models.gpu import PRECISIONS
 
     group = parser.add_argument_group("job (default: as captured)")
-    group.add_argument("--precision", metavar="{" + ",".join(PRECISIONS) + "}",
+    group.add_argument("--precision", choices=PRECISIONS,
                        help="compute precision to plan for: fp32, tf32 (float32 on TF32 tensor cores), "
                             "fp16 or bf16 (Keras mixed precision)")
     group.add_argument("--micro-batches", type=_positive_int, metavar="N",

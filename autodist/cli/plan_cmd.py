@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from autodist.errors import InputError
-
 
 def register(subparsers):
     from autodist.cli.emit_cmd import add_manifest_arguments
     from autodist.cli.job_options import add_job_arguments
+    from autodist.cli.options import add_search_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     p = subparsers.add_parser("plan", help="search the best placement and write plan.json")
     p.add_argument("source", help="training script (.py), graph.json, GraphDef (.pb/.pbtxt) or SavedModel directory")
     add_cluster_arguments(p)
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE", help="where to write the plan (default plan.json)")
-    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
-    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    add_search_arguments(p)
     p.add_argument("--allreduce-only", action="store_true",
                    help="search only plans that allreduce every variable (what custom training loops run on)")
     p.add_argument("--emit-k8s", metavar="DIR", help="also write Kubernetes manifests for the plan here")
@@ -39,10 +37,11 @@ def run(args):
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
     from autodist.cli.job_options import job_options
+    from autodist.cli.options import check_search_size
+    from autodist.io import check_output_file
     from autodist.resource_spec import cluster_from_args
 
-    if args.budget <= 0:
-        raise InputError(f"must be positive, got {args.budget}", field="--budget")
+    check_output_file(args.output, field="-o")
     script = args.source if args.source.endswith(".py") else None
     if args.emit_k8s:
         from launcher.manifests import check_output_folder
@@ -50,6 +49,7 @@ def run(args):
         options_from_args(args, script)  # bad manifest options and folders fail before the search
         check_output_folder(args.emit_k8s, args.force)
     resource_spec = cluster_from_args(args)
+    check_search_size(resource_spec, args.budget)
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      allreduce_only=args.allreduce_only, **job_options(args))

@@ -9,6 +9,7 @@ FORMATS = ("text", "markdown", "json")
 
 def register(subparsers):
     from autodist.cli.job_options import add_job_arguments
+    from autodist.cli.options import add_search_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     p = subparsers.add_parser(
@@ -21,8 +22,7 @@ def register(subparsers):
     add_cluster_arguments(p)
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--timeline", metavar="TRACE_JSON", help="write the simulated step as a Chrome trace")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    add_search_arguments(p)
     p.add_argument("--compare", metavar="PLAN_JSON", help="another plan to compare with")
     add_job_arguments(p)
     p.add_argument("script_args", nargs="*", help="arguments of train.py (after --)")
@@ -67,15 +67,15 @@ def _from_job(args):
 
     from autodist.api import graph_of, with_job_options
     from autodist.cli.job_options import job_options
+    from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
     from autodist.plan import Plan
     from autodist.resource_spec import cluster_from_args
 
     if not _cluster_given(args):
         raise InputError("give the cluster: --cluster FILE, --preset NAME[:N] or --from-kubernetes")
-    if args.budget <= 0:
-        raise InputError(f"must be positive, got {args.budget}", field="--budget")
     spec = cluster_from_args(args)
+    check_search_size(spec, args.budget, prog="placement")
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = CostModel.default()
     result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
@@ -84,10 +84,12 @@ def _from_job(args):
 
 
 def run(args):
-    from autodist.io import write_json_atomic
+    from autodist.io import check_output_file, write_json_atomic
     from autodist.plan import Plan
     from autodist.report import build_report, render
 
+    if args.timeline:
+        check_output_file(args.timeline, field="--timeline")
     if _is_plan_file(args.source):
         plan, graph_item, result = _from_plan_file(args)
         plan_file = args.source

@@ -15,6 +15,7 @@ DEFAULT_PRESET = "cpu-local:2"
 
 def _add_options(p):
     from autodist.cli.job_options import add_job_arguments
+    from autodist.cli.options import add_search_arguments
     from autodist.resource_spec import add_cluster_arguments
 
     add_cluster_arguments(p)
@@ -22,8 +23,7 @@ def _add_options(p):
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of searching one")
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE",
                    help="where a searched plan is written (default plan.json)")
-    p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
-    p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
+    add_search_arguments(p)
     p.add_argument("--report", metavar="FILE", help="write a JSON record of the run (devices, transfers, step times)")
 
 
@@ -38,9 +38,11 @@ def register(subparsers):
 
 def _parse_rest(args):
     """Options given after the script, and the script's arguments after ``--``."""
+    from autodist.cli import OneLineParser
+
     rest = list(args.rest)
     cut = rest.index("--") if "--" in rest else len(rest)
-    parser = argparse.ArgumentParser(prog="autodist run SCRIPT")
+    parser = OneLineParser(prog="autodist run SCRIPT")
     _add_options(parser)
     parser.parse_args(rest[:cut], namespace=args)
     args.script_args = rest[cut + 1:]
@@ -50,21 +52,21 @@ def _searched_plan(args):
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.plan_cmd import summary
+    from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
 
-    if args.budget <= 0:
-        raise InputError(f"must be positive, got {args.budget}", field="--budget")
     given = args.cluster or args.preset or args.from_kubernetes
     resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
+    check_search_size(resource_spec, args.budget)
+    if (args.micro_batches or 1) > 1:
+        raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
+                         "run with one micro-batch", field="--micro-batches")
     graph_item = graph_of(args.script, args.script_args)
     custom_loop = graph_item.job.step == "function"
     if custom_loop:
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
               "searching plans that allreduce every variable", flush=True)
-    if (args.micro_batches or 1) > 1:
-        raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
-                         "run with one micro-batch", field="--micro-batches")
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      allreduce_only=custom_loop, precision=args.precision)
     plan.save(args.output)
@@ -75,10 +77,14 @@ def _searched_plan(args):
 def run(args):
     import os
 
+    from autodist.io import check_output_file
     from autodist.plan import Plan
     from launcher.local import run_local
 
     _parse_rest(args)
+    for path, option in ((args.report, "--report"), (None if args.plan else args.output, "-o")):
+        if path:
+            check_output_file(path, field=option)
     if not os.path.isfile(args.script):
         raise InputError("no such training script", source=args.script)
     if args.plan:

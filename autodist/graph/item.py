@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import networkx as nx
 
-from autodist.errors import InputError
+from autodist.graph.checks import check_graph_document
 from autodist.io import check_document, read_json, write_text_atomic
 
 FORMAT = "autodist.graph_item"
@@ -127,17 +127,6 @@ def _plain(record):
     return {name: _copy(value) for name, value in vars(record).items()}
 
 
-def _from_dict(cls, data, where):
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise InputError(f"unknown field {unknown[0]!r}", source=where)
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise InputError(str(exc), source=where) from None
-
-
 class GraphItem:
     """The training step: ops in topological order, variables and job facts.
 
@@ -220,6 +209,14 @@ class GraphItem:
             counts[op.phase] += 1
         return counts
 
+    def describe(self):
+        """One line: model, ops, trainable variables, parameters and batch size."""
+        return (
+            f"{self.job.model_name or '(unnamed model)'}: {len(self.ops):,} ops, "
+            f"{len(self.trainable_variables())} trainable variables ({self.parameter_count():,} parameters), "
+            f"batch size {self.job.batch_size}"
+        )
+
     # -- serialisation ---------------------------------------------------
     def to_dict(self):
         return {
@@ -237,18 +234,14 @@ class GraphItem:
 
     @classmethod
     def from_dict(cls, data, where="<graph item>"):
+        """A GraphItem from its JSON document, once every invariant of :mod:`autodist.graph.checks` holds."""
         check_document(data, FORMAT, VERSION, "graph item", where)
-        for key in ("ops", "variables", "job"):
-            if key not in data:
-                raise InputError("missing field", source=where, field=key)
-        ops = [_from_dict(OpInfo, o, f"{where}: ops[{i}]") for i, o in enumerate(data["ops"])]
-        variables = [
-            _from_dict(VariableInfo, v, f"{where}: variables[{i}]") for i, v in enumerate(data["variables"])
-        ]
-        for op in ops:
-            if op.phase not in PHASES:
-                raise InputError(f"unknown phase {op.phase!r}", source=where, field=f"ops.{op.name}.phase")
-        return cls(ops, variables, _from_dict(JobInfo, data["job"], f"{where}: job"))
+        check_graph_document(data, where)
+        return cls(
+            [OpInfo(**o) for o in data["ops"]],
+            [VariableInfo(**v) for v in data["variables"]],
+            JobInfo(**data["job"]),
+        )
 
     def save(self, path):
         """Write compact JSON atomically (temp file, then rename).

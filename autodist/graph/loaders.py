@@ -6,6 +6,7 @@ import os
 
 from autodist.errors import CaptureError, InputError, first_line
 from autodist.graph.analysis import analyse_variables, assign_phases
+from autodist.graph.checks import check_graph_document
 from autodist.graph.item import GraphItem, JobInfo
 from autodist.graph.tfgraph import inlined_graph, op_infos, variable_facts
 
@@ -134,7 +135,9 @@ def _item(graph, path, source, model_name, known=None):
     note = "" if has_gradients else " (no gradients in the graph: forward only)"
     job = JobInfo(model_name=model_name, tf_version=tf.__version__, source=f"{source}{note}")
     _fill_inputs(graph, job)
-    return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
+    item = GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
+    check_graph_document(item.to_dict(), path)
+    return item
 
 
 def _fill_inputs(graph, job):

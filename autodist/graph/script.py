@@ -6,12 +6,17 @@ import contextlib
 import functools
 import os
 import runpy
+import signal
 import sys
+import threading
 import traceback
 
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph.batch import first_batch
 from autodist.graph.trace import shapes_of, spec_of, trace_step
+
+# How long a script may run before it reaches its training step (seconds).
+DEFAULT_TIMEOUT_S = 600.0
 
 # The script capture that is running, if any (set only inside capture_script).
 _active = None
@@ -22,6 +27,29 @@ _runtime = None
 class _StopScript(BaseException):
     """Raised inside a script once its step is captured; a BaseException so that
     the script's own ``except Exception`` cannot swallow it."""
+
+
+class _TimedOut(BaseException):
+    """Raised inside a script whose capture ran out of time (a BaseException, as _StopScript)."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds):
+    """Raise _TimedOut in the main thread after ``seconds``; no limit in another thread (no signals there)."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise _TimedOut
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 class _StepFunction:
@@ -173,7 +201,7 @@ def _script_line(exc, path):
     return line
 
 
-def capture_script(path, args=()):
+def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     """Run a training script in capture mode and return its first step.
 
     Parameters
@@ -183,6 +211,9 @@ def capture_script(path, args=()):
         with :func:`function`.
     args : sequence of str
         The script's command-line arguments (``sys.argv[1:]``).
+    timeout_s : float or None
+        Stop the script if its step is not captured within this many seconds
+        (None: no limit).  Only in the main thread, where signals arrive.
 
     Returns
     -------
@@ -191,7 +222,8 @@ def capture_script(path, args=()):
     Raises
     ------
     CaptureError
-        The script is missing, raises, exits or ends without training.
+        The script is missing, raises, exits, ends without training or runs
+        out of time.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -201,10 +233,13 @@ def capture_script(path, args=()):
     sys.argv = [path, *map(str, args)]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
-        with session.hooks():
+        with session.hooks(), _time_limit(timeout_s):
             runpy.run_path(path, run_name="__main__")
     except _StopScript:
         pass
+    except _TimedOut:
+        raise CaptureError(f"script did not reach its training step within {timeout_s:g} s "
+                           "(stopped; give more time with --timeout)", source=path) from None
     except AutoDistError:
         raise
     except SystemExit as exc:

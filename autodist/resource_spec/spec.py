@@ -231,7 +231,14 @@ class ResourceSpec:
                 raise InputError(message, source=where, field=f"nodes[{i}]") from None
         if not nodes:
             raise InputError("no nodes", source=where, field="nodes")
-        return cls(nodes, name=data.get("name", ""))
+        from autodist.resource_spec.checks import spec_problems
+
+        for field_name, message in spec_problems(nodes):
+            raise InputError(message, source=where, field=field_name)
+        name = data.get("name", "")
+        if not isinstance(name, str):
+            raise InputError(f"must be a string, got {name!r:.60}", source=where, field="name")
+        return cls(nodes, name=name)
 
     def __eq__(self, other):
         return isinstance(other, ResourceSpec) and self.content_hash() == other.content_hash()
