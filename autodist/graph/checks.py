@@ -89,6 +89,10 @@ JOB_FIELDS = {
     "tf_version": _STRING,
     "source": _STRING,
     "step": _STRING,
+    "precision": (lambda v: v in ("", "fp32", "tf32", "fp16", "bf16"), 'one of "", "fp32", "tf32", "fp16", "bf16"'),
+    "dtype_policy": _STRING,
+    "xla": _BOOL,
+    "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
 }
 
 
