@@ -9,9 +9,9 @@ What a step costs on a GPU, as modelled:
 - **Grappler's remapper fusions** (cost_models.step_table.remapper_fused):
   BiasAdd and activations folded into a convolution or matmul cost nothing.
 - **Kernels.**  A matrix product or convolution runs at
-  ``peak(precision) * efficiency(precision) / (1 + half_flops / flops)``
-  (small products are far from peak); convolutions at ``conv`` times the
-  matmul efficiency.  Every other kernel (elementwise, reductions,
+  ``peak(precision) * efficiency(class, precision) / (1 + half_flops / flops)``
+  (small products are far from peak), with one efficiency per class
+  (matmul, conv) and precision (half, tf32, fp32).  Every other kernel (elementwise, reductions,
   normalisation, gathers, each optimizer-update op) streams its bytes at
   ``memory`` times the memory bandwidth.  float32 products use TF32 tensor
   cores where the GPU has them and the job allows it (TensorFlow's default
@@ -20,6 +20,13 @@ What a step costs on a GPU, as modelled:
   by ``xla_memory``.  A published run whose source does not say whether it
   used XLA (or, in PyTorch, which kernels it fused) gets its own fitted
   factor, ``unstated_memory``; a user's job always says (capture records it).
+- **The published runs' own kernels.**  The calibration steps are the Keras 3
+  equivalents of the published models, which run more elementwise kernels
+  than NVIDIA's TensorFlow and PyTorch examples did (Keras 3 computes batch
+  norm, GELU and dropout from primitive ops; those examples used fused
+  kernels).  A published run's memory-bound time is scaled by a fitted
+  factor for its framework (``fused_tf``, ``fused_pytorch``); a user's Keras
+  job runs what its graph holds (factor 1).
 - **Launches.**  The host issues kernels one after another, ``launch``
   seconds each; the GPU runs them in order on one stream.  A kernel starts
   when it is issued and the previous one ended, so launch cost shows only
@@ -59,7 +66,10 @@ COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
 # The fitted parameters, each a positive number (fitted in log space).
-SHARED = ("half", "tf32", "fp32", "memory", "conv", "half_flops", "launch", "xla_memory", "unstated_memory")
+SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "memory", "half_flops",
+          "launch", "xla_memory", "unstated_memory", "fused_tf", "fused_pytorch")
+# The framework of a published run -> its fusion factor (a user's job: "keras", factor 1).
+FRAMEWORK_FUSION = {"tf1": "fused_tf", "tf2": "fused_tf", "pytorch": "fused_pytorch"}
 PER_ARCHITECTURE = ("compute", "memory")
 
 
@@ -112,18 +122,22 @@ class GpuStep:
     xla : bool or None
         Whether XLA compiles the step; None: not known (published runs only).
     micro_batches : int
+    framework : str
+        "keras" for a captured job; a published run's framework otherwise
+        (see :data:`FRAMEWORK_FUSION`).
 
     Raises CostModelError when the device lists no peak for a precision the
     step needs.
     """
 
-    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1):
+    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1, framework="keras"):
         if precision not in PRECISIONS:
             raise CostModelError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})",
                                  field="precision")
         self.architecture = architecture_of(device.model)
         self.xla = xla if xla is None else bool(xla)
         self.micro_batches = int(micro_batches)
+        self.framework = FRAMEWORK_FUSION.get(framework)
         op_type = table["op_type"]
         dtype = table["dtype"]
         classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)
@@ -160,19 +174,20 @@ class GpuStep:
         arch = params.architecture(self.architecture)
         eff = np.ones(len(self.peak))
         for kind, mask in self.kinds.items():
-            eff[mask] = params.shared[kind]
+            eff[mask & ~self.conv] = params.shared[f"matmul_{kind}"]
+            eff[mask & self.conv] = params.shared[f"conv_{kind}"]
         eff = eff * arch["compute"]
-        eff = np.where(self.conv, eff * params.shared["conv"], eff)
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
         memory = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
         memory = memory * self._fusion(params)
         return np.where(self.compute, compute, np.where(self.memory, memory, 0.0))
 
     def _fusion(self, params):
-        """The factor on memory-bound kernels' time and launches (1 without XLA)."""
+        """The factor on memory-bound kernels' time and launches (1 for a Keras job without XLA)."""
+        framework = params.shared[self.framework] if self.framework else 1.0
         if self.xla is None:
-            return params.shared["unstated_memory"]
-        return params.shared["xla_memory"] if self.xla else 1.0
+            return framework * params.shared["unstated_memory"]
+        return framework * (params.shared["xla_memory"] if self.xla else 1.0)
 
     def shares(self, params):
         """Per op, its kernel seconds and the time it adds to the step (launch queue included)."""

@@ -21,11 +21,24 @@ from cost_models.prior import prior_seconds
 from cost_models.published import published_step, read_calibration
 
 # Starting values and bounds of the fit (efficiencies are fractions of peak).
-START = {"half": 0.5, "tf32": 0.5, "fp32": 0.7, "memory": 0.7, "conv": 1.0, "half_flops": 1e8, "launch": 5e-6,
-         "xla_memory": 0.5, "unstated_memory": 0.5}
-BOUNDS = {"half": (0.02, 1.0), "tf32": (0.02, 1.0), "fp32": (0.02, 1.0), "memory": (0.05, 1.0), "conv": (0.25, 4.0),
-          "half_flops": (1e5, 1e11), "launch": (5e-7, 5e-5), "xla_memory": (0.05, 1.0),
-          "unstated_memory": (0.05, 1.0)}
+# Held, not fitted: a Keras job's memory-bound kernels stream at this fraction of peak bandwidth (as the
+# roofline prior assumes, cost_models.prior).  The published runs ran other kernels than the Keras graphs
+# we capture, so they cannot tell it apart from their frameworks' fusion factors, which are fitted relative to it.
+FIXED = {"memory": 0.8}
+START = {"matmul_half": 0.5, "matmul_tf32": 0.5, "matmul_fp32": 0.7, "conv_half": 0.5, "conv_tf32": 0.5,
+         "conv_fp32": 0.7, "memory": FIXED["memory"], "half_flops": 1e8, "launch": 5e-6, "xla_memory": 0.5,
+         "unstated_memory": 0.7, "fused_tf": 0.7, "fused_pytorch": 0.7}
+EFFICIENCY = (0.02, 1.0)
+# cuDNN's Winograd and FFT convolutions do fewer multiplies than the direct FLOP count, so a convolution may
+# run above its nominal efficiency (up to 2.25x fewer for 3x3 Winograd F(2x2,3x3), Lavin and Gray 2016).
+CONV_EFFICIENCY = (0.02, 2.25)
+BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": EFFICIENCY,
+          "conv_half": CONV_EFFICIENCY, "conv_tf32": CONV_EFFICIENCY, "conv_fp32": CONV_EFFICIENCY,
+          "half_flops": (1e5, 1e11),
+          "launch": (5e-7, 5e-5), "xla_memory": (0.05, 1.0), "unstated_memory": (0.05, 1.0),
+          "fused_tf": (0.05, 4.0), "fused_pytorch": (0.05, 4.0)}
+FREE = tuple(k for k in SHARED if k not in FIXED)
+ROBUST_SCALE = 0.1  # log-throughput residuals beyond ~10% weigh less (soft L1): one odd figure cannot drag the rest
 ARCH_BOUNDS = (0.25, 4.0)
 ARCH_PRIOR_SIGMA = 0.5  # log-scale spread allowed to an architecture factor by the ridge term
 TARGETS = {"median_error": 0.12, "max_error": 0.30, "ratio_error": 0.15}
@@ -50,7 +63,7 @@ def prepared(runs):
     for run in runs:
         if run.evaluated:
             table, _ = published_step(run)
-            step = GpuStep(table, device_of(run.device), run.precision, run.xla, run.micro_batches)
+            step = GpuStep(table, device_of(run.device), run.precision, run.xla, run.micro_batches, run.framework)
             out.append((run, step.kernels_only()))
     return out
 
@@ -61,27 +74,33 @@ def throughput(step, run, params):
 
 
 def _unpack(x, archs):
-    shared = dict(zip(SHARED, np.exp(x[:len(SHARED)])))
-    factors = np.exp(x[len(SHARED):]).reshape(len(archs), len(PER_ARCHITECTURE))
+    shared = dict(FIXED, **dict(zip(FREE, np.exp(x[:len(FREE)]))))
+    factors = np.exp(x[len(FREE):]).reshape(len(archs), len(PER_ARCHITECTURE))
     return GpuKernelParams(shared, {a: dict(zip(PER_ARCHITECTURE, f)) for a, f in zip(archs, factors)})
 
 
 def fit(steps):
-    """Fitted :class:`GpuKernelParams` on ``steps`` (from :func:`prepared`)."""
+    """Fitted :class:`GpuKernelParams` on ``steps`` (from :func:`prepared`).
+
+    Robust least squares (soft L1) on the log of predicted over published
+    throughput, plus a ridge term that holds each architecture factor
+    towards 1.
+    """
     from scipy.optimize import least_squares
 
     archs = sorted({s.architecture for _, s in steps if s.architecture})
-    x0 = np.log([START[k] for k in SHARED] + [1.0] * len(archs) * len(PER_ARCHITECTURE))
-    lower = np.log([BOUNDS[k][0] for k in SHARED] + [ARCH_BOUNDS[0]] * len(archs) * len(PER_ARCHITECTURE))
-    upper = np.log([BOUNDS[k][1] for k in SHARED] + [ARCH_BOUNDS[1]] * len(archs) * len(PER_ARCHITECTURE))
+    factors = len(archs) * len(PER_ARCHITECTURE)
+    x0 = np.log([START[k] for k in FREE] + [1.0] * factors)
+    lower = np.log([BOUNDS[k][0] for k in FREE] + [ARCH_BOUNDS[0]] * factors)
+    upper = np.log([BOUNDS[k][1] for k in FREE] + [ARCH_BOUNDS[1]] * factors)
     published = np.log([run.throughput for run, _ in steps])
 
     def residuals(x):
         params = _unpack(x, archs)
         predicted = np.log([throughput(s, run, params) for run, s in steps])
-        return np.concatenate([predicted - published, x[len(SHARED):] / ARCH_PRIOR_SIGMA])
+        return np.concatenate([predicted - published, x[len(FREE):] / ARCH_PRIOR_SIGMA])
 
-    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale=1.0)
+    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale=1.0, loss="soft_l1", f_scale=ROBUST_SCALE)
     params = _unpack(result.x, archs)
     params.fitted_on = [run.id for run, _ in steps]
     params.source = "published-training-figures.md rows " + ", ".join(sorted({run.row for run, _ in steps}, key=_row_key))

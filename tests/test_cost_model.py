@@ -81,7 +81,7 @@ def test_op_costs_on_gpu_come_from_the_calibrated_kernel_model(mlp_graph, h100):
     assert mlp_graph.job.precision == "tf32"
     name, op = next((n, op) for n, op in mlp_graph.ops.items() if op.type == "MatMul" and op.flops)
     shared, arch = model.gpu.shared, model.gpu.architecture("hopper")
-    expected = op.flops / (h100.peak_flops["tf32"] * shared["tf32"] * arch["compute"]) * (
+    expected = op.flops / (h100.peak_flops["tf32"] * shared["matmul_tf32"] * arch["compute"]) * (
         1 + shared["half_flops"] / op.flops)
     assert costs[name].seconds == pytest.approx(expected)
 
