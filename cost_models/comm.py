@@ -1,16 +1,29 @@
 """Communication model: point-to-point transfers, collectives and PS traffic.
 
 Every operation is a list of :class:`~cost_models.types.Phase`; phases run one
-after another and each occupies its link resources (``"<device>/fabric"``,
-``"<node>/nic<k>"``) for its whole duration, so the simulator can queue them
-FIFO per link to model contention.  Formulas: ``../shared/reference/hardware.md``
-("Cost formulas in common use").
+after another and each occupies its link resources for its whole duration, so
+the simulator can queue them FIFO per link to model contention.  Links are
+full duplex: a transfer occupies the sending direction of its source's port
+(``"<device>/fabric/tx"``, ``"<node>/nic<k>/tx"``) and the receiving direction
+of its destination's (``.../rx``), so a push and a pull on one NIC do not
+contend, while pushes from many workers into one server still queue on its
+``rx``.  Formulas: ``../shared/reference/hardware.md`` ("Cost formulas in
+common use").
+
+Two transports, as the runtime uses them (README, "How a plan runs"):
+
+- collective ops (NCCL on GPUs, TensorFlow's ring on CPUs) for plans that
+  allreduce everything: :meth:`CommModel.allreduce_phases`;
+- TensorFlow's gRPC between tasks for PS traffic and for the allreduced
+  part of hybrid plans, which the runtime sums with ordinary ops
+  (:meth:`CommModel.ps_phases`, :meth:`CommModel.graph_allreduce_phases`).
 """
 
 from __future__ import annotations
 
 from cost_models.types import Phase
 from autodist.errors import InputError
+from autodist.resource_spec.spec import receive_link, send_link
 
 # Fraction of a link's per-direction line rate that transfers and collectives
 # achieve, by link kind.
@@ -32,8 +45,29 @@ LINK_EFFICIENCY = {
     "loopback": 1.0,
 }
 
+# TensorFlow's gRPC between tasks (PS pushes and pulls, hybrid plans'
+# allreduce) runs over TCP even on an RDMA NIC, through host memory: the NIC
+# at the TCP efficiency above ("ethernet"), and at most GRPC_BANDWIDTH per
+# transfer: one study fitted t = 134 us + bytes / 5.7 GB/s for GPU-to-GPU
+# copies through TensorFlow (hardware.md, "Cost formulas in common use").
+GRPC_BANDWIDTH = 5.7e9
+TCP_EFFICIENCY = LINK_EFFICIENCY["ethernet"]
+
 ALGORITHMS = ("ring", "hierarchical", "master")
 GRPC_MEDIA = frozenset({"loopback", "ethernet"})
+# nccl-tests' collectives and their bus-bandwidth factor busbw / algbw for n
+# ranks (nccl-tests doc/PERFORMANCE.md): S is the whole buffer (allgather's
+# output, reducescatter's input).
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+
+
+def bus_factor(op, n):
+    """busbw / algbw of collective ``op`` over ``n`` ranks, as nccl-tests reports it."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
 
 
 def gradient_bytes(variable):
@@ -86,14 +120,31 @@ class CommModel:
         return path.bandwidth * LINK_EFFICIENCY[path.medium], path.latency, path.links
 
     # -- point to point ------------------------------------------------------
-    def transfer_phases(self, src_device, dst_device, nbytes):
+    def grpc_path(self, src, dst):
+        """(bandwidth, latency, links) of TensorFlow's gRPC from ``src`` to ``dst`` (another task).
+
+        Across nodes the NIC runs TCP (``TCP_EFFICIENCY`` of its line rate,
+        RDMA or not); every transfer is held to ``GRPC_BANDWIDTH``.  Loopback
+        keeps its calibrated achieved bandwidth.
+        """
+        path = self.resource_spec.path(src, dst)
+        bandwidth, latency, links = self.effective_path(src, dst)
+        if path.medium == "loopback" or not links:
+            return bandwidth, latency, links
+        if path.kind == "inter-node":
+            bandwidth = path.bandwidth * TCP_EFFICIENCY
+        return min(bandwidth, GRPC_BANDWIDTH), latency, links
+
+    def transfer_phases(self, src_device, dst_device, nbytes, grpc=False):
         """One tensor of ``nbytes`` from ``src_device`` to ``dst_device``.
 
         latency + TensorFlow per-tensor overhead + bytes / achieved bandwidth;
-        no phase at all on the same device.
+        no phase at all on the same device.  ``grpc``: the tensor goes
+        between tasks over TensorFlow's gRPC (:meth:`grpc_path`).
         """
         nbytes = _check_bytes(nbytes)
-        bandwidth, latency, links = self.effective_path(src_device, dst_device)
+        route = self.grpc_path if grpc else self.effective_path
+        bandwidth, latency, links = route(src_device, dst_device)
         if not links:
             return []
         seconds = latency + self.per_tensor_overhead + nbytes / bandwidth
@@ -102,13 +153,13 @@ class CommModel:
         return [Phase(seconds, links)]
 
     def ps_phases(self, worker_device, ps_device, nbytes):
-        """One push (or one pull) of ``nbytes`` between a worker and a PS.
+        """One push (or one pull) of ``nbytes`` between a worker and a PS, over gRPC.
 
-        Fan-in contention is not in the number: every worker's phase occupies
-        the server's NIC (or fabric port), so the simulator's FIFO queue on
-        that link serialises them.
+        Fan-in contention is not in the number: every worker's push occupies
+        the receiving direction of the server's NIC (or fabric port), so the
+        simulator's FIFO queue on that link serialises them.
         """
-        return self.transfer_phases(worker_device, ps_device, nbytes)
+        return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
 
     # -- collectives ---------------------------------------------------------
     def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False):
@@ -154,6 +205,83 @@ class CommModel:
         """
         n = len(devices)
         return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
+
+    def collective_phases(self, op, nbytes, devices):
+        """Phases of one nccl-tests collective ``op`` of ``nbytes`` over ``devices``, as one ring.
+
+        allreduce: reduce-scatter then all-gather; allgather / reducescatter:
+        ``(n-1)/n * S/B + (n-1) a``; broadcast: pipelined down the ring,
+        ``S/B + (n-1) a`` (hardware.md, "Cost formulas in common use").
+        """
+        nbytes = _check_bytes(nbytes)
+        if op not in COLLECTIVES:
+            raise InputError(f"unknown collective {op!r} (expected one of {', '.join(COLLECTIVES)})", field="op")
+        devices = list(dict.fromkeys(devices))
+        if len(devices) < 2:
+            raise InputError(f"a collective needs at least two devices, got {len(devices)}", field="devices")
+        for name in devices:
+            self.resource_spec.device(name)
+        if op == "allreduce":
+            return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+        n = len(devices)
+        bandwidth, latency, links = self._ring_links(devices)
+        volume = nbytes if op == "broadcast" else (n - 1) / n * nbytes
+        return [Phase(volume / bandwidth + (n - 1) * latency, links)]
+
+    # -- allreduce as the one-client runtime runs it -----------------------
+    def graph_allreduce_phases(self, nbytes, devices, algorithm="ring"):
+        """Phases of one allreduce summed by ordinary TensorFlow ops (launcher.runtime.allreduce).
+
+        Hybrid plans run this way: every chunk is a tensor moved by
+        TensorFlow, over gRPC between nodes (:meth:`grpc_path`) and as a
+        device copy inside one.  ``ring``: ``2(n-1)`` steps of ``S/n``, each
+        as long as its slowest hop; ``master``: every replica's tensor into
+        the first device, then back out; ``hierarchical``: that inside each
+        node onto its first device, a ring among those, a copy back inside.
+        A fan-in's transfers pay TensorFlow's per-tensor overhead once and
+        their bytes one after another.
+        """
+        nbytes = _check_bytes(nbytes)
+        if algorithm not in ALGORITHMS:
+            raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
+        devices = list(dict.fromkeys(devices))
+        if len(devices) < 2:
+            return []
+        if algorithm == "ring":
+            return self._graph_ring(nbytes, devices)
+        if algorithm == "master":
+            return [self._fan(devices[0], devices[1:], nbytes, inward=True),
+                    self._fan(devices[0], devices[1:], nbytes, inward=False)]
+        groups = self._by_node(devices)
+        inward = [self._fan(g[0], g[1:], nbytes, inward=True) for g in groups if len(g) > 1]
+        outward = [self._fan(g[0], g[1:], nbytes, inward=False) for g in groups if len(g) > 1]
+        ring = self._graph_ring(nbytes, [g[0] for g in groups]) if len(groups) > 1 else []
+        return [p for p in (_slowest(inward), *ring, _slowest(outward)) if p is not None]
+
+    def _graph_hop(self, src, dst, nbytes):
+        """One tensor between two replica devices: gRPC across nodes, a device copy inside one."""
+        across = self.resource_spec.path(src, dst).kind == "inter-node"
+        return self.transfer_phases(src, dst, nbytes, grpc=across)
+
+    def _graph_ring(self, nbytes, devices):
+        n = len(devices)
+        step, links = 0.0, set()
+        for a, b in zip(devices, devices[1:] + devices[:1]):
+            for phase in self._graph_hop(a, b, nbytes / n):
+                step = max(step, phase.seconds)
+                links.update(phase.links)
+        half = Phase((n - 1) * step, tuple(sorted(links)))
+        return [half, half]
+
+    def _fan(self, hub, others, nbytes, inward):
+        """Every device of ``others`` sends ``nbytes`` to ``hub`` (``inward``), or ``hub`` to each of them."""
+        seconds, links = 0.0, set()
+        for other in others:
+            for phase in self._graph_hop(other, hub, nbytes) if inward else self._graph_hop(hub, other, nbytes):
+                seconds += phase.seconds
+                links.update(phase.links)
+        seconds -= self.per_tensor_overhead * max(len(others) - 1, 0)
+        return Phase(seconds, tuple(sorted(links)))
 
     def _uses_grpc(self, devices):
         """Whether a collective over ``devices`` crosses a link TensorFlow
@@ -235,7 +363,7 @@ class CommModel:
                 share_bw = nic.bandwidth * LINK_EFFICIENCY.get(nic.kind, 1.0) / len(names)
                 bandwidth = min(bandwidth, share_bw)
                 latency = max(latency, 2 * nic.latency)
-                links.add(f"{node.name}/nic{k}")
+                links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))
         seconds = 2 * (n - 1) / n * share / bandwidth + 2 * (n - 1) * latency
         return Phase(seconds, tuple(sorted(links)))
 
@@ -253,6 +381,14 @@ def link_busy(phase_lists):
             for link in phase.links:
                 busy[link] = busy.get(link, 0.0) + phase.seconds
     return busy
+
+
+def _slowest(phases):
+    """One phase as long as the longest of ``phases``, on all their links (None if there are none)."""
+    if not phases:
+        return None
+    links = sorted({link for p in phases for link in p.links})
+    return Phase(max(p.seconds for p in phases), tuple(links))
 
 
 def _check_bytes(nbytes):
