@@ -215,10 +215,10 @@ class CommModel:
         """
         nbytes = _check_bytes(nbytes)
         if op not in COLLECTIVES:
-            raise InputError(f"unknown collective {op!r} (expected one of {', '.join(COLLECTIVES)})", field="op")
+            raise InputError(f"unknown collective {op!r} (expected one of {', '.join(COLLECTIVES)})", field="--op")
         devices = list(dict.fromkeys(devices))
         if len(devices) < 2:
-            raise InputError(f"a collective needs at least two devices, got {len(devices)}", field="devices")
+            raise InputError(f"a collective needs at least two devices, got {len(devices)}", field="--devices")
         for name in devices:
             self.resource_spec.device(name)
         if op == "allreduce":
