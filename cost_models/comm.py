@@ -2,7 +2,7 @@
 
 Every operation is a list of :class:`~cost_models.types.Phase`; phases run one
 after another and each occupies its link resources for its whole duration, so
-the simulator can queue them FIFO per link to model contention.  Links are
+the simulator can queue them per link to model contention.  Links are
 full duplex: a transfer occupies the sending direction of its source's port
 (``"<device>/fabric/tx"``, ``"<node>/nic<k>/tx"``) and the receiving direction
 of its destination's (``.../rx``), so a push and a pull on one NIC do not
@@ -157,7 +157,7 @@ class CommModel:
 
         Fan-in contention is not in the number: every worker's push occupies
         the receiving direction of the server's NIC (or fabric port), so the
-        simulator's FIFO queue on that link serialises them.
+        simulator's queue on that link serialises them.
         """
         return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
 
@@ -371,7 +371,7 @@ class CommModel:
 def link_busy(phase_lists):
     """Seconds each link is busy when all ``phase_lists`` run (contention bound).
 
-    With FIFO queues on links, no schedule finishes before the busiest link
+    With queues on links, no schedule finishes before the busiest link
     has carried all its phases; ``max(link_busy(...).values())`` bounds, for
     example, a PS fan-in round from below.
     """

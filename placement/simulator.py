@@ -6,7 +6,7 @@ What one step does, as simulated:
    dependency order; a device runs the groups that are ready on it in the
    order they became ready (ties by topological index).  A tensor crossing
    devices inside a replica costs its ``CommModel.transfer_phases``, queued
-   FIFO on that replica's links.
+   on that replica's links.
 2. **Synchronisation.**  A variable's gradient is ready when its gradient
    group ends; its sync starts then, so it overlaps the rest of the backward
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
@@ -17,10 +17,11 @@ What one step does, as simulated:
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
    in, then every task pulls it once and copies it to its other replicas.
-   Every phase of every transfer is queued FIFO (by request time) on each
-   link resource it occupies, one per direction of each port (links are
-   full duplex), which models contention on NVLink/PCIe ports, NICs and PS
-   servers.
+   Transfers are taken in request order, and every phase of one runs in
+   the first window, once it is ready, in which every link resource it
+   occupies (one per direction of each port: links are full duplex) is
+   free, possibly a gap that earlier reservations left; this models
+   contention on NVLink/PCIe ports, NICs and PS servers.
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
    a PS applies its shards' updates one at a time.
@@ -56,7 +57,7 @@ bucket, PS count) hits that cache and re-simulates only the communication,
 whose cost is a few events per variable and node.  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
-arrive on its port, so FIFO would serialise them anyway), and likewise the
+arrive on its port, so the queue would serialise them anyway), and likewise the
 copies out after the pull.
 
 A phase occupies its links for its duration less TensorFlow's per-tensor
@@ -69,6 +70,7 @@ checks that the cached result equals a fresh simulation.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 
@@ -171,27 +173,51 @@ class _Schedule:
 
 
 class _LinkQueue:
-    """FIFO occupation of link resources by phases."""
+    """Occupation of link resources by phases, each at the earliest time all its links are free.
+
+    Every link keeps its busy intervals; a phase takes the first window of
+    its length, at or after it is ready, that is free on all of its links,
+    so it may use a gap that an earlier reservation left (a transfer waiting
+    for a busy receiver does not hold the sender's link idle meanwhile).
+    Adjacent intervals are merged, which keeps a saturated link's list short.
+    """
 
     def __init__(self):
-        self.free = {}
+        self.intervals = {}  # link -> ([starts], [ends]), sorted, disjoint
         self.busy = {}
 
     def occupy(self, links, ready, seconds):
         start = ready
-        for link in links:
-            t = self.free.get(link, 0.0)
-            if t > start:
-                start = t
+        moved = True
+        while moved:
+            moved = False
+            for link in links:
+                starts, ends = self.intervals.get(link, ((), ()))
+                i = bisect.bisect_right(ends, start)  # the first interval ending after start
+                if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
+                    start, moved = ends[i], True
         end = start + seconds
         for link in links:
-            self.free[link] = end
+            self._insert(link, start, end)
             self.busy[link] = self.busy.get(link, 0.0) + seconds
         return start, end
 
+    def _insert(self, link, start, end):
+        starts, ends = self.intervals.setdefault(link, ([], []))
+        i = bisect.bisect_left(starts, start)
+        if i > 0 and ends[i - 1] >= start:  # joins the interval before
+            i -= 1
+            start = starts[i]
+            del starts[i], ends[i]
+        while i < len(starts) and starts[i] <= end:  # and the ones it reaches
+            end = max(end, ends[i])
+            del starts[i], ends[i]
+        starts.insert(i, start)
+        ends.insert(i, end)
+
 
 class _SyncRun:
-    """One step's synchronisation: transfers queued FIFO on links, updates on devices.
+    """One step's synchronisation: transfers queued on links, updates on devices.
 
     ``classes`` are ``(schedule, replicas)`` pairs of identical replicas.
     Transfers wait in a heap ordered by request time; ``drain`` runs them.

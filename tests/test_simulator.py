@@ -176,6 +176,17 @@ def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
     assert second_end == pytest.approx(2 * push.seconds)
 
 
+def test_a_transfer_takes_a_gap_its_links_leave():
+    """A send that waits for a busy receiver does not hold the sender's link idle until then."""
+    queue = _LinkQueue()
+    assert queue.occupy(("a/tx", "b/rx"), 0.0, 10.0) == (0.0, 10.0)
+    assert queue.occupy(("c/tx", "b/rx"), 0.0, 4.0) == (10.0, 14.0)  # b receives one at a time
+    assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile
+    assert queue.occupy(("c/tx", "e/rx"), 1.0, 5.0) == (14.0, 19.0)  # no 5 s gap on c before 14
+    assert queue.occupy(("f/tx", "b/rx"), 2.0, 0.0) == (14.0, 14.0)
+    assert queue.busy == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
+
+
 def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_model):
     """A worker task sums its GPUs' gradients before one push and pulls once: the server NIC carries
     what one GPU per task would send, a quarter of four GPUs' separate pushes."""
