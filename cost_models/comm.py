@@ -302,10 +302,27 @@ class CommModel:
         return list(groups.values())
 
     def _ring_links(self, devices):
-        """Slowest achieved bandwidth, largest latency and all links of a ring."""
+        """Slowest achieved bandwidth, largest latency and all links of a ring.
+
+        NCCL runs one ring per NIC (multi-rail): where the ring crosses from
+        one node to the next, it crosses on every NIC its devices on those
+        nodes send through, so that hop carries their summed bandwidth.
+        """
+        spec = self.resource_spec
+        rails = {}
+        for name in devices:
+            device = spec.device(name)
+            node = spec.node(device.node)
+            if node.nics:
+                rails.setdefault(node.name, set()).add(node.nic_for(device))
         bandwidth, latency, links = float("inf"), 0.0, set()
         for a, b in zip(devices, devices[1:] + devices[:1]):
             bw, lat, ls = self.effective_path(a, b)
+            node_a, node_b = spec.device(a).node, spec.device(b).node
+            if node_a != node_b:
+                bw *= min(len(rails[node_a]), len(rails[node_b]))
+                ls = ([send_link(f"{node_a}/nic{k}") for k in sorted(rails[node_a])]
+                      + [receive_link(f"{node_b}/nic{k}") for k in sorted(rails[node_b])])
             bandwidth, latency = min(bandwidth, bw), max(latency, lat)
             links.update(ls)
         return bandwidth, latency, tuple(sorted(links))

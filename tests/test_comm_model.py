@@ -197,3 +197,22 @@ def test_calibration_fit_recovers_a_line_and_loads(tmp_path):
 
     with pytest.raises(CostModelError, match="bad.json"):
         TransferCalibration.load(tmp_path / "bad.json")
+
+
+def test_a_ring_across_nodes_crosses_on_every_nic():
+    """NCCL's multi-rail: one ring per NIC, so a flat ring over nodes of 4 NICs has 4 NICs' bandwidth between nodes."""
+    S, n = 2**30, 16
+    four = CommModel(_cluster(2, 8, nics_per_node=4))
+    B = min(4 * IB.bandwidth * LINK_EFFICIENCY["infiniband"], NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"])
+    a = 2 * IB.latency
+    assert four.allreduce_time(S, _gpus(four.resource_spec), "ring") == pytest.approx(
+        2 * (n - 1) / n * S / B + 2 * (n - 1) * a)
+    phase = four.allreduce_phases(S, _gpus(four.resource_spec), "ring")[0]
+    assert {f"n{i}/nic{k}/{way}" for i in range(2) for k in range(4) for way in ("tx", "rx")} <= set(phase.links)
+    one = CommModel(_cluster(2, 8, nics_per_node=1))
+    assert one.allreduce_time(S, _gpus(one.resource_spec), "ring") == pytest.approx(
+        2 * (n - 1) / n * S / (IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * (n - 1) * a)
+    # Two GPUs a node use only their own two NICs.
+    pair = [f"n{i}/GPU:{g}" for i in range(2) for g in (0, 4)]
+    assert four.allreduce_time(S, pair, "ring") == pytest.approx(
+        2 * 3 / 4 * S / (2 * IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * 3 * a)
