@@ -45,6 +45,16 @@ LINK_EFFICIENCY = {
     "loopback": 1.0,
 }
 
+# NVLink SHARP (NVLS): inside a Hopper NVSwitch node NCCL reduces in the
+# switch, each GPU sending and receiving the message once:
+# t = S / (B * NVLS_EFFICIENCY) + 2a.  Fitted on the calibration set's rows
+# C2 (8x H100, NVLS, 478.87 GB/s busbw at 8 GiB: algbw 273.6 GB/s) and C4
+# (NCCL maintainer: ~480 busbw, algbw ~275 GB/s) of
+# ../shared/reference/published-training-figures.md: algbw over NVLink's
+# 450 GB/s per direction, 0.608 and 0.611.
+NVLS_EFFICIENCY = 0.61
+NVLS_ARCHITECTURES = ("hopper",)
+
 # TensorFlow's gRPC between tasks (PS pushes and pulls, hybrid plans'
 # allreduce) runs over TCP even on an RDMA NIC, through host memory: the NIC
 # at the TCP efficiency above ("ethernet"), and at most GRPC_BANDWIDTH per
@@ -183,7 +193,10 @@ class CommModel:
             _, _, links = self._ring_links(devices)
             return [Phase(ring_allreduce_seconds(self.collectives, nbytes, len(devices)), links)]
         groups = self._by_node(devices)
-        if algorithm == "ring" or len(groups) == 1:
+        if collective_ops and len(groups) == 1 and self._has_nvls(devices):
+            ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
+            phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
+        elif algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
         elif algorithm == "hierarchical":
             phases = self._hierarchical(nbytes, groups)
@@ -333,6 +346,22 @@ class CommModel:
         bandwidth, latency, links = self._ring_links(devices)
         half = (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
         return [Phase(half, links), Phase(half, links)]
+
+    def _has_nvls(self, devices):
+        """Whether ``devices`` (of one node) are Hopper GPUs on an NVLink switch, where NCCL offers NVLS."""
+        from cost_models.gpu import architecture_of
+
+        spec = self.resource_spec
+        node = spec.node_of(devices[0])
+        return node.fabric.kind == "nvlink" and all(
+            spec.device(d).kind == "GPU" and architecture_of(spec.device(d).model) in NVLS_ARCHITECTURES
+            for d in devices)
+
+    def _nvls(self, nbytes, devices):
+        """One NVLS allreduce inside a node: every GPU sends and receives ``nbytes`` once through the switch."""
+        node = self.resource_spec.node_of(devices[0])
+        links = sorted(link for d in devices for link in (send_link(f"{d}/fabric"), receive_link(f"{d}/fabric")))
+        return Phase(nbytes / (node.fabric.bandwidth * NVLS_EFFICIENCY) + 2 * node.fabric.latency, tuple(links))
 
     def _hierarchical(self, nbytes, groups):
         # reduce-scatter inside each node, allreduce of each GPU's 1/G share

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from autodist.resource_spec import load_cluster
-from cost_models.comm import LINK_EFFICIENCY
+from cost_models.comm import LINK_EFFICIENCY, NVLS_EFFICIENCY
 
 
 def _autodist(*args):
@@ -23,22 +23,36 @@ def _collective(*args):
 def test_one_node_reproduces_the_reference_formulas():
     """hardware.md, "Cost formulas in common use" and "Collective measurements": allreduce
     t = 2(n-1)/n S/B + 2(n-1) a, reduce-scatter / all-gather t = (n-1)/n S/B + (n-1) a,
-    busbw = algbw 2(n-1)/n; B is NVLink's per-direction rate at its achieved efficiency."""
-    fabric = load_cluster(preset="dgx-h100").nodes[0].fabric
+    busbw = algbw 2(n-1)/n; B is NVLink's per-direction rate at its achieved efficiency (A100: no NVLS)."""
+    fabric = load_cluster(preset="dgx-a100").nodes[0].fabric
     B, a, n, S = fabric.bandwidth * LINK_EFFICIENCY["nvlink"], fabric.latency, 8, 2**30
-    allreduce = _collective("--preset", "dgx-h100", "--op", "allreduce", "--bytes", str(S))
+    allreduce = _collective("--preset", "dgx-a100", "--op", "allreduce", "--bytes", str(S))
     assert allreduce["time"] == pytest.approx(2 * (n - 1) / n * S / B + 2 * (n - 1) * a)
     assert allreduce["algbw"] == pytest.approx(S / allreduce["time"])
     assert allreduce["busbw"] == pytest.approx(allreduce["algbw"] * 2 * (n - 1) / n)
     assert len(allreduce["devices"]) == n
     for op in ("allgather", "reducescatter"):
-        half = _collective("--preset", "dgx-h100", "--op", op, "--bytes", str(S))
+        half = _collective("--preset", "dgx-a100", "--op", op, "--bytes", str(S))
         assert half["time"] == pytest.approx((n - 1) / n * S / B + (n - 1) * a)
         assert half["busbw"] == pytest.approx(S / half["time"] * (n - 1) / n)
     two = ["node-0/GPU:0", "node-0/GPU:5"]
-    bcast = _collective("--preset", "dgx-h100", "--op", "broadcast", "--bytes", str(S), "--devices", *two)
+    bcast = _collective("--preset", "dgx-a100", "--op", "broadcast", "--bytes", str(S), "--devices", *two)
     assert bcast["devices"] == two and bcast["time"] == pytest.approx(S / B + a)
     assert bcast["busbw"] == pytest.approx(bcast["algbw"])
+
+
+def test_hopper_nvswitch_allreduce_uses_nvlink_sharp():
+    """NVLS on 8 H100: t = S / (B e) + 2a, busbw near the ~480 GB/s of rows C2 and C4 it was fitted on;
+    on two GPUs the ring is faster and NCCL keeps it."""
+    fabric = load_cluster(preset="dgx-h100").nodes[0].fabric
+    S, n = 2**33, 8
+    nvls = _collective("--preset", "dgx-h100", "--op", "allreduce", "--bytes", str(S))
+    assert nvls["time"] == pytest.approx(S / (fabric.bandwidth * NVLS_EFFICIENCY) + 2 * fabric.latency)
+    assert nvls["busbw"] == pytest.approx(478.87e9, rel=0.01)
+    two = _collective("--preset", "dgx-h100", "--op", "allreduce", "--bytes", str(S),
+                      "--devices", "node-0/GPU:0", "node-0/GPU:1")
+    B = fabric.bandwidth * LINK_EFFICIENCY["nvlink"]
+    assert two["time"] == pytest.approx(S / B + 2 * fabric.latency)
 
 
 def test_text_output_names_the_figures():
