@@ -27,21 +27,22 @@ from autodist.resource_spec.spec import receive_link, send_link
 
 # Fraction of a link's per-direction line rate that transfers and collectives
 # achieve, by link kind.
-#  - nvlink: nccl-tests all_reduce_perf busbw on 8-GPU nodes is ~370 of 450
-#    GB/s (H100, 0.82) and ~204 of 300 GB/s (A100, 0.68) (hardware.md,
-#    "Collective measurements"); one factor for both, their mean.
+#  - nvlink, infiniband, roce (RDMA over Ethernet, EFA included): fitted on
+#    the nccl-tests allreduce rows of the calibration set
+#    (cost_models.collectives_published: nvlink on C1, C7, C11 and C4's ring,
+#    infiniband on C7, C8, C9 and C15, roce on C14's three EFA rows), the
+#    median of what each row implies; tests/test_collective_cli.py checks
+#    these equal a fresh fit.
 #  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links").
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
-#  - infiniband / roce: RDMA transfers run close to line rate; we assume 0.9
-#    until measured (no figure in hardware.md).
 #  - loopback: the TensorFlow gRPC calibration already measures achieved
 #    bandwidth, so it is used as is.
 LINK_EFFICIENCY = {
-    "nvlink": 0.75,
+    "nvlink": 0.774,
     "pcie": 0.8,
     "ethernet": 0.7,
-    "infiniband": 0.9,
-    "roce": 0.9,
+    "infiniband": 0.935,
+    "roce": 0.640,
     "loopback": 1.0,
 }
 
@@ -51,8 +52,8 @@ LINK_EFFICIENCY = {
 # C2 (8x H100, NVLS, 478.87 GB/s busbw at 8 GiB: algbw 273.6 GB/s) and C4
 # (NCCL maintainer: ~480 busbw, algbw ~275 GB/s) of
 # ../shared/reference/published-training-figures.md: algbw over NVLink's
-# 450 GB/s per direction, 0.608 and 0.611.
-NVLS_EFFICIENCY = 0.61
+# 450 GB/s per direction (cost_models.collectives_published).
+NVLS_EFFICIENCY = 0.609
 NVLS_ARCHITECTURES = ("hopper",)
 
 # TensorFlow's gRPC between tasks (PS pushes and pulls, hybrid plans'
@@ -111,13 +112,26 @@ class CommModel:
         collective ops (``collective_ops=True``) around a ring of loopback
         hops takes this curve: TensorFlow's CPU collectives are much slower
         than its point-to-point transfers.
+    efficiency : dict or None
+        Achieved fractions of line rate that replace ``LINK_EFFICIENCY``'s
+        (by link kind, RDMA over Ethernet as ``"roce"``) or
+        ``NVLS_EFFICIENCY`` (as ``"nvls"``), e.g. while fitting them.
     """
 
-    def __init__(self, resource_spec, calibration=None, collectives=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None):
         self.resource_spec = resource_spec
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
+        self.efficiency = {**LINK_EFFICIENCY, "nvls": NVLS_EFFICIENCY, **(efficiency or {})}
+
+    def link_efficiency(self, kind, rdma=False):
+        """Achieved fraction of line rate on a link of ``kind`` (Ethernet with RDMA counts as RoCE)."""
+        if kind == "ethernet" and rdma:
+            kind = "roce"
+        if kind not in self.efficiency:
+            raise InputError(f"no achieved-bandwidth figure for link kind {kind!r}", field="links")
+        return self.efficiency[kind]
 
     # -- links ---------------------------------------------------------------
     def effective_path(self, src, dst):
@@ -125,9 +139,7 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        if path.medium not in LINK_EFFICIENCY:
-            raise InputError(f"no achieved-bandwidth figure for link kind {path.medium!r}", field="links")
-        return path.bandwidth * LINK_EFFICIENCY[path.medium], path.latency, path.links
+        return path.bandwidth * self.link_efficiency(path.medium, path.rdma), path.latency, path.links
 
     # -- point to point ------------------------------------------------------
     def grpc_path(self, src, dst):
@@ -361,7 +373,8 @@ class CommModel:
         """One NVLS allreduce inside a node: every GPU sends and receives ``nbytes`` once through the switch."""
         node = self.resource_spec.node_of(devices[0])
         links = sorted(link for d in devices for link in (send_link(f"{d}/fabric"), receive_link(f"{d}/fabric")))
-        return Phase(nbytes / (node.fabric.bandwidth * NVLS_EFFICIENCY) + 2 * node.fabric.latency, tuple(links))
+        return Phase(nbytes / (node.fabric.bandwidth * self.efficiency["nvls"]) + 2 * node.fabric.latency,
+                     tuple(links))
 
     def _hierarchical(self, nbytes, groups):
         # reduce-scatter inside each node, allreduce of each GPU's 1/G share
@@ -406,7 +419,7 @@ class CommModel:
                 users.setdefault(node.nic_for(spec.device(name)), []).append(name)
             for k, names in users.items():
                 nic = node.nics[k]
-                share_bw = nic.bandwidth * LINK_EFFICIENCY.get(nic.kind, 1.0) / len(names)
+                share_bw = nic.bandwidth * self.link_efficiency(nic.kind, nic.rdma) / len(names)
                 bandwidth = min(bandwidth, share_bw)
                 latency = max(latency, 2 * nic.latency)
                 links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))

@@ -85,3 +85,30 @@ def test_bad_input_is_one_line_and_exit_2(args, named):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], out.stderr
     assert out.stdout == ""
+
+
+def test_shipped_efficiencies_are_the_fit_on_the_published_rows():
+    from cost_models.collectives_published import fit
+    from cost_models.comm import NVLS_EFFICIENCY
+
+    fitted = fit()
+    assert sorted(fitted) == ["infiniband", "nvlink", "nvls", "roce"]
+    shipped = {**LINK_EFFICIENCY, "nvls": NVLS_EFFICIENCY}
+    for kind, value in fitted.items():
+        assert shipped[kind] == pytest.approx(value, abs=5e-4), kind
+
+
+def test_collectives_published_is_scored_leave_one_system_out():
+    from cost_models.collectives_published import ROWS, evaluate, report_lines
+
+    report = evaluate()
+    assert [r["row"] for r in report["rows"]] == [r.row for r in ROWS]
+    by_row = {r["row"]: r for r in report["rows"]}
+    # NVLS and EFA each have one system only: predicted with the shipped value, not scored.
+    assert not by_row["C2"]["fitted_on_other_systems"] and not by_row["C14 (3 nodes)"]["fitted_on_other_systems"]
+    assert by_row["C9"]["fitted_on_other_systems"]
+    assert report["rows_scored"] == sum(r["fitted_on_other_systems"] for r in report["rows"])
+    assert 0 <= report["median_error"] <= report["max_error"]
+    assert all(r["predicted_busbw"] > 0 for r in report["rows"])
+    lines = report_lines(report)
+    assert len(lines) == len(ROWS) + 2 and "scored rows within 15%" in lines[-1]
