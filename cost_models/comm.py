@@ -232,10 +232,11 @@ class CommModel:
         return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
 
     def collective_phases(self, op, nbytes, devices):
-        """Phases of one nccl-tests collective ``op`` of ``nbytes`` over ``devices``, as one ring.
+        """Phases of one nccl-tests collective ``op`` of ``nbytes`` over ``devices``, as NCCL runs it.
 
-        allreduce: reduce-scatter then all-gather; allgather / reducescatter:
-        ``(n-1)/n * S/B + (n-1) a``; broadcast: pipelined down the ring,
+        allreduce: :meth:`allreduce_phases` on collective ops (a ring, or
+        NVLS where faster); the others as one ring: allgather / reducescatter
+        ``(n-1)/n * S/B + (n-1) a``, broadcast pipelined down the ring,
         ``S/B + (n-1) a`` (hardware.md, "Cost formulas in common use").
         """
         nbytes = _check_bytes(nbytes)

@@ -57,8 +57,8 @@ bucket, PS count) hits that cache and re-simulates only the communication,
 whose cost is a few events per variable and node.  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
-arrive on its port, so the queue would serialise them anyway), and likewise the
-copies out after the pull.
+arrive on its port, so the queue would serialise them anyway), and likewise
+the copies out after the pull.
 
 A phase occupies its links for its duration less TensorFlow's per-tensor
 overhead (``CommModel.per_tensor_overhead``), which is spent at the
@@ -198,7 +198,8 @@ class _LinkQueue:
                     start, moved = ends[i], True
         end = start + seconds
         for link in links:
-            self._insert(link, start, end)
+            if end > start:
+                self._insert(link, start, end)
             self.busy[link] = self.busy.get(link, 0.0) + seconds
         return start, end
 
