@@ -1,39 +1,84 @@
 """Communication model: point-to-point transfers, collectives and PS traffic.
 
 Every operation is a list of :class:`~cost_models.types.Phase`; phases run one
-after another and each occupies its link resources (``"<device>/fabric"``,
-``"<node>/nic<k>"``) for its whole duration, so the simulator can queue them
-FIFO per link to model contention.  Formulas: ``../shared/reference/hardware.md``
-("Cost formulas in common use").
+after another and each occupies its link resources for its whole duration, so
+the simulator can queue them per link to model contention.  Links are
+full duplex: a transfer occupies the sending direction of its source's port
+(``"<device>/fabric/tx"``, ``"<node>/nic<k>/tx"``) and the receiving direction
+of its destination's (``.../rx``), so a push and a pull on one NIC do not
+contend, while pushes from many workers into one server still queue on its
+``rx``.  Formulas: ``../shared/reference/hardware.md`` ("Cost formulas in
+common use").
+
+Two transports, as the runtime uses them (README, "How a plan runs"):
+
+- collective ops (NCCL on GPUs, TensorFlow's ring on CPUs) for plans that
+  allreduce everything: :meth:`CommModel.allreduce_phases`;
+- TensorFlow's gRPC between tasks for PS traffic and for the allreduced
+  part of hybrid plans, which the runtime sums with ordinary ops
+  (:meth:`CommModel.ps_phases`, :meth:`CommModel.graph_allreduce_phases`).
 """
 
 from __future__ import annotations
 
 from cost_models.types import Phase
 from autodist.errors import InputError
+from autodist.resource_spec.spec import receive_link, send_link
 
 # Fraction of a link's per-direction line rate that transfers and collectives
 # achieve, by link kind.
-#  - nvlink: nccl-tests all_reduce_perf busbw on 8-GPU nodes is ~370 of 450
-#    GB/s (H100, 0.82) and ~204 of 300 GB/s (A100, 0.68) (hardware.md,
-#    "Collective measurements"); one factor for both, their mean.
+#  - nvlink, infiniband, roce (RDMA over Ethernet, EFA included): fitted on
+#    the nccl-tests allreduce rows of the calibration set
+#    (cost_models.collectives_published: nvlink on C1, C7, C11 and C4's ring,
+#    infiniband on C7, C8, C9 and C15, roce on C14's three EFA rows), the
+#    median of what each row implies; tests/test_collective_cli.py checks
+#    these equal a fresh fit.
 #  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links").
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
-#  - infiniband / roce: RDMA transfers run close to line rate; we assume 0.9
-#    until measured (no figure in hardware.md).
 #  - loopback: the TensorFlow gRPC calibration already measures achieved
 #    bandwidth, so it is used as is.
 LINK_EFFICIENCY = {
-    "nvlink": 0.75,
+    "nvlink": 0.774,
     "pcie": 0.8,
     "ethernet": 0.7,
-    "infiniband": 0.9,
-    "roce": 0.9,
+    "infiniband": 0.935,
+    "roce": 0.640,
     "loopback": 1.0,
 }
 
+# NVLink SHARP (NVLS): inside a Hopper NVSwitch node NCCL reduces in the
+# switch, each GPU sending and receiving the message once:
+# t = S / (B * NVLS_EFFICIENCY) + 2a.  Fitted on the calibration set's rows
+# C2 (8x H100, NVLS, 478.87 GB/s busbw at 8 GiB: algbw 273.6 GB/s) and C4
+# (NCCL maintainer: ~480 busbw, algbw ~275 GB/s) of
+# ../shared/reference/published-training-figures.md: algbw over NVLink's
+# 450 GB/s per direction (cost_models.collectives_published).
+NVLS_EFFICIENCY = 0.609
+NVLS_ARCHITECTURES = ("hopper",)
+
+# TensorFlow's gRPC between tasks (PS pushes and pulls, hybrid plans'
+# allreduce) runs over TCP even on an RDMA NIC, through host memory: the NIC
+# at the TCP efficiency above ("ethernet"), and at most GRPC_BANDWIDTH per
+# transfer: one study fitted t = 134 us + bytes / 5.7 GB/s for GPU-to-GPU
+# copies through TensorFlow (hardware.md, "Cost formulas in common use").
+GRPC_BANDWIDTH = 5.7e9
+TCP_EFFICIENCY = LINK_EFFICIENCY["ethernet"]
+
 ALGORITHMS = ("ring", "hierarchical", "master")
 GRPC_MEDIA = frozenset({"loopback", "ethernet"})
+# nccl-tests' collectives and their bus-bandwidth factor busbw / algbw for n
+# ranks (nccl-tests doc/PERFORMANCE.md): S is the whole buffer (allgather's
+# output, reducescatter's input).
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
+
+
+def bus_factor(op, n):
+    """busbw / algbw of collective ``op`` over ``n`` ranks, as nccl-tests reports it."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
 
 
 def gradient_bytes(variable):
@@ -67,13 +112,26 @@ class CommModel:
         collective ops (``collective_ops=True``) around a ring of loopback
         hops takes this curve: TensorFlow's CPU collectives are much slower
         than its point-to-point transfers.
+    efficiency : dict or None
+        Achieved fractions of line rate that replace ``LINK_EFFICIENCY``'s
+        (by link kind, RDMA over Ethernet as ``"roce"``) or
+        ``NVLS_EFFICIENCY`` (as ``"nvls"``), e.g. while fitting them.
     """
 
-    def __init__(self, resource_spec, calibration=None, collectives=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None):
         self.resource_spec = resource_spec
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
+        self.efficiency = {**LINK_EFFICIENCY, "nvls": NVLS_EFFICIENCY, **(efficiency or {})}
+
+    def link_efficiency(self, kind, rdma=False):
+        """Achieved fraction of line rate on a link of ``kind`` (Ethernet with RDMA counts as RoCE)."""
+        if kind == "ethernet" and rdma:
+            kind = "roce"
+        if kind not in self.efficiency:
+            raise InputError(f"no achieved-bandwidth figure for link kind {kind!r}", field="links")
+        return self.efficiency[kind]
 
     # -- links ---------------------------------------------------------------
     def effective_path(self, src, dst):
@@ -81,19 +139,34 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        if path.medium not in LINK_EFFICIENCY:
-            raise InputError(f"no achieved-bandwidth figure for link kind {path.medium!r}", field="links")
-        return path.bandwidth * LINK_EFFICIENCY[path.medium], path.latency, path.links
+        return path.bandwidth * self.link_efficiency(path.medium, path.rdma), path.latency, path.links
 
     # -- point to point ------------------------------------------------------
-    def transfer_phases(self, src_device, dst_device, nbytes):
+    def grpc_path(self, src, dst):
+        """(bandwidth, latency, links) of TensorFlow's gRPC from ``src`` to ``dst`` (another task).
+
+        Across nodes the NIC runs TCP (``TCP_EFFICIENCY`` of its line rate,
+        RDMA or not); every transfer is held to ``GRPC_BANDWIDTH``.  Loopback
+        keeps its calibrated achieved bandwidth.
+        """
+        path = self.resource_spec.path(src, dst)
+        bandwidth, latency, links = self.effective_path(src, dst)
+        if path.medium == "loopback" or not links:
+            return bandwidth, latency, links
+        if path.kind == "inter-node":
+            bandwidth = path.bandwidth * TCP_EFFICIENCY
+        return min(bandwidth, GRPC_BANDWIDTH), latency, links
+
+    def transfer_phases(self, src_device, dst_device, nbytes, grpc=False):
         """One tensor of ``nbytes`` from ``src_device`` to ``dst_device``.
 
         latency + TensorFlow per-tensor overhead + bytes / achieved bandwidth;
-        no phase at all on the same device.
+        no phase at all on the same device.  ``grpc``: the tensor goes
+        between tasks over TensorFlow's gRPC (:meth:`grpc_path`).
         """
         nbytes = _check_bytes(nbytes)
-        bandwidth, latency, links = self.effective_path(src_device, dst_device)
+        route = self.grpc_path if grpc else self.effective_path
+        bandwidth, latency, links = route(src_device, dst_device)
         if not links:
             return []
         seconds = latency + self.per_tensor_overhead + nbytes / bandwidth
@@ -102,13 +175,13 @@ class CommModel:
         return [Phase(seconds, links)]
 
     def ps_phases(self, worker_device, ps_device, nbytes):
-        """One push (or one pull) of ``nbytes`` between a worker and a PS.
+        """One push (or one pull) of ``nbytes`` between a worker and a PS, over gRPC.
 
-        Fan-in contention is not in the number: every worker's phase occupies
-        the server's NIC (or fabric port), so the simulator's FIFO queue on
-        that link serialises them.
+        Fan-in contention is not in the number: every worker's push occupies
+        the receiving direction of the server's NIC (or fabric port), so the
+        simulator's queue on that link serialises them.
         """
-        return self.transfer_phases(worker_device, ps_device, nbytes)
+        return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
 
     # -- collectives ---------------------------------------------------------
     def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False):
@@ -132,7 +205,10 @@ class CommModel:
             _, _, links = self._ring_links(devices)
             return [Phase(ring_allreduce_seconds(self.collectives, nbytes, len(devices)), links)]
         groups = self._by_node(devices)
-        if algorithm == "ring" or len(groups) == 1:
+        if collective_ops and len(groups) == 1 and self._has_nvls(devices):
+            ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
+            phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
+        elif algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
         elif algorithm == "hierarchical":
             phases = self._hierarchical(nbytes, groups)
@@ -155,6 +231,84 @@ class CommModel:
         n = len(devices)
         return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
 
+    def collective_phases(self, op, nbytes, devices):
+        """Phases of one nccl-tests collective ``op`` of ``nbytes`` over ``devices``, as NCCL runs it.
+
+        allreduce: :meth:`allreduce_phases` on collective ops (a ring, or
+        NVLS where faster); the others as one ring: allgather / reducescatter
+        ``(n-1)/n * S/B + (n-1) a``, broadcast pipelined down the ring,
+        ``S/B + (n-1) a`` (hardware.md, "Cost formulas in common use").
+        """
+        nbytes = _check_bytes(nbytes)
+        if op not in COLLECTIVES:
+            raise InputError(f"unknown collective {op!r} (expected one of {', '.join(COLLECTIVES)})", field="--op")
+        devices = list(dict.fromkeys(devices))
+        if len(devices) < 2:
+            raise InputError(f"a collective needs at least two devices, got {len(devices)}", field="--devices")
+        for name in devices:
+            self.resource_spec.device(name)
+        if op == "allreduce":
+            return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+        n = len(devices)
+        bandwidth, latency, links = self._ring_links(devices)
+        volume = nbytes if op == "broadcast" else (n - 1) / n * nbytes
+        return [Phase(volume / bandwidth + (n - 1) * latency, links)]
+
+    # -- allreduce as the one-client runtime runs it -----------------------
+    def graph_allreduce_phases(self, nbytes, devices, algorithm="ring"):
+        """Phases of one allreduce summed by ordinary TensorFlow ops (launcher.runtime.allreduce).
+
+        Hybrid plans run this way: every chunk is a tensor moved by
+        TensorFlow, over gRPC between nodes (:meth:`grpc_path`) and as a
+        device copy inside one.  ``ring``: ``2(n-1)`` steps of ``S/n``, each
+        as long as its slowest hop; ``master``: every replica's tensor into
+        the first device, then back out; ``hierarchical``: that inside each
+        node onto its first device, a ring among those, a copy back inside.
+        A fan-in's transfers pay TensorFlow's per-tensor overhead once and
+        their bytes one after another.
+        """
+        nbytes = _check_bytes(nbytes)
+        if algorithm not in ALGORITHMS:
+            raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
+        devices = list(dict.fromkeys(devices))
+        if len(devices) < 2:
+            return []
+        if algorithm == "ring":
+            return self._graph_ring(nbytes, devices)
+        if algorithm == "master":
+            return [self._fan(devices[0], devices[1:], nbytes, inward=True),
+                    self._fan(devices[0], devices[1:], nbytes, inward=False)]
+        groups = self._by_node(devices)
+        inward = [self._fan(g[0], g[1:], nbytes, inward=True) for g in groups if len(g) > 1]
+        outward = [self._fan(g[0], g[1:], nbytes, inward=False) for g in groups if len(g) > 1]
+        ring = self._graph_ring(nbytes, [g[0] for g in groups]) if len(groups) > 1 else []
+        return [p for p in (_slowest(inward), *ring, _slowest(outward)) if p is not None]
+
+    def _graph_hop(self, src, dst, nbytes):
+        """One tensor between two replica devices: gRPC across nodes, a device copy inside one."""
+        across = self.resource_spec.path(src, dst).kind == "inter-node"
+        return self.transfer_phases(src, dst, nbytes, grpc=across)
+
+    def _graph_ring(self, nbytes, devices):
+        n = len(devices)
+        step, links = 0.0, set()
+        for a, b in zip(devices, devices[1:] + devices[:1]):
+            for phase in self._graph_hop(a, b, nbytes / n):
+                step = max(step, phase.seconds)
+                links.update(phase.links)
+        half = Phase((n - 1) * step, tuple(sorted(links)))
+        return [half, half]
+
+    def _fan(self, hub, others, nbytes, inward):
+        """Every device of ``others`` sends ``nbytes`` to ``hub`` (``inward``), or ``hub`` to each of them."""
+        seconds, links = 0.0, set()
+        for other in others:
+            for phase in self._graph_hop(other, hub, nbytes) if inward else self._graph_hop(hub, other, nbytes):
+                seconds += phase.seconds
+                links.update(phase.links)
+        seconds -= self.per_tensor_overhead * max(len(others) - 1, 0)
+        return Phase(seconds, tuple(sorted(links)))
+
     def _uses_grpc(self, devices):
         """Whether a collective over ``devices`` crosses a link TensorFlow
         drives through gRPC (loopback, TCP Ethernet) and so pays the calibrated
@@ -174,10 +328,27 @@ class CommModel:
         return list(groups.values())
 
     def _ring_links(self, devices):
-        """Slowest achieved bandwidth, largest latency and all links of a ring."""
+        """Slowest achieved bandwidth, largest latency and all links of a ring.
+
+        NCCL runs one ring per NIC (multi-rail): where the ring crosses from
+        one node to the next, it crosses on every NIC its devices on those
+        nodes send through, so that hop carries their summed bandwidth.
+        """
+        spec = self.resource_spec
+        rails = {}
+        for name in devices:
+            device = spec.device(name)
+            node = spec.node(device.node)
+            if node.nics:
+                rails.setdefault(node.name, set()).add(node.nic_for(device))
         bandwidth, latency, links = float("inf"), 0.0, set()
         for a, b in zip(devices, devices[1:] + devices[:1]):
             bw, lat, ls = self.effective_path(a, b)
+            node_a, node_b = spec.device(a).node, spec.device(b).node
+            if node_a != node_b:
+                bw *= min(len(rails[node_a]), len(rails[node_b]))
+                ls = ([send_link(f"{node_a}/nic{k}") for k in sorted(rails[node_a])]
+                      + [receive_link(f"{node_b}/nic{k}") for k in sorted(rails[node_b])])
             bandwidth, latency = min(bandwidth, bw), max(latency, lat)
             links.update(ls)
         return bandwidth, latency, tuple(sorted(links))
@@ -188,6 +359,23 @@ class CommModel:
         bandwidth, latency, links = self._ring_links(devices)
         half = (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
         return [Phase(half, links), Phase(half, links)]
+
+    def _has_nvls(self, devices):
+        """Whether ``devices`` (of one node) are Hopper GPUs on an NVLink switch, where NCCL offers NVLS."""
+        from cost_models.gpu import architecture_of
+
+        spec = self.resource_spec
+        node = spec.node_of(devices[0])
+        return node.fabric.kind == "nvlink" and all(
+            spec.device(d).kind == "GPU" and architecture_of(spec.device(d).model) in NVLS_ARCHITECTURES
+            for d in devices)
+
+    def _nvls(self, nbytes, devices):
+        """One NVLS allreduce inside a node: every GPU sends and receives ``nbytes`` once through the switch."""
+        node = self.resource_spec.node_of(devices[0])
+        links = sorted(link for d in devices for link in (send_link(f"{d}/fabric"), receive_link(f"{d}/fabric")))
+        return Phase(nbytes / (node.fabric.bandwidth * self.efficiency["nvls"]) + 2 * node.fabric.latency,
+                     tuple(links))
 
     def _hierarchical(self, nbytes, groups):
         # reduce-scatter inside each node, allreduce of each GPU's 1/G share
@@ -232,10 +420,10 @@ class CommModel:
                 users.setdefault(node.nic_for(spec.device(name)), []).append(name)
             for k, names in users.items():
                 nic = node.nics[k]
-                share_bw = nic.bandwidth * LINK_EFFICIENCY.get(nic.kind, 1.0) / len(names)
+                share_bw = nic.bandwidth * self.link_efficiency(nic.kind, nic.rdma) / len(names)
                 bandwidth = min(bandwidth, share_bw)
                 latency = max(latency, 2 * nic.latency)
-                links.add(f"{node.name}/nic{k}")
+                links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))
         seconds = 2 * (n - 1) / n * share / bandwidth + 2 * (n - 1) * latency
         return Phase(seconds, tuple(sorted(links)))
 
@@ -243,7 +431,7 @@ class CommModel:
 def link_busy(phase_lists):
     """Seconds each link is busy when all ``phase_lists`` run (contention bound).
 
-    With FIFO queues on links, no schedule finishes before the busiest link
+    With queues on links, no schedule finishes before the busiest link
     has carried all its phases; ``max(link_busy(...).values())`` bounds, for
     example, a PS fan-in round from below.
     """
@@ -253,6 +441,14 @@ def link_busy(phase_lists):
             for link in phase.links:
                 busy[link] = busy.get(link, 0.0) + phase.seconds
     return busy
+
+
+def _slowest(phases):
+    """One phase as long as the longest of ``phases``, on all their links (None if there are none)."""
+    if not phases:
+        return None
+    links = sorted({link for p in phases for link in p.links})
+    return Phase(max(p.seconds for p in phases), tuple(links))
 
 
 def _check_bytes(nbytes):

@@ -186,6 +186,7 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
     ``gpu_calibration``: the published-figures file to judge the GPU model on
     (default: the shipped one).
     """
+    from cost_models import collectives_published
     from cost_models import gpu_calibration as gpu
     from cost_models.published import CALIBRATION_CSV, read_calibration
 
@@ -211,6 +212,7 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
         "leave_one_model_out": lomo,
         "allreduce_busbw": busbw,
         "gpu_published": published,
+        "collectives_published": collectives_published.evaluate(),
         "meets": {
             "op_mape": ops["mape"] is not None and ops["mape"] <= TARGETS["op_mape"],
             "step_error": step is not None and step["max_error"] <= TARGETS["step_error"],
@@ -262,6 +264,10 @@ def format_report(report):
             f"{b['nccl_tests_busbw'] / 1e9:4.0f} GB/s  error {_pct(b['error'])} (target <= 15%)"
         )
     lines += _gpu_lines(report["gpu_published"])
+    if "collectives_published" in report:
+        from cost_models.collectives_published import report_lines
+
+        lines += report_lines(report["collectives_published"])
     return "\n".join(lines)
 
 

@@ -4,6 +4,10 @@
   bytes in variable order, as TensorFlow 1's GreedyLoadBalancingStrategy
   (``tf.contrib.training``) and AutoDist's default PS strategy do; one PS
   task per node.
+- ``partitioned-ps``: as TensorFlow 2's ``ParameterServerStrategy`` with a
+  ``MinSizePartitioner(max_shards=<PS tasks>)``: every variable split along
+  axis 0 into shards of at least 256 KiB, at most one per PS task, and
+  variables and shards given to the PS tasks round-robin in creation order.
 - ``ring`` / ``hierarchical``: every gradient allreduced with that
   algorithm, fused into buckets in gradient-ready order.
 - ``parallax``: sparse gradients to greedy-balanced PS, dense gradients by
@@ -28,6 +32,9 @@ from autodist.strategy import Strategy, VarSync
 # Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD,
 # 64 MiB; horovod.readthedocs.io, "Tensor Fusion").
 FUSION_BYTES = 64 * 2**20
+# tf.distribute.experimental.partitioners.MinSizePartitioner's default
+# min_shard_bytes (256 << 10).
+MIN_SHARD_BYTES = 256 << 10
 
 
 @dataclass
@@ -106,6 +113,29 @@ def greedy_ps(simulator):
     return data_parallel(simulator, ps_names=simulator.dense_bytes)
 
 
+def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
+    """How many axis-0 shards ``MinSizePartitioner(min_shard_bytes, max_shards)`` makes of a variable.
+
+    ``ceil(bytes / min_shard_bytes)``, at most ``max_shards`` and at most
+    one per row; a scalar is one shard.
+    """
+    if not shape or not shape[0]:
+        return 1
+    return max(1, min(int(shape[0]), max_shards, -(-int(nbytes) // min_shard_bytes)))
+
+
+def partitioned_ps(simulator):
+    """Every variable on PS, split by :func:`min_size_shards` over the PS tasks, all placed round-robin."""
+    strategy = greedy_ps(simulator)
+    tasks = len(strategy.ps_devices)
+    turn = 0
+    for variable in simulator.variables:
+        shards = min_size_shards(variable.shape, simulator.dense_bytes[variable.name], tasks)
+        strategy.sync[variable.name] = VarSync("ps", ps_tasks=tuple((turn + i) % tasks for i in range(shards)))
+        turn += shards
+    return strategy
+
+
 def parallax(simulator):
     sparse = [v.name for v in simulator.variables if v.sparse_gradient]
     return data_parallel(simulator, ps_names=sparse, algorithm="ring")
@@ -161,6 +191,7 @@ def greedy_op_placer(simulator):
 
 BASELINES = {
     "greedy-ps": greedy_ps,
+    "partitioned-ps": partitioned_ps,
     "ring": lambda sim: data_parallel(sim, algorithm="ring"),
     "hierarchical": lambda sim: data_parallel(sim, algorithm="hierarchical"),
     "parallax": parallax,

@@ -11,7 +11,8 @@ simulator's own cost terms so that a simulated step never falls below it:
   (the critical path to it; with one device per replica, all the work of its
   ancestors, which that device runs first) plus the fastest way to
   synchronise and apply that gradient alone and uncontended: the best
-  allreduce algorithm over the replicas then the update on a replica
+  allreduce algorithm over the replicas, on collective ops or on the
+  runtime's ordinary ops, then the update on a replica
   device, or a PS push and pull of one shard, over any worker-PS path, for
   up to one shard per PS device, with the server's share of the update.
   Transfer time is affine in bytes (latency plus bytes over bandwidth), so
@@ -101,7 +102,8 @@ def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slot
             slot = group_slots.get(sim.var_unit[name], 0)
             devices = tuple(r[slot] for r in replicas)
             allreduce = min(
-                sum(p.seconds for p in sim.allreduce_phases(devices, a, nbytes)) for a in ALLREDUCE_ALGORITHMS
+                sum(p.seconds for p in sim.allreduce_phases(devices, a, nbytes, collective_ops))
+                for a in ALLREDUCE_ALGORITHMS for collective_ops in (True, False)
             )
             allreduce += min(u[name] for u in replica_updates)
             shard = sim.sparse_bytes[name] / max(len(servers), 1)

@@ -6,14 +6,21 @@ What one step does, as simulated:
    dependency order; a device runs the groups that are ready on it in the
    order they became ready (ties by topological index).  A tensor crossing
    devices inside a replica costs its ``CommModel.transfer_phases``, queued
-   FIFO on that replica's links.
+   on that replica's links.
 2. **Synchronisation.**  A variable's gradient is ready when its gradient
    group ends; its sync starts then, so it overlaps the rest of the backward
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
-   once the bucket's last gradient is ready.  PS: every worker pushes each
-   shard, the PS applies the update when all pushes of that shard are in,
-   then every worker pulls it.  Every phase of every transfer is queued FIFO
-   (by request time) on each link resource it occupies, which models
+   once the bucket's last gradient is ready, on collective ops (NCCL) when
+   the plan allreduces everything, else summed by the runtime's ordinary
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  PS, as the
+   runtime runs it: every worker task (one per node) sums its replicas'
+   gradient of each shard on its first replica device and pushes it once
+   over gRPC, the PS applies the update when all pushes of that shard are
+   in, then every task pulls it once and copies it to its other replicas.
+   Transfers are taken in request order, and every phase of one runs in
+   the first window, once it is ready, in which every link resource it
+   occupies (one per direction of each port: links are full duplex) is
+   free, possibly a gap that earlier reservations left; this models
    contention on NVLink/PCIe ports, NICs and PS servers.
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
@@ -47,10 +54,11 @@ is computed once per *replica class* and cached, keyed by the device models
 (one-device replicas) or the devices and group slots (model parallel).  A
 move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
-whose cost is a few events per variable and node.  PS traffic of the workers
-of one class on one node is aggregated into one transfer that occupies the
-links as long as their transfers one after another: they share the node's
-NIC (or the server's port), so FIFO would serialise them anyway.
+whose cost is a few events per variable and node.  The local sum of a
+task's ``k`` replicas is one transfer that occupies the links as long as
+``k - 1`` copies into the first replica device one after another (they all
+arrive on its port, so the queue would serialise them anyway), and likewise
+the copies out after the pull.
 
 A phase occupies its links for its duration less TensorFlow's per-tensor
 overhead (``CommModel.per_tensor_overhead``), which is spent at the
@@ -62,6 +70,7 @@ checks that the cached result equals a fresh simulation.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from dataclasses import dataclass, field
 
@@ -164,27 +173,52 @@ class _Schedule:
 
 
 class _LinkQueue:
-    """FIFO occupation of link resources by phases."""
+    """Occupation of link resources by phases, each at the earliest time all its links are free.
+
+    Every link keeps its busy intervals; a phase takes the first window of
+    its length, at or after it is ready, that is free on all of its links,
+    so it may use a gap that an earlier reservation left (a transfer waiting
+    for a busy receiver does not hold the sender's link idle meanwhile).
+    Adjacent intervals are merged, which keeps a saturated link's list short.
+    """
 
     def __init__(self):
-        self.free = {}
+        self.intervals = {}  # link -> ([starts], [ends]), sorted, disjoint
         self.busy = {}
 
     def occupy(self, links, ready, seconds):
         start = ready
-        for link in links:
-            t = self.free.get(link, 0.0)
-            if t > start:
-                start = t
+        moved = True
+        while moved:
+            moved = False
+            for link in links:
+                starts, ends = self.intervals.get(link, ((), ()))
+                i = bisect.bisect_right(ends, start)  # the first interval ending after start
+                if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
+                    start, moved = ends[i], True
         end = start + seconds
         for link in links:
-            self.free[link] = end
+            if end > start:
+                self._insert(link, start, end)
             self.busy[link] = self.busy.get(link, 0.0) + seconds
         return start, end
 
+    def _insert(self, link, start, end):
+        starts, ends = self.intervals.setdefault(link, ([], []))
+        i = bisect.bisect_left(starts, start)
+        if i > 0 and ends[i - 1] >= start:  # joins the interval before
+            i -= 1
+            start = starts[i]
+            del starts[i], ends[i]
+        while i < len(starts) and starts[i] <= end:  # and the ones it reaches
+            end = max(end, ends[i])
+            del starts[i], ends[i]
+        starts.insert(i, start)
+        ends.insert(i, end)
+
 
 class _SyncRun:
-    """One step's synchronisation: transfers queued FIFO on links, updates on devices.
+    """One step's synchronisation: transfers queued on links, updates on devices.
 
     ``classes`` are ``(schedule, replicas)`` pairs of identical replicas.
     Transfers wait in a heap ordered by request time; ``drain`` runs them.
@@ -268,31 +302,46 @@ class _SyncRun:
 
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
-        """(representative device, count) of class ``c``'s workers at ``slot``, per node."""
+        """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
         if (c, slot) not in self.worker_groups:
             spec = self.sim.resource_spec
             by_node = {}
             for r in self.classes[c][1]:
                 by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
-            self.worker_groups[(c, slot)] = [(devs[0], len(devs)) for _, devs in sorted(by_node.items())]
+            self.worker_groups[(c, slot)] = [tuple(devs) for _, devs in sorted(by_node.items())]
         return self.worker_groups[(c, slot)]
 
     def parameter_server(self, name, slot):
-        """Every worker pushes each shard; the PS updates it; every worker pulls it."""
+        """Every task sums its replicas' gradient of each shard and pushes it once; the PS updates
+        the shard; every task pulls it once and copies it to its other replicas."""
         s = self.strategy.sync[name]
         nbytes = -(-self.sim.sparse_bytes[name] // s.shards)
-        targets = [(c, dev, count) for c in range(len(self.classes)) for dev, count in self._workers(c, slot)]
+        # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
+        sparse = name in self.sim.sparse_gradients
+        targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
         for i, task in enumerate(s.ps_tasks):
             ps_device = self.strategy.ps_devices[task]
             label = f"{name}/{i}"
             pushed = self._after_pushes(len(targets), name, label, ps_device, s.shards, nbytes, targets)
-            for c, dev, count in targets:
-                phases = self._ps_transfer(dev, ps_device, nbytes, count)
+            for c, devs in targets:
+                pushed_bytes = nbytes * len(devs) if sparse else nbytes
+                phases = (self._local_copies(devs, nbytes, inward=True)
+                          + self._ps_transfer(devs[0], ps_device, pushed_bytes))
                 self.submit(self.ready(self.classes[c][0], name), phases, f"push {label}", pushed)
 
-    def _ps_transfer(self, src, dst, nbytes, count):
+    def _ps_transfer(self, src, dst, nbytes):
         sim = self.sim
-        return sim._phase_list(("ps", src, dst, nbytes, count), lambda: sim.comm.ps_phases(src, dst, nbytes), count)
+        return sim._phase_list(("ps", src, dst, nbytes), lambda: sim.comm.ps_phases(src, dst, nbytes))
+
+    def _local_copies(self, devs, nbytes, inward):
+        """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
+        if len(devs) < 2:
+            return []
+        sim, hub, other = self.sim, devs[0], devs[1]
+        src, dst = (other, hub) if inward else (hub, other)
+        copies = len(devs) - 1
+        return sim._phase_list(("local", src, dst, nbytes, copies),
+                               lambda: sim.comm.transfer_phases(src, dst, nbytes), copies)
 
     def _after_pushes(self, pending, name, label, ps_device, shards, nbytes, targets):
         """The callback that, at the last push of a shard, updates it and starts the pulls."""
@@ -309,8 +358,9 @@ class _SyncRun:
             self.busy[ps_device] = self.busy.get(ps_device, 0.0) + cost
             if self.trace:
                 self.events.append((f"update {label}", "update", ps_device, start, stop))
-            for _, dev, count in targets:
-                self.submit(stop, self._ps_transfer(ps_device, dev, nbytes, count), f"pull {label}", self.finish.append)
+            for _, devs in targets:
+                phases = self._ps_transfer(ps_device, devs[0], nbytes) + self._local_copies(devs, nbytes, inward=False)
+                self.submit(stop, phases, f"pull {label}", self.finish.append)
 
         return pushed
 
@@ -337,6 +387,7 @@ class Simulator:
         self.variables = [v for v in graph_item.trainable_variables()]
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
         self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
+        self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
         slot_bytes = {}
         for s in graph_item.slot_variables():
             slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
@@ -406,9 +457,11 @@ class Simulator:
         return stages
 
     def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
-        """``CommModel.allreduce_phases``, from a per-(devices, algorithm) affine fit when exact.
+        """One allreduce as the runtime runs it, from a per-(devices, algorithm) affine fit when exact.
 
-        The CommModel's collective phases are latency plus bytes over
+        ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
+        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
+        The CommModel's phases are latency plus bytes over
         bandwidth, so two probes give each phase's intercept and slope and a
         new fusion-bucket size costs no walk over the devices.  A third probe
         checks the fit; where it fails (e.g. unequal nodes, whose slowest
@@ -419,11 +472,16 @@ class Simulator:
             self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
         fit = self._affine[key]
         if fit is None:
-            return self.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops)
+            return self._priced_allreduce(nbytes, list(devices), algorithm, collective_ops)
         return [Phase(a + b * nbytes, links) for a, b, links in fit]
 
+    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
+        if collective_ops:
+            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
+        return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
+
     def _affine_fit(self, devices, algorithm, collective_ops):
-        zero, probe, check = (self.comm.allreduce_phases(n, devices, algorithm, collective_ops)
+        zero, probe, check = (self._priced_allreduce(n, devices, algorithm, collective_ops)
                               for n in (0, _PROBE_BYTES, _CHECK_BYTES))
         if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
             return None

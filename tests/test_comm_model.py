@@ -7,7 +7,7 @@ from autodist.graph.item import VariableInfo
 from autodist.resource_spec import DeviceSpec, LinkSpec, NodeSpec, ResourceSpec, load_cluster
 from cost_models import CostModel, Phase, gradient_bytes, link_busy
 from cost_models.calibration import TransferCalibration, fit_line
-from cost_models.comm import LINK_EFFICIENCY, CommModel
+from cost_models.comm import GRPC_BANDWIDTH, LINK_EFFICIENCY, TCP_EFFICIENCY, CommModel
 
 NVLINK = LinkSpec("nvlink", 450e9, 1e-6)
 IB = LinkSpec("infiniband", 50e9, 2e-6, rdma=True, gpudirect=True)
@@ -38,7 +38,7 @@ def test_ring_allreduce_matches_the_formula():
     phases = comm.allreduce_phases(S, _gpus(spec), "ring")
     assert len(phases) == 2  # reduce-scatter, all-gather
     assert comm.allreduce_time(S, _gpus(spec), "ring") == pytest.approx(expected)
-    assert set(phases[0].links) == {f"n0/GPU:{i}/fabric" for i in range(8)}
+    assert set(phases[0].links) == {f"n0/GPU:{i}/fabric/{way}" for i in range(8) for way in ("tx", "rx")}
     assert all(isinstance(p, Phase) for p in phases)
 
 
@@ -47,8 +47,8 @@ def test_hierarchical_uses_nvlink_inside_and_the_nic_between():
     comm = CommModel(spec)
     S, G, N = 512 * 2**20, 8, 2
     scatter, inter, gather = comm.allreduce_phases(S, _gpus(spec), "hierarchical")
-    assert all(link.endswith("/fabric") for link in scatter.links + gather.links)
-    assert set(inter.links) == {"n0/nic0", "n1/nic0"}
+    assert all("/fabric/" in link for link in scatter.links + gather.links)
+    assert set(inter.links) == {f"n{i}/nic0/{way}" for i in range(2) for way in ("tx", "rx")}
     B_intra = NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"]
     B_nic_per_gpu = IB.bandwidth * LINK_EFFICIENCY["infiniband"] / G  # one NIC shared by 8 GPUs
     assert scatter.seconds == pytest.approx((G - 1) / G * S / B_intra + (G - 1) * NVLINK.latency)
@@ -59,7 +59,7 @@ def test_hierarchical_uses_nvlink_inside_and_the_nic_between():
     assert inter_rich.seconds == pytest.approx(
         2 * (N - 1) / N * (S / G) / (IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * (N - 1) * 2 * IB.latency
     )
-    assert len(inter_rich.links) == 16
+    assert len(inter_rich.links) == 32  # 8 NICs a node, both directions
 
 
 def test_master_moves_the_whole_message_over_one_nic_per_node():
@@ -67,7 +67,7 @@ def test_master_moves_the_whole_message_over_one_nic_per_node():
     comm = CommModel(spec)
     S = 512 * 2**20
     reduce, inter, bcast = comm.allreduce_phases(S, _gpus(spec), "master")
-    assert set(inter.links) == {"n0/nic0", "n1/nic0"}
+    assert set(inter.links) == {f"n{i}/nic0/{way}" for i in range(2) for way in ("tx", "rx")}
     assert inter.seconds >= S / (IB.bandwidth * LINK_EFFICIENCY["infiniband"])
     # With a NIC per GPU, hierarchical beats reduce-to-master.
     assert comm.allreduce_time(S, _gpus(spec), "hierarchical") < comm.allreduce_time(S, _gpus(spec), "master")
@@ -100,12 +100,54 @@ def test_point_to_point_latency_overhead_bandwidth():
     (phase,) = comm.transfer_phases("n0/GPU:0", "n1/GPU:1", 10**8)
     expected = 2 * IB.latency + 100e-6 + 10**8 / (IB.bandwidth * LINK_EFFICIENCY["infiniband"])
     assert phase.seconds == pytest.approx(expected)
-    assert phase.links == ("n0/nic0", "n1/nic0")
+    assert phase.links == ("n0/nic0/tx", "n1/nic0/rx")
     assert comm.transfer_phases("n0/GPU:0", "n0/GPU:0", 10**8) == []
     with pytest.raises(InputError, match="nbytes"):
         comm.transfer_phases("n0/GPU:0", "n1/GPU:0", -1)
     with pytest.raises(InputError, match="algorithm"):
         comm.allreduce_phases(10, _gpus(spec), "tree")
+
+
+def test_ps_traffic_between_nodes_is_grpc_not_rdma():
+    """TensorFlow moves PS pushes and pulls over gRPC (TCP), even on an InfiniBand NIC."""
+    spec = _cluster(2, 2)
+    comm = CommModel(spec, TransferCalibration(overhead=100e-6, bandwidth=2e9))
+    nbytes = 10**8
+    (push,) = comm.ps_phases("n0/GPU:0", "n1/GPU:1", nbytes)
+    grpc_bandwidth = min(IB.bandwidth * TCP_EFFICIENCY, GRPC_BANDWIDTH)
+    assert grpc_bandwidth == GRPC_BANDWIDTH  # 50 GB/s NDR at TCP efficiency is above gRPC's own ceiling
+    assert push.seconds == pytest.approx(2 * IB.latency + 100e-6 + nbytes / grpc_bandwidth)
+    (rdma,) = comm.transfer_phases("n0/GPU:0", "n1/GPU:1", nbytes)
+    assert push.seconds > 5 * rdma.seconds
+    # On 25 Gb/s Ethernet the NIC at TCP efficiency is the limit.
+    slow = CommModel(load_cluster(preset="cpu-2s-25g:2"))
+    a, b = (node.devices[0].name for node in slow.resource_spec.nodes)
+    nic = slow.resource_spec.nodes[0].nics[0]
+    assert slow.ps_phases(a, b, nbytes)[0].seconds == pytest.approx(
+        2 * nic.latency + nbytes / (nic.bandwidth * TCP_EFFICIENCY))
+
+
+def test_hybrid_allreduce_is_priced_as_the_runtime_sums_it():
+    """The one-client runtime's ring is 2(n-1) steps of S/n tensors, gRPC across nodes, device copies inside."""
+    spec = _cluster(2, 2)
+    overhead = 100e-6
+    comm = CommModel(spec, TransferCalibration(overhead=overhead, bandwidth=2e9))
+    S, n = 2**28, 4
+    gpus = _gpus(spec)
+    across = 2 * IB.latency + overhead + S / n / GRPC_BANDWIDTH  # n0/GPU:1 -> n1/GPU:0 and back: the slowest hops
+    ring = comm.graph_allreduce_phases(S, gpus, "ring")
+    assert [p.seconds for p in ring] == pytest.approx([(n - 1) * across] * 2)
+    assert sum(p.seconds for p in ring) > 3 * comm.allreduce_time(S, gpus, "ring")  # NCCL over RDMA
+    # master: three tensors into GPU 0 (one across nodes at gRPC speed), then out again
+    reduce, bcast = comm.graph_allreduce_phases(S, gpus, "master")
+    inside = NVLINK.latency + overhead + S / (NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"])
+    assert reduce.seconds == pytest.approx(inside + 2 * (2 * IB.latency + overhead + S / GRPC_BANDWIDTH) - 2 * overhead)
+    assert bcast.seconds == pytest.approx(reduce.seconds)
+    # hierarchical: a copy inside each node, a two-leader ring over gRPC, a copy back
+    inward, *between, outward = comm.graph_allreduce_phases(S, gpus, "hierarchical")
+    assert inward.seconds == pytest.approx(inside)
+    assert sum(p.seconds for p in between) == pytest.approx(2 * (2 * IB.latency + overhead + S / 2 / GRPC_BANDWIDTH))
+    assert comm.graph_allreduce_phases(S, gpus[:1]) == []
 
 
 def test_loopback_transfers_follow_the_calibration():
@@ -155,3 +197,22 @@ def test_calibration_fit_recovers_a_line_and_loads(tmp_path):
 
     with pytest.raises(CostModelError, match="bad.json"):
         TransferCalibration.load(tmp_path / "bad.json")
+
+
+def test_a_ring_across_nodes_crosses_on_every_nic():
+    """NCCL's multi-rail: one ring per NIC, so a flat ring over nodes of 4 NICs has 4 NICs' bandwidth between nodes."""
+    S, n = 2**30, 16
+    four = CommModel(_cluster(2, 8, nics_per_node=4))
+    B = min(4 * IB.bandwidth * LINK_EFFICIENCY["infiniband"], NVLINK.bandwidth * LINK_EFFICIENCY["nvlink"])
+    a = 2 * IB.latency
+    assert four.allreduce_time(S, _gpus(four.resource_spec), "ring") == pytest.approx(
+        2 * (n - 1) / n * S / B + 2 * (n - 1) * a)
+    phase = four.allreduce_phases(S, _gpus(four.resource_spec), "ring")[0]
+    assert {f"n{i}/nic{k}/{way}" for i in range(2) for k in range(4) for way in ("tx", "rx")} <= set(phase.links)
+    one = CommModel(_cluster(2, 8, nics_per_node=1))
+    assert one.allreduce_time(S, _gpus(one.resource_spec), "ring") == pytest.approx(
+        2 * (n - 1) / n * S / (IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * (n - 1) * a)
+    # Two GPUs a node use only their own two NICs.
+    pair = [f"n{i}/GPU:{g}" for i in range(2) for g in (0, 4)]
+    assert four.allreduce_time(S, pair, "ring") == pytest.approx(
+        2 * 3 / 4 * S / (2 * IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * 3 * a)

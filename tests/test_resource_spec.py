@@ -97,7 +97,8 @@ def test_paths_on_dgx_h100():
     assert host.bandwidth == 63e9 and host.medium == "pcie"  # CPU <-> GPU over PCIe Gen5, not NVLink
     inter = spec.path("node-0/GPU:2", "node-1/GPU:5")
     assert inter.kind == "inter-node" and inter.rdma
-    assert inter.links == ("node-0/nic2", "node-1/nic5")
+    assert inter.links == ("node-0/nic2/tx", "node-1/nic5/rx")  # full duplex: sends on one direction, receives on the other
+    assert intra.links == ("node-0/GPU:0/fabric/tx", "node-0/GPU:7/fabric/rx")
     assert inter.bandwidth == 50e9 and inter.latency == pytest.approx(1.5e-6)
     assert spec.nodes[0].gpus_per_nic() == 1
 
@@ -179,7 +180,7 @@ def test_cpu_local_needs_no_tensorflow():
         "import sys, autodist\n"
         "spec = autodist.load_cluster(preset='cpu-local:2')\n"
         "assert [n.name for n in spec.nodes] == ['local-0', 'local-1']\n"
-        "assert spec.path('local-0/CPU:0', 'local-1/CPU:0').links == ('local-0/nic0', 'local-1/nic0')\n"
+        "assert spec.path('local-0/CPU:0', 'local-1/CPU:0').links == ('local-0/nic0/tx', 'local-1/nic0/rx')\n"
         "assert 'tensorflow' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

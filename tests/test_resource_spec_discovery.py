@@ -107,7 +107,7 @@ def test_h100_nodes_become_an_rdma_cluster(h100_nodes):
     assert {(n.kind, n.bandwidth, n.rdma, n.gpudirect) for n in node.nics} == {("infiniband", 50e9, True, True)}
     assert node.fabric.kind == "nvlink" and node.fabric.bandwidth == 450e9
     path = spec.path("dgx-0/GPU:3", "dgx-1/GPU:3")
-    assert path.rdma and path.bandwidth == 50e9 and path.links == ("dgx-0/nic3", "dgx-1/nic3")
+    assert path.rdma and path.bandwidth == 50e9 and path.links == ("dgx-0/nic3/tx", "dgx-1/nic3/rx")
     assert node.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert "kubernetes.io/arch" not in node.labels
 

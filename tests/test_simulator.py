@@ -11,6 +11,7 @@ from cost_models.step_table import step_table
 from autodist.resource_spec import load_cluster
 from autodist.strategy import Strategy, VarSync
 from placement import Simulator, baselines, simulate
+from placement.simulator import _LinkQueue
 from placement.space import StrategySpace, copy_strategy
 
 
@@ -56,8 +57,8 @@ def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
         return sim.simulate(Strategy(replicas=replicas, sync=sync, ps_devices=[server]))
 
     one = workers(1)
-    two = workers(1, 2)  # both push over the server node's NIC
-    nic = f"{spec.nodes[0].name}/nic0"
+    two = workers(1, 2)  # both push into the server node's NIC
+    nic = f"{spec.nodes[0].name}/nic0/rx"
     assert two.compute_time == one.compute_time
     assert two.link_busy[nic] == pytest.approx(2 * one.link_busy[nic])
     assert two.step_time > one.step_time
@@ -99,7 +100,7 @@ def test_sparse_gradient_sends_only_touched_rows_to_ps(embedding_graph, ethernet
     densified.variables[table.name].sparse_gradient = False
     sparse_run = sim.simulate(strategy)
     dense_run = Simulator(densified, ethernet, cost_model).simulate(strategy)
-    nic = f"{ethernet.nodes[0].name}/nic0"
+    nic = f"{ethernet.nodes[0].name}/nic0/rx"  # the pushes into the PS node
     assert sparse_run.link_busy[nic] < dense_run.link_busy[nic]
     assert sparse_run.step_time < dense_run.step_time
 
@@ -143,8 +144,66 @@ def test_allreduce_fit_matches_the_comm_model(mlp_graph, cost_model):
     devices = tuple(d.name for d in spec.gpus())
     for algorithm in ("ring", "hierarchical", "master"):
         for nbytes in (0, 4, 1000, 3 << 20, 987_654_321):
-            direct = sim.comm.allreduce_phases(nbytes, list(devices), algorithm)
-            fitted = sim.allreduce_phases(devices, algorithm, nbytes)
-            assert [p.links for p in fitted] == [p.links for p in direct]
-            for f, d in zip(fitted, direct):
-                assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
+            for collective_ops in (True, False):
+                if collective_ops:
+                    direct = sim.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops=True)
+                else:
+                    direct = sim.comm.graph_allreduce_phases(nbytes, list(devices), algorithm)
+                fitted = sim.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+                assert [p.links for p in fitted] == [p.links for p in direct]
+                for f, d in zip(fitted, direct):
+                    assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
+
+
+def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
+    """Links are full duplex: a worker's push and its pull of the same size run at once; pushes
+    from two workers into one server still queue on the server NIC's receiving direction."""
+    spec = load_cluster(preset="g4dn.12xlarge:3")
+    comm = cost_model.comm_model(spec)
+    server = baselines.ps_candidates(spec)[0]
+    worker, other = (f"{spec.nodes[n].name}/GPU:0" for n in (1, 2))
+    nbytes = 64 * 2**20
+    (push,) = comm.ps_phases(worker, server, nbytes)
+    (pull,) = comm.ps_phases(server, worker, nbytes)
+    assert push.seconds == pytest.approx(pull.seconds)
+    queue = _LinkQueue()
+    push_start, push_end = queue.occupy(push.links, 0.0, push.seconds)
+    pull_start, pull_end = queue.occupy(pull.links, 0.0, pull.seconds)
+    assert push_start == pull_start == 0.0 and push_end == pytest.approx(pull_end)
+    (second,) = comm.ps_phases(other, server, nbytes)
+    second_start, second_end = queue.occupy(second.links, 0.0, second.seconds)
+    assert second_start == pytest.approx(push_end)  # fan-in: behind the first push
+    assert second_end == pytest.approx(2 * push.seconds)
+
+
+def test_a_transfer_takes_a_gap_its_links_leave():
+    """A send that waits for a busy receiver does not hold the sender's link idle until then."""
+    queue = _LinkQueue()
+    assert queue.occupy(("a/tx", "b/rx"), 0.0, 10.0) == (0.0, 10.0)
+    assert queue.occupy(("c/tx", "b/rx"), 0.0, 4.0) == (10.0, 14.0)  # b receives one at a time
+    assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile
+    assert queue.occupy(("c/tx", "e/rx"), 1.0, 5.0) == (14.0, 19.0)  # no 5 s gap on c before 14
+    assert queue.occupy(("f/tx", "b/rx"), 2.0, 0.0) == (14.0, 14.0)
+    assert queue.busy == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
+
+
+def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_model):
+    """A worker task sums its GPUs' gradients before one push and pulls once: the server NIC carries
+    what one GPU per task would send, a quarter of four GPUs' separate pushes."""
+    spec = load_cluster(preset="g4dn.12xlarge:2")  # 4 T4 per node
+    sim = Simulator(mlp_graph, spec, cost_model)
+    server = baselines.ps_candidates(spec)[0]
+    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.dense_bytes}
+    remote = spec.nodes[1]
+    four = Strategy(replicas=[[d.name] for d in remote.gpus()], sync=sync, ps_devices=[server])
+    one = Strategy(replicas=[[remote.gpus()[0].name]], sync=sync, ps_devices=[server])
+    into, out_of = f"{spec.nodes[0].name}/nic0/rx", f"{spec.nodes[0].name}/nic0/tx"
+    per_gpu = sum(p.seconds - min(sim.overhead, p.seconds) for name, nbytes in sim.sparse_bytes.items()
+                  for p in sim.comm.ps_phases(remote.gpus()[0].name, server, nbytes))
+    by_four, by_one = sim.simulate(four), sim.simulate(one)
+    assert by_one.link_busy[into] == pytest.approx(per_gpu)
+    assert by_four.link_busy[into] == pytest.approx(by_one.link_busy[into])  # 4 GPUs' bytes / 4
+    assert by_four.link_busy[out_of] == pytest.approx(by_one.link_busy[out_of])  # pulled once per task
+    # the local sum and the copies back out use the node's PCIe ports, not the NIC
+    hub = remote.gpus()[0].name
+    assert by_four.link_busy[f"{hub}/fabric/rx"] > 0 and by_four.link_busy[f"{hub}/fabric/tx"] > 0

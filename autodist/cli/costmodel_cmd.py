@@ -1,4 +1,5 @@
-"""``autodist costmodel eval [--json]``: how good the shipped cost models are; ``costmodel fit-gpu``: refit the GPU model."""
+"""``autodist costmodel eval [--json]``: how good the shipped cost models are; ``costmodel fit-gpu``: refit the GPU model;
+``costmodel collective``: one predicted collective, as nccl-tests reports it."""
 
 import json
 
@@ -19,6 +20,7 @@ def register(subparsers):
                      help="published single-GPU figures (default: the shipped calibration set)")
     fit.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the fitted parameters (JSON)")
     fit.set_defaults(func=run_fit_gpu)
+    _register_collective(sub)
 
 
 def run_eval(args):
@@ -40,4 +42,46 @@ def run_fit_gpu(args):
     params = fit(prepared(read_calibration(args.calibration or CALIBRATION_CSV)))
     write_json_atomic(args.output, params.to_dict())
     print(f"{args.output}: fitted on {len(params.fitted_on)} published figures ({params.source})")
+    return 0
+
+
+def _register_collective(sub):
+    from autodist.resource_spec import add_cluster_arguments
+
+    col = sub.add_parser("collective", help="predicted time, algbw and busbw of one collective (a virtual nccl-tests)",
+                         description="Predict one collective on a cluster, as nccl-tests would report it: time, "
+                                     "algbw = bytes / time and busbw = algbw times the collective's bus factor.")
+    add_cluster_arguments(col)
+    col.add_argument("--op", required=True, metavar="OP", help="allreduce, allgather, reducescatter or broadcast")
+    col.add_argument("--bytes", required=True, metavar="N", help="the message size in bytes (nccl-tests' size)")
+    col.add_argument("--devices", nargs="+", metavar="DEVICE",
+                     help="the ranks, e.g. node-0/GPU:0 node-0/GPU:1 (default: every GPU, else every CPU)")
+    col.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    col.set_defaults(func=run_collective)
+
+
+def run_collective(args):
+    from autodist.errors import InputError
+    from autodist.resource_spec import cluster_from_args
+    from cost_models import CostModel
+    from cost_models.comm import bus_factor
+
+    try:
+        nbytes = int(args.bytes)
+    except ValueError:
+        raise InputError(f"must be a whole number of bytes, got {args.bytes!r}", field="--bytes") from None
+    if nbytes <= 0:
+        raise InputError(f"must be positive, got {nbytes}", field="--bytes")
+    spec = cluster_from_args(args)
+    devices = list(dict.fromkeys(args.devices or [d.name for d in spec.compute_devices()]))
+    phases = CostModel.default().comm_model(spec).collective_phases(args.op, nbytes, devices)
+    seconds = sum(p.seconds for p in phases)
+    algbw = nbytes / seconds
+    result = {"op": args.op, "bytes": nbytes, "devices": devices, "time": seconds, "algbw": algbw,
+              "busbw": algbw * bus_factor(args.op, len(devices))}
+    if args.format == "json":
+        print(json.dumps(result, indent=1))
+    else:
+        print(f"{args.op} of {nbytes} bytes over {len(devices)} devices of {spec.name or 'the cluster'}: "
+              f"time {seconds * 1e3:.3f} ms, algbw {algbw / 1e9:.2f} GB/s, busbw {result['busbw'] / 1e9:.2f} GB/s")
     return 0

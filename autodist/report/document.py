@@ -132,7 +132,7 @@ def _baselines(data, candidates, batch_size, replicas, spec):
 
 def _ps_role(data, link):
     """How much of the PS-held bytes sit on the node behind ``link``."""
-    node = link.rsplit("/", 1)[0]
+    node = link.split("/", 1)[0]
     ps_nodes = {t["index"]: t["node"] for t in data["tasks"] if t["job"] == "ps"}
     total = held = 0
     tasks = set()

@@ -2,9 +2,11 @@
 
 Logical names:
 - a device is ``"<node>/<KIND>:<index>"``, e.g. ``"node-0/GPU:3"``;
-- a link resource, as the simulator queues on it, is one of
-  ``"<device>/fabric"`` (the device's port into its node's NVLink/NVSwitch,
-  PCIe or loopback fabric), ``"<node>/nic<k>"`` (one NIC).
+- a link resource, as the simulator queues on it, is one direction of a
+  port: ``"<port>/tx"`` (sending) or ``"<port>/rx"`` (receiving), where the
+  port is ``"<device>/fabric"`` (the device's port into its node's
+  NVLink/NVSwitch, PCIe or loopback fabric) or ``"<node>/nic<k>"`` (one NIC).
+  Links are full duplex: a send and a receive on one port do not contend.
 
 Units: bytes, bytes per second (per direction), seconds, FLOP/s.
 """
@@ -22,6 +24,17 @@ VERSION = 1
 
 LINK_KINDS = ("nvlink", "pcie", "loopback", "infiniband", "roce", "ethernet")
 DEVICE_KINDS = ("GPU", "CPU")
+DIRECTIONS = ("tx", "rx")
+
+
+def send_link(port):
+    """The link resource of ``port``'s sending direction."""
+    return f"{port}/tx"
+
+
+def receive_link(port):
+    """The link resource of ``port``'s receiving direction."""
+    return f"{port}/rx"
 
 
 @dataclass
@@ -101,7 +114,9 @@ class NodeSpec:
 class Path:
     """How bytes go from one device to another.
 
-    ``links`` are the link resources a transfer occupies, all at once;
+    ``links`` are the link resources a transfer occupies, all at once: the
+    sending direction of the source's port and the receiving direction of
+    the destination's;
     ``bandwidth`` is the slowest link on the way (a GPU's host PCIe counts
     when its NIC has no GPUDirect RDMA); ``latency`` is end to end (both NICs
     across nodes, the slower port inside one).
@@ -168,12 +183,12 @@ class ResourceSpec:
         na, nb = self._nodes[a.node], self._nodes[b.node]
         if na is nb:
             slow = min(na.port_of(a), na.port_of(b), key=lambda link: (link.bandwidth, link.kind))
-            links = tuple(sorted((f"{a.name}/fabric", f"{b.name}/fabric")))
+            links = (send_link(f"{a.name}/fabric"), receive_link(f"{b.name}/fabric"))
             latency = max(na.port_of(a).latency, na.port_of(b).latency)
             return Path("intra-node", links, slow.bandwidth, latency, medium=slow.kind)
         nic_a = na.nics[na.nic_for(a)]
         nic_b = nb.nics[nb.nic_for(b)]
-        links = tuple(sorted((f"{na.name}/nic{na.nic_for(a)}", f"{nb.name}/nic{nb.nic_for(b)}")))
+        links = (send_link(f"{na.name}/nic{na.nic_for(a)}"), receive_link(f"{nb.name}/nic{nb.nic_for(b)}"))
         latency = nic_a.latency + nic_b.latency
         candidates = [nic_a, nic_b]
         # Without GPUDirect RDMA a GPU's bytes also cross its host's PCIe.
@@ -187,14 +202,14 @@ class ResourceSpec:
         return Path("inter-node", links, slow.bandwidth, latency, rdma=nic_a.rdma and nic_b.rdma, medium=slow.kind)
 
     def link_bandwidths(self):
-        """Every link resource name with its bandwidth (bytes/s)."""
-        out = {}
+        """Every link resource name (each direction of each port) with its bandwidth (bytes/s)."""
+        ports = {}
         for node in self.nodes:
             for d in node.devices:
-                out[f"{d.name}/fabric"] = node.port_of(d).bandwidth
+                ports[f"{d.name}/fabric"] = node.port_of(d).bandwidth
             for k, nic in enumerate(node.nics):
-                out[f"{node.name}/nic{k}"] = nic.bandwidth
-        return out
+                ports[f"{node.name}/nic{k}"] = nic.bandwidth
+        return {f"{port}/{way}": bw for port, bw in ports.items() for way in DIRECTIONS}
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self):

@@ -87,3 +87,10 @@ class RunLayout:
 
     def ps_variables(self):
         return [v for v in self.variables.values() if v.method == "ps"]
+
+    def replicas_by_task(self):
+        """Replica indices grouped by the task (process) their first device belongs to, in first-seen order."""
+        tasks = {}
+        for r, device in enumerate(self.replica_devices):
+            tasks.setdefault(device.split("/device:")[0], []).append(r)
+        return [tuple(members) for members in tasks.values()]

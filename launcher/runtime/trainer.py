@@ -3,10 +3,12 @@
 One client (the chief) builds one step graph with explicit devices:
 
 - PS variables are split into their planned shards, one Keras variable per
-  shard on its PS task; every replica reads the shards (pull), takes its
-  gradient per shard (an IndexedSlices of the touched rows for a sparse one),
-  the replicas' gradients are summed on the shard's PS (push), and the shard's
-  optimizer update runs there.
+  shard on its PS task; each worker task pulls every shard once onto its
+  first replica device, where its other replicas copy it from; every replica
+  takes its gradient per shard (an IndexedSlices of the touched rows for a
+  sparse one); a task sums its replicas' gradients on its first replica
+  device and pushes that sum once; the tasks' sums are summed on the shard's
+  PS, and the shard's optimizer update runs there.
 - Allreduce variables get one copy per replica on the replica's device; the
   gradients of one bucket are flattened together and summed across replicas
   with the planned algorithm (see :mod:`launcher.runtime.allreduce`); each
@@ -40,6 +42,18 @@ def _split_sizes(length, parts):
     return [length * (i + 1) // parts - length * i // parts for i in range(parts)]
 
 
+def _sum_gradients(grads, name):
+    """The sum of gradients of one shard: their rows concatenated when all are sparse, else added."""
+    import tensorflow as tf
+
+    if len(grads) == 1:
+        return grads[0]
+    if all(isinstance(g, tf.IndexedSlices) for g in grads):
+        return tf.IndexedSlices(tf.concat([g.values for g in grads], axis=0, name=f"{name}_rows"),
+                                tf.concat([g.indices for g in grads], axis=0), grads[0].dense_shape)
+    return tf.add_n([tf.convert_to_tensor(g) for g in grads], name=name)
+
+
 
 class PlacedTrainer:
     """Runs synchronous training steps of ``model`` under a :class:`RunLayout`.
@@ -66,6 +80,9 @@ class PlacedTrainer:
         if missing:
             raise LaunchError(f"variable {missing[0]!r} of the model is not in the plan (was the plan made for this script?)",
                               field="strategy.sync")
+        self._tasks = layout.replicas_by_task()
+        self._hub = {r: members[0] for members in self._tasks for r in members}
+        self._pulled = {}
         self._create_variables()
         self._step = None
 
@@ -129,9 +146,10 @@ class PlacedTrainer:
         """The variable's value on this replica, and the watched tensors its gradient is taken for.
 
         An allreduce copy is read where it lives; a PS variable's shards are
-        pulled from their PS tasks and joined on the replica, and its gradient
-        is taken per pulled shard, so a sparse gradient stays an IndexedSlices
-        holding only the rows this replica touched.
+        pulled from their PS tasks once per worker task (onto its first
+        replica device), copied to the replica and joined there, and its
+        gradient is taken per shard copy, so a sparse gradient stays an
+        IndexedSlices holding only the rows this replica touched.
         """
         import tensorflow as tf
 
@@ -140,10 +158,16 @@ class PlacedTrainer:
             tape.watch(value)
             return value, [value]
         place = self.layout.variables[name]
+        hub = self._hub[replica]
         parts = []
-        for var, dev in zip(self.shards[name], place.devices):
-            with tf.device(dev):
-                parts.append(tf.identity(tf.convert_to_tensor(var), name="ps_pull"))
+        for k, (var, dev) in enumerate(zip(self.shards[name], place.devices)):
+            if (name, k, hub) not in self._pulled:
+                with tf.device(dev):
+                    pulled = tf.identity(tf.convert_to_tensor(var), name="ps_pull")
+                with tf.device(self.devices[hub]):
+                    self._pulled[(name, k, hub)] = tf.identity(pulled, name="ps_pulled")
+            with tf.device(self.devices[replica]):
+                parts.append(tf.identity(self._pulled[(name, k, hub)], name="ps_local_copy"))
         tape.watch(parts)
         return (parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)), parts
 
@@ -191,7 +215,8 @@ class PlacedTrainer:
                         grads[r][index[nm]] = tf.reshape(piece, self.copies[nm][0].shape)
 
     def _sum_ps(self, grads):
-        """Per PS shard: every replica's gradient of it, summed on the shard's PS (sparse stays sparse)."""
+        """Per PS shard: each task's replicas' gradients summed on its first replica device (one push per
+        task), the pushes summed on the shard's PS (sparse stays sparse)."""
         import tensorflow as tf
 
         out = {}
@@ -199,16 +224,12 @@ class PlacedTrainer:
             if name not in self.shards:
                 continue
             for k, (var, ps_dev) in enumerate(zip(self.shards[name], self.layout.variables[name].devices)):
-                pushed = [grads[r][i][k] for r in range(len(self.devices))]
+                pushed = []
+                for members in self._tasks:
+                    with tf.device(self.devices[members[0]]):
+                        pushed.append(_sum_gradients([grads[r][i][k] for r in members], "ps_local_sum"))
                 with tf.device(ps_dev):
-                    if all(isinstance(g, tf.IndexedSlices) for g in pushed):
-                        out[id(var)] = tf.IndexedSlices(
-                            tf.concat([g.values for g in pushed], axis=0, name="ps_push_rows"),
-                            tf.concat([g.indices for g in pushed], axis=0),
-                            pushed[0].dense_shape,
-                        )
-                    else:
-                        out[id(var)] = tf.add_n([tf.convert_to_tensor(g) for g in pushed], name="ps_push_sum")
+                    out[id(var)] = _sum_gradients(pushed, "ps_push_sum")
         return out
 
     def _step_body(self, x, y):
@@ -216,6 +237,7 @@ class PlacedTrainer:
 
         n = tf.shape(x)[0]
         count = len(self.devices)
+        self._pulled = {}  # this trace's pulls, one per (variable, shard, task)
         losses, grads, states = [], [], []
         for r, dev in enumerate(self.devices):
             lo, hi = n * r // count, n * (r + 1) // count

@@ -1,0 +1,58 @@
+"""The runtime sums a worker task's replicas' PS gradients before one push and pulls each shard once.
+
+Two replicas on this process's CPU are one task (the same device string's task), so each PS
+shard is pulled once and each dense PS gradient is summed locally before its push; training
+still gives plain Keras' weights.
+"""
+
+import re
+
+import numpy as np
+
+STEPS, BATCH = 3, 16
+LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def _all_ps_layout(model):
+    """Every variable on PS (the embedding in two shards); two replicas in one task."""
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+
+    variables = {}
+    for w in model.trainable_weights:
+        shards = (LOCAL_CPU, LOCAL_CPU) if w.path.startswith("embedding") else (LOCAL_CPU,)
+        variables[w.path] = VariablePlacement(w.path, "ps", shards, axis=0)
+    return RunLayout((LOCAL_CPU, LOCAL_CPU), ("n0", "n0"), variables, predicted_step_time=1e-3, plan_name="local")
+
+
+def test_layout_groups_replicas_by_task():
+    from launcher.runtime.layout import RunLayout
+
+    devices = ("/job:worker/task:0/device:GPU:0", "/job:worker/task:1/device:GPU:0",
+               "/job:worker/task:0/device:GPU:1", "/job:worker/task:1/device:GPU:1")
+    layout = RunLayout(devices, ("a", "b", "a", "b"), {}, predicted_step_time=0.0)
+    assert layout.replicas_by_task() == [(0, 2), (1, 3)]
+
+
+def test_one_pull_and_one_push_per_task_and_the_same_weights():
+    from run_small_mlp import build_model, make_data, trained_weights
+
+    from launcher.runtime.trainer import PlacedTrainer
+
+    x, y = make_data(STEPS, BATCH, seed=5)
+    model = build_model(0)
+    trainer = PlacedTrainer(model, _all_ps_layout(model))
+    graph = trainer._traced_step().get_concrete_function(x[:BATCH], y[:BATCH]).graph
+    names = [op.name.rsplit("/", 1)[-1] for op in graph.get_operations()]
+    shards = sum(len(v.devices) for v in trainer.layout.ps_variables())
+    assert sum(n.startswith("ps_pull") and not n.startswith("ps_pulled") for n in names) == shards  # not 2x
+    assert sum(n.startswith("ps_local_copy") for n in names) == 2 * shards  # one per replica and shard
+    dense_shards = sum(len(v.devices) for v in trainer.layout.ps_variables() if not v.name.startswith("embedding"))
+    assert sum(bool(re.fullmatch(r"ps_local_sum(_\d+)?", n)) for n in names) == dense_shards
+    assert sum(n.startswith("ps_local_sum_rows") for n in names) == 2  # the embedding's two shards: rows joined
+    for b in range(STEPS):
+        trainer.step(x[b * BATCH:(b + 1) * BATCH], y[b * BATCH:(b + 1) * BATCH])
+    trainer.write_back()
+    reference = build_model(0)
+    reference.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    for name, value in trained_weights(reference).items():
+        np.testing.assert_allclose(trained_weights(model)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
