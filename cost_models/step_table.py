@@ -41,26 +41,28 @@ ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Sto
 FUSED_ACTIVATIONS = ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Gelu")
 
 
-def remapper_fused(ops):
+def remapper_fused(ops, inputs=None):
     """Names of the ops the GPU remapper folds into their producer's kernel.
 
-    ``ops`` are ``OpInfo`` records in topological order.  A ``BiasAdd``
+    ``ops`` are ``OpInfo`` records in topological order (``inputs``: their
+    data inputs, when already at hand).  A ``BiasAdd``
     whose input is the only use of a convolution or matrix product is
     fused, and so is an activation whose input is the only use of such a
     fused ``BiasAdd``, and a ``Relu`` whose input is the only use of a
     fused batch norm's output.
     """
     by_name = {op.name: op for op in ops}
+    inputs = inputs if inputs is not None else [op.data_inputs for op in ops]
     uses = {}
-    for op in ops:
-        for tensor in op.data_inputs:
+    for tensors in inputs:
+        for tensor in tensors:
             uses[tensor] = uses.get(tensor, 0) + 1
     fused = set()
-    for op in ops:
-        if not op.data_inputs:
+    for op, tensors in zip(ops, inputs):
+        if not tensors:
             continue
-        src = by_name.get(op.data_inputs[0].rpartition(":")[0])
-        if src is None or uses[op.data_inputs[0]] != 1:
+        src = by_name.get(tensors[0].rpartition(":")[0])
+        if src is None or uses[tensors[0]] != 1:
             continue
         if op.type in FUSED_BIAS and src.type in FUSION_HEADS:
             fused.add(op.name)
@@ -76,7 +78,9 @@ def step_table(graph_item):
     ops = list(graph_item.ops.values())
     names, table = op_raw_features(graph_item)
     index = {name: i for i, name in enumerate(names)}
-    sources = [[index[t.rpartition(":")[0]] for t in op.data_inputs if t.rpartition(":")[0] in index] for op in ops]
+    inputs = [op.data_inputs for op in ops]
+    producers = [[t.rpartition(":")[0] for t in tensors] for tensors in inputs]
+    sources = [[index[p] for p in names if p in index] for names in producers]
     last_use = np.full(len(ops), -1, dtype=np.int64)
     for i, srcs in enumerate(sources):
         for src in srcs:
@@ -84,7 +88,7 @@ def step_table(graph_item):
     for i in range(len(ops) - 1, -1, -1):  # an alias keeps its input's buffer alive as long as itself
         if ops[i].type in ALIAS_TYPES and sources[i]:
             last_use[sources[i][0]] = max(last_use[sources[i][0]], last_use[i])
-    fused = remapper_fused(ops)
+    fused = remapper_fused(ops, inputs)
     table["phase"] = np.asarray([op.phase for op in ops], dtype=object)
     table["last_use"] = last_use
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
