@@ -7,13 +7,16 @@ TensorFlow server for each other task.  The first client's output is shown;
 every other task logs to a file.  Each process gets its
 own process group and a log file in a temporary folder.  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
-stopped before :func:`run_local` returns, and the folder is removed.
+stopped before :func:`run_local` returns, and the folder is removed; if the
+launcher itself is killed, its tasks and folder go with it
+(:mod:`launcher.supervision`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 from autodist.errors import LaunchError
 from launcher.runtime.server import task_cpu_devices
+from launcher.supervision import Watchdog, launched_env
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -32,6 +36,10 @@ STOP_GRACE_S = 3.0
 LOG_TAIL_LINES = 15
 # TensorFlow's C++ INFO lines drown the task logs; warnings and errors stay.
 TASK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+
+
+class Terminated(Exception):
+    """The launcher got SIGTERM; raised once every task is stopped (the CLI exits 143)."""
 
 
 def free_ports(count):
@@ -137,30 +145,32 @@ class LocalRun:
             self.clients = [(f"{job}:{index}", ["--job", job, "--index", str(index)])]
         self.tasks = []
         self._logdir = None
+        self._watchdog = None
         self._old_handlers = {}
         self._starting = False  # a task is being started: a stop signal waits until it is recorded
-        self._stop_pending = False
+        self._stop_pending = None  # the stop signal that came while a task was starting
 
     def __enter__(self):
-        self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
         self._old_handlers = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
+        self._watchdog = Watchdog()
+        self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
+        self._watchdog.folder(self._logdir)
         return self
 
     def __exit__(self, *exc):
         self.stop_all()
+        shutil.rmtree(self._logdir, ignore_errors=True)
+        self._watchdog.done()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
-        for name in os.listdir(self._logdir):
-            os.unlink(os.path.join(self._logdir, name))
-        os.rmdir(self._logdir)
         return False
 
     def _on_stop_signal(self, signum, frame):
         """Ctrl-C or SIGTERM: stop the run, but not between starting a task and recording it."""
         if self._starting:
-            self._stop_pending = True
+            self._stop_pending = signum
         else:
-            raise KeyboardInterrupt
+            _raise_for(signum)
 
     def _start(self, name, argv, env, log_to_file):
         """Start one task and record it, so that teardown always finds it."""
@@ -169,15 +179,16 @@ class LocalRun:
         try:
             with open(log_path, "w") as log:
                 stream = log if log_to_file else None
-                process = subprocess.Popen(argv, env=env, stdout=stream,
+                process = subprocess.Popen(argv, env=launched_env(env), stdout=stream,
                                            stderr=subprocess.STDOUT if log_to_file else None,
                                            stdin=subprocess.DEVNULL, start_new_session=True)
             task = TaskProcess(name, process, log_path)
             self.tasks.append(task)
+            self._watchdog.group(process.pid)
         finally:
             self._starting = False
         if self._stop_pending:
-            raise KeyboardInterrupt
+            _raise_for(self._stop_pending)
         return task
 
     def _report_of(self, k):
@@ -232,6 +243,10 @@ class LocalRun:
 
     def pids(self):
         return [t.process.pid for t in self.tasks]
+
+
+def _raise_for(signum):
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _replica_name(places, rank):

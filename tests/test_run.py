@@ -366,8 +366,14 @@ def test_allreduce_algorithms_give_every_replica_the_same_sum(algorithm):
 
 
 def _children(pid):
+    """Child processes of ``pid``: a launcher's tasks and its watchdog."""
     with open(f"/proc/{pid}/task/{pid}/children") as fh:
         return [int(p) for p in fh.read().split()]
+
+
+def _tasks(pid):
+    """A launcher's task processes (its children but the watchdog)."""
+    return [p for p in _children(pid) if p not in _processes_naming("launcher.supervision")]
 
 
 @pytest.mark.slow
@@ -379,7 +385,7 @@ def test_ctrl_c_stops_every_task(plans):
     children = []
     while len(children) < len(plans["hybrid"][0].tasks) and time.monotonic() < deadline:
         time.sleep(0.1)
-        children = _children(cli.pid)
+        children = _tasks(cli.pid)
     cli.send_signal(signal.SIGINT)
     _, err = cli.communicate(timeout=30)
     assert cli.returncode == 130 and "interrupted" in err and "Traceback" not in err

@@ -7,6 +7,7 @@ the short report; then train with it on this machine, one process per task.
 from __future__ import annotations
 
 import argparse
+import signal
 
 from autodist.errors import InputError
 
@@ -69,9 +70,10 @@ def _searched_plan(args):
 
 def run(args):
     import os
+    import sys
 
     from autodist.plan import Plan
-    from launcher.local import run_local
+    from launcher.local import Terminated, run_local
 
     _parse_rest(args)
     if not os.path.isfile(args.script):
@@ -82,5 +84,9 @@ def run(args):
         plan, plan_path = Plan.load(args.plan), args.plan
     else:
         plan, plan_path = _searched_plan(args)
-    run_local(plan, plan_path, args.script, args.script_args, report_path=args.report)
+    try:
+        run_local(plan, plan_path, args.script, args.script_args, report_path=args.report)
+    except Terminated:
+        print("autodist: terminated; every task is stopped", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 0

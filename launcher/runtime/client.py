@@ -22,6 +22,7 @@ import sys
 from autodist.errors import LaunchError
 from launcher.runtime.collective import collective_mode, why_not_collective
 from launcher.runtime.server import exit_status, task_cpu_devices
+from launcher.supervision import die_with_launcher, launched_env
 
 
 def client_tasks(plan):
@@ -117,7 +118,9 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
         processes = []
         try:
             for rank, report in zip(ranks, reports):
-                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(places[rank][1])) if gpus else None
+                env = launched_env(os.environ)
+                if gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = str(places[rank][1])
                 argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", plan_path,
                         "--cluster", json.dumps(cluster), "--replica", str(rank), "--report", report, script, *args]
                 processes.append(subprocess.Popen(argv, env=env))
@@ -157,6 +160,7 @@ def run_client(plan_path, cluster, job, index, script, args=(), report_path=None
 
 
 def main(argv=None):
+    die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m launcher.runtime.client")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--cluster", required=True,
