@@ -38,7 +38,8 @@ def cluster_of(cluster):
     return load_cluster(preset=str(cluster))
 
 
-def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False):
+def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
+              cost_model=None):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -57,6 +58,8 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         Search only plans that allreduce every variable, one device per
         replica: what ``autodist run`` needs for a custom training loop
         (``autodist.function``), which it runs on collective ops only.
+    cost_model : cost_models.CostModel, optional
+        The cost model to plan with (default: the shipped one).
 
     Returns
     -------
@@ -69,7 +72,7 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
 
     graph_item = graph_of(source, script_args)
     resource_spec = cluster_of(cluster)
-    cost_model = CostModel.default()
+    cost_model = cost_model or CostModel.default()
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
                       allreduce_only=allreduce_only)
     return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)

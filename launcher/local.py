@@ -27,6 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
+from launcher.runtime.joining import JOIN_TIMEOUT_S
 from launcher.runtime.server import task_cpu_devices
 from launcher.supervision import Watchdog, launched_env
 
@@ -123,7 +124,7 @@ def local_cluster(plan):
 class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
-    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
+    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -134,6 +135,7 @@ class LocalRun:
         self.args = list(args)
         self.report_path = report_path
         self.out = out or sys.stdout
+        self.join_timeout = join_timeout
         if collective_mode(plan):
             # One process per replica, on a cluster of its own (no server tasks).
             places = replica_places(plan)
@@ -210,7 +212,7 @@ class LocalRun:
         clients = []
         for k, (name, where) in enumerate(self.clients):
             argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", self.plan_path,
-                    "--cluster", json.dumps(self.cluster), *where]
+                    "--cluster", json.dumps(self.cluster), "--join-timeout", str(self.join_timeout), *where]
             if self._report_of(k):
                 argv += ["--report", os.path.abspath(self._report_of(k))]
             clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0))
@@ -256,7 +258,7 @@ def _replica_name(places, rank):
     return f"worker:{task}" if alone else f"worker:{task} replica {local}"
 
 
-def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None):
+def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -270,6 +272,8 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None)
         JSON record of the run written by the client (devices, transfers, times).
     on_start : callable, optional
         Called with the :class:`LocalRun` once every process is started.
+    join_timeout : float
+        Seconds a client waits for the other tasks before it gives up.
 
     Raises
     ------
@@ -277,7 +281,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None)
         When the script fails or a task dies; the message names the task and
         ends with its last log lines.
     """
-    with LocalRun(plan, plan_path, script, args, report_path) as run:
+    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

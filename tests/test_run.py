@@ -433,8 +433,9 @@ def test_cli_errors_are_one_line(plans, small_job, tmp_path):
     missing = _cli(["run", str(tmp_path / "nope.py"), "--plan", plan_path])
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
     assert "nope.py: no such training script" in missing.stderr
-    both = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", CLUSTER])
-    assert both.returncode == 2 and "--plan" in both.stderr and "Traceback" not in both.stderr
+    other_cluster = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", "cpu-local:3"])
+    assert other_cluster.returncode == 2 and "Traceback" not in other_cluster.stderr
+    assert f"{plan_path}: the plan was made for cluster 'cpu-local:2'" in other_cluster.stderr
     gpu_plan = str(tmp_path / "gpu_plan.json")
     _plan_on_gpus(small_job, "dgx-h100:2").save(gpu_plan)
     too_big = _cli(["run", SCRIPT, "--plan", str(gpu_plan)])

@@ -79,3 +79,37 @@ def test_the_watchdog_cleans_up_only_when_the_launcher_did_not(tmp_path):
     assert folder.exists() and sleeper.poll() is None
     watchdog_main([f"folder {folder}\n", f"group {sleeper.pid}\n"])  # the pipe closed without done
     assert sleeper.wait(10) == -signal.SIGKILL and not folder.exists()
+
+
+def _worker(plan_path, cluster, job, index, *options):
+    env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}))
+    return subprocess.run([sys.executable, "-m", "autodist", "worker", "--plan", plan_path, *options, SCRIPT],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_tf_config_cluster_that_differs_from_the_plan_is_refused(plans):
+    _, plan_path = plans["allreduce"]
+    done = _worker(plan_path, {"worker": ["localhost:1", "localhost:2", "localhost:3"]}, "worker", 0)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "TF_CONFIG: the cluster has 3 worker tasks and the plan 2" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["allreduce", "ps"])
+def test_a_worker_whose_peers_never_come_up_fails_within_its_timeout(plans, kind):
+    from launcher.local import local_cluster
+    from launcher.runtime.client import client_tasks
+
+    plan, plan_path = plans[kind]
+    cluster = local_cluster(plan)
+    job, index = client_tasks(plan)[0]
+    absent = [f"{j}:{i} ({a})" for j, addresses in sorted(cluster.items()) for i, a in enumerate(addresses)
+              if (j, i) != (job, index)]
+    start = time.monotonic()
+    done = _worker(plan_path, cluster, job, index, "--join-timeout", "5")
+    took = time.monotonic() - start
+    assert done.returncode == -signal.SIGKILL and "Traceback" not in done.stderr, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"autodist: error: TF_CONFIG: task {job}:{index} waited 5 s and ")
+    assert all(peer in last for peer in absent) and "never came up" in last, last
+    assert took < 60  # the timeout, plus starting TensorFlow

@@ -1,8 +1,8 @@
 """``autodist capture``: capture a training step into graph.json."""
 
-import argparse
 import os
 
+from autodist.cli.script_args import pass_script_args
 from autodist.errors import InputError
 
 SCRIPT_SUFFIX = ".py"
@@ -19,24 +19,8 @@ def register(subparsers):
     )
     parser.add_argument("source", help="train.py, graph.pb, graph.pbtxt or a SavedModel directory")
     parser.add_argument("-o", "--output", required=True, help="GraphItem JSON to write")
-    parser.parse_known_args = _split_script_args(parser)
+    pass_script_args(parser)
     parser.set_defaults(func=run)
-
-
-def _split_script_args(parser):
-    """A parse_known_args that hands everything after the first ``--`` to the script untouched."""
-
-    def parse_known_args(args=None, namespace=None):
-        args = list(args or [])
-        script_args = []
-        if "--" in args:
-            cut = args.index("--")
-            args, script_args = args[:cut], args[cut + 1 :]
-        namespace, unknown = argparse.ArgumentParser.parse_known_args(parser, args, namespace)
-        namespace.script_args = script_args
-        return namespace, unknown
-
-    return parse_known_args
 
 
 def run(args):

@@ -2,6 +2,7 @@
 
 Without ``--plan``: capture the script's step, search a plan, save it and print
 the short report; then train with it on this machine, one process per task.
+With ``--plan`` and a cluster, the plan must have been made for that cluster.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ DEFAULT_PRESET = "cpu-local:2"
 
 
 def _add_options(p):
+    from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.resource_spec import add_cluster_arguments
+    from launcher.runtime.joining import add_join_timeout
 
     add_cluster_arguments(p)
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of searching one")
@@ -24,6 +27,8 @@ def _add_options(p):
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
     p.add_argument("--report", metavar="FILE", help="write a JSON record of the run (devices, transfers, step times)")
+    add_join_timeout(p)
+    add_cost_model_argument(p)
 
 
 def register(subparsers):
@@ -51,6 +56,7 @@ def _searched_plan(args):
     from autodist.cli.plan_cmd import summary
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
+    from cost_models.model import load_cost_model
 
     if args.budget <= 0:
         raise InputError(f"must be positive, got {args.budget}", field="--budget")
@@ -62,7 +68,7 @@ def _searched_plan(args):
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
               "searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=custom_loop)
+                     allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model))
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output
@@ -79,13 +85,17 @@ def run(args):
     if not os.path.isfile(args.script):
         raise InputError("no such training script", source=args.script)
     if args.plan:
-        if args.cluster or args.preset or args.from_kubernetes:
-            raise InputError("give either --plan or a cluster to plan for, not both", field="--plan")
         plan, plan_path = Plan.load(args.plan), args.plan
+        if args.cluster or args.preset or args.from_kubernetes:
+            from autodist.cli.report_cmd import check_plan_cluster
+            from autodist.resource_spec import cluster_from_args
+
+            check_plan_cluster(plan, cluster_from_args(args), args.plan)
     else:
         plan, plan_path = _searched_plan(args)
     try:
-        run_local(plan, plan_path, args.script, args.script_args, report_path=args.report)
+        run_local(plan, plan_path, args.script, args.script_args, report_path=args.report,
+                  join_timeout=args.join_timeout)
     except Terminated:
         print("autodist: terminated; every task is stopped", file=sys.stderr)
         return 128 + signal.SIGTERM
