@@ -1,5 +1,6 @@
-"""tf.data input under `autodist run`: benchmarks/models/tfdata_mlp.py feeds model.fit from a generator or from
-TFRecord files it writes, and trains to the same weights as plain Keras on arrays.
+"""Input under `autodist run`: benchmarks/models/tfdata_mlp.py feeds model.fit from a generator or from TFRecord
+files it writes, and trains to the same weights as plain Keras on arrays; a global batch other than the plan's is
+refused, or re-planned with --replan.
 
 The plans are those of tests/test_run.py (made from the same model's captured step); the runs start real
 TensorFlow processes on localhost.  The in-process tests run the one-client runtime on this process's CPU.
@@ -67,3 +68,43 @@ def test_tfdata_scripts_train_under_every_plan_kind_to_single_process_weights(pl
     run_local(plan, plan_path, SCRIPT, ["--input", source, "--steps", str(STEPS), "--batch-size", str(BATCH),
                                         "--save-weights", str(weights)])
     _assert_same_weights(dict(np.load(weights)), reference_weights)
+
+
+def test_a_global_batch_other_than_the_plans_is_refused_before_training():
+    import dataclasses
+
+    from run_small_mlp import build_model, make_data
+
+    from autodist.errors import LaunchError
+    from launcher.runtime.fit import PlacedFit
+    from tests.test_run import _local_hybrid_layout
+
+    x, y = make_data(2, BATCH, seed=0)
+    model = build_model(0)
+    before = [w.numpy() for w in model.trainable_weights]
+    layout = dataclasses.replace(_local_hybrid_layout(model), batch_size=2 * BATCH)
+    with PlacedFit(layout, "plan.json"), pytest.raises(LaunchError) as info:
+        model.fit(x, y, batch_size=BATCH)
+    assert str(info.value) == (f"batch size: the script's global batch is {BATCH} samples and the plan was made for "
+                               f"{2 * BATCH}; plan again with this batch (autodist run --replan), or give the script "
+                               "the plan's batch size")
+    assert all(np.array_equal(a, w.numpy()) for a, w in zip(before, model.trainable_weights))
+
+
+@pytest.mark.slow
+def test_run_refuses_a_batch_the_plan_was_not_made_for_and_replans_when_asked(plans, tmp_path):
+    import subprocess
+    import sys
+
+    _, plan_path = plans["allreduce"]
+    base = [sys.executable, "-m", "autodist", "run", os.path.join(ZOO, "run_small_mlp.py"), "--plan", plan_path]
+    args = ["--", "--steps", "2", "--batch-size", str(BATCH // 2)]
+    refused = subprocess.run(base + args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert f"global batch is {BATCH // 2} samples and the plan was made for {BATCH}" in refused.stderr
+    assert "step 1" not in refused.stdout
+    replanned = subprocess.run(base + ["--replan", "--budget", "1", "-o", "replanned.json"] + args,
+                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert replanned.returncode == 0, replanned.stderr[-2000:]
+    assert f"the script's batch is {BATCH // 2} and {plan_path} was made for {BATCH}: planning again" in replanned.stdout
+    assert "step 2/2" in replanned.stdout and replanned.stdout.rstrip().endswith("/replanned.json")

@@ -2,7 +2,9 @@
 
 Without ``--plan``: capture the script's step, search a plan, save it and print
 the short report; then train with it on this machine, one process per task.
-With ``--plan`` and a cluster, the plan must have been made for that cluster.
+With ``--plan`` and a cluster, the plan must have been made for that cluster;
+the tasks refuse a script whose global batch is not the plan's, unless
+``--replan`` searches a new plan for it first.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def _add_options(p):
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--budget", type=float, default=10.0, metavar="SECONDS", help="search budget (default 10)")
     p.add_argument("--report", metavar="FILE", help="write a JSON record of the run (devices, transfers, step times)")
+    p.add_argument("--replan", action="store_true",
+                   help="with --plan: when the script's batch is not the plan's, search a new plan for the plan's "
+                        "cluster (written to -o) instead of refusing")
     add_join_timeout(p)
     add_cost_model_argument(p)
 
@@ -50,7 +55,8 @@ def _parse_rest(args):
     args.script_args = rest[cut + 1:]
 
 
-def _searched_plan(args):
+def _searched_plan(args, resource_spec=None, graph_item=None):
+    """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.plan_cmd import summary
@@ -61,8 +67,9 @@ def _searched_plan(args):
     if args.budget <= 0:
         raise InputError(f"must be positive, got {args.budget}", field="--budget")
     given = args.cluster or args.preset or args.from_kubernetes
-    resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
-    graph_item = graph_of(args.script, args.script_args)
+    if resource_spec is None:
+        resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
+    graph_item = graph_item or graph_of(args.script, args.script_args)
     custom_loop = graph_item.job.step == "function"
     if custom_loop:
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
@@ -72,6 +79,19 @@ def _searched_plan(args):
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output
+
+
+def _replanned(args, plan):
+    """``plan``, or a plan searched for its cluster when the script's captured batch is not the plan's."""
+    from autodist.api import graph_of
+
+    graph_item = graph_of(args.script, args.script_args)
+    batch = plan.graph.get("batch_size")
+    if graph_item.job.batch_size == batch:
+        return plan, args.plan
+    print(f"autodist: the script's batch is {graph_item.job.batch_size} and {args.plan} was made for {batch}: "
+          "planning again", flush=True)
+    return _searched_plan(args, plan.resource_spec, graph_item)
 
 
 def run(args):
@@ -84,6 +104,8 @@ def run(args):
     _parse_rest(args)
     if not os.path.isfile(args.script):
         raise InputError("no such training script", source=args.script)
+    if args.replan and not args.plan:
+        raise InputError("re-plans a given plan: use it with --plan", field="--replan")
     if args.plan:
         plan, plan_path = Plan.load(args.plan), args.plan
         if args.cluster or args.preset or args.from_kubernetes:
@@ -91,6 +113,8 @@ def run(args):
             from autodist.resource_spec import cluster_from_args
 
             check_plan_cluster(plan, cluster_from_args(args), args.plan)
+        if args.replan:
+            plan, plan_path = _replanned(args, plan)
     else:
         plan, plan_path = _searched_plan(args)
     try:

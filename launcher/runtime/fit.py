@@ -14,6 +14,7 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
+from autodist.throughput import samples_per_second
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
 UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
@@ -53,7 +54,8 @@ class StepReporter:
             return
         of = f"/{self.total}" if self.total else ""
         shown_loss = f"  loss {loss:.4f}" if loss is not None else ""
-        rate = f"  {samples / seconds:.0f} samples/s" if samples else ""
+        rate = samples_per_second(samples, seconds)
+        rate = f"  {rate:.0f} samples/s" if rate else ""
         print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
               file=self.out, flush=True)
 
@@ -131,7 +133,9 @@ class PlacedFit:
             hooks.on_epoch_begin(epoch)
             losses = []
             for b, (xb, yb) in enumerate(epoch_batches()):
-                first_batch = first_batch or (xb, yb)
+                if first_batch is None:
+                    check_global_batch(self.layout, global_batch_rows(xb))
+                    first_batch = (xb, yb)
                 hooks.on_train_batch_begin(b)
                 start = time.perf_counter()
                 loss = trainer.step(xb, yb)
@@ -198,3 +202,14 @@ def global_batch_rows(batch):
         if shape is not None and len(shape) >= 1:
             return None if shape[0] is None else int(shape[0])
     return None
+
+
+def check_global_batch(layout, rows):
+    """Raise LaunchError when a step's global batch (``rows``, None: unknown) is not the one the plan was made for.
+
+    Only the first step is checked: an epoch's last batch may be smaller.
+    """
+    if rows and layout.batch_size and rows != layout.batch_size:
+        raise LaunchError(f"the script's global batch is {rows} samples and the plan was made for "
+                          f"{layout.batch_size}; plan again with this batch (autodist run --replan), "
+                          "or give the script the plan's batch size", field="batch size")

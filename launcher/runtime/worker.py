@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from autodist.errors import LaunchError
-from launcher.runtime.fit import global_batch_rows
+from launcher.runtime.fit import check_global_batch, global_batch_rows
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
@@ -80,6 +80,7 @@ class CollectiveRun:
 
         traced = self._traced.get(id(step))
         if traced is None:
+            check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
             traced = tf.function(self.group.replica_step(step.python_function), **step.options)
             traced.get_concrete_function(*args, **kwargs)
             self.group.broadcast_from_first(self.group.variables.values())
@@ -100,9 +101,11 @@ class CollectiveRun:
         """Keras' fit, with this replica's step and a progress callback."""
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        rows = _fit_batch_rows(x, y, batch_size)
+        check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
-        progress = _progress_callback(self, _fit_batch_rows(x, y, batch_size))
+        progress = _progress_callback(self, rows)
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
         model.train_function = None
         try:
