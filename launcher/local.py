@@ -200,7 +200,8 @@ class LocalRun:
 
     def start(self):
         """Start every server task, then the clients with the user's script; returns the client tasks."""
-        base = {**os.environ, **TASK_ENV}
+        # Temporary files of the tasks (and of the script) go in the run's folder, removed whatever happens.
+        base = {**os.environ, **TASK_ENV, "TMPDIR": self._logdir}
         names = {name for name, _ in self.clients}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):

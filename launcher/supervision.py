@@ -51,8 +51,11 @@ class Watchdog:
                                         text=True, start_new_session=True)
 
     def _send(self, line):
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:  # the watchdog was killed: the launcher tears down alone
+            pass
 
     def folder(self, path):
         self._send(f"folder {path}")
@@ -63,7 +66,10 @@ class Watchdog:
     def done(self):
         """Everything is torn down: the watchdog exits without touching anything."""
         self._send("done")
-        self.process.stdin.close()
+        try:
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
         self.process.wait()
 
 
