@@ -443,7 +443,10 @@ def test_cli_errors_are_one_line(plans, small_job, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     no_config = _cli(["worker", "--plan", plan_path], env=env)
     assert no_config.returncode == 2 and "TF_CONFIG" in no_config.stderr and "Traceback" not in no_config.stderr
-    env["TF_CONFIG"] = json.dumps({"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0}})
+    from launcher.local import local_cluster
+
+    cluster = local_cluster(plans["ps"][0])
+    env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
     no_script = _cli(["worker", "--plan", plan_path], env=env)
     assert no_script.returncode == 2 and "chief:0 runs the training script" in no_script.stderr
 

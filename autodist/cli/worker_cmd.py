@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from autodist.errors import LaunchError
-from launcher.runtime.joining import add_join_timeout
+from launcher.runtime.joining import add_join_timeout, check_cluster
 
 
 def register(subparsers):
@@ -37,6 +37,7 @@ def run(args):
     if "TF_CONFIG" not in os.environ and started_by_mpi(os.environ):
         return run_mpi_rank(plan, args)
     cluster, job, index = read_tf_config()
+    check_cluster(plan, cluster)
     plan.task(job, index)
     if (job, index) not in client_tasks(plan):
         serve(cluster, job, index, cpus=task_cpu_devices(plan, job, index))
