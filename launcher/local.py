@@ -76,16 +76,17 @@ class TaskProcess:
     def alive(self):
         return self.process.poll() is None
 
-    def stop(self):
-        """SIGTERM the task's process group, SIGKILL it after a grace period, reap it."""
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+    def stop(self, grace_s=STOP_GRACE_S):
+        """SIGTERM the task's process group, SIGKILL it after ``grace_s`` seconds (at once for 0), reap it."""
+        if grace_s:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -159,8 +160,10 @@ class LocalRun:
         self._watchdog.folder(self._logdir)
         return self
 
-    def __exit__(self, *exc):
-        self.stop_all()
+    def __exit__(self, exc_type, *exc):
+        # Stopped by Ctrl-C or SIGTERM: the tasks are aborted at once (TensorFlow catches SIGTERM in a collective
+        # task and fails its step, whose traceback would reach the user's terminal).
+        self.stop_all(0 if exc_type in (KeyboardInterrupt, Terminated) else STOP_GRACE_S)
         shutil.rmtree(self._logdir, ignore_errors=True)
         self._watchdog.done()
         for sig, handler in self._old_handlers.items():
@@ -240,9 +243,9 @@ class LocalRun:
                 return
             time.sleep(POLL_S)
 
-    def stop_all(self):
+    def stop_all(self, grace_s=STOP_GRACE_S):
         for task in reversed(self.tasks):
-            task.stop()
+            task.stop(grace_s)
 
     def pids(self):
         return [t.process.pid for t in self.tasks]
