@@ -184,3 +184,12 @@ def test_profile_ops_writes_the_user_folder_and_leaves_the_package_data_byte_ide
     monkeypatch.delenv("AUTODIST_COST_MODEL")
     with pytest.raises(CostModelError, match="no such folder"):
         load_cost_model(str(tmp_path / "nothing"))
+
+
+def test_costmodel_install_refuses_a_folder_without_cost_model_files(tmp_path):
+    before = _package_data()
+    for folder in (tmp_path, tmp_path / "missing"):
+        out = _autodist("costmodel", "install", str(folder))
+        assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "holds no cost model files" in _autodist("costmodel", "install", str(tmp_path)).stderr
+    assert _package_data() == before
