@@ -61,7 +61,7 @@ def cluster_of(cluster):
 
 
 def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
-              precision=None, micro_batches=None):
+              precision=None, micro_batches=None, cost_model=None):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -83,6 +83,8 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     precision, micro_batches : optional
         Override the job's precision and gradient accumulation (see
         :func:`with_job_options`).
+    cost_model : cost_models.CostModel, optional
+        The cost model to plan with (default: the shipped one).
 
     Returns
     -------
@@ -95,7 +97,7 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
 
     graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches)
     resource_spec = cluster_of(cluster)
-    cost_model = CostModel.default()
+    cost_model = cost_model or CostModel.default()
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
                       allreduce_only=allreduce_only)
     return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)

@@ -29,6 +29,7 @@ ONE_THREAD_PICKLE = os.path.join(DATA_DIR, "op_model_one_thread.pkl")
 ONE_THREAD_META = os.path.join(DATA_DIR, "op_model_one_thread.json")
 CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
 COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
+COST_MODEL_ENV = "AUTODIST_COST_MODEL"
 
 
 class UnknownOpTypeWarning(UserWarning):
@@ -85,7 +86,7 @@ class CostModel:
         Loads without TensorFlow.  A pickle written by another scikit-learn
         version is refitted from the shipped timings (a few seconds).
         """
-        return _default_model()
+        return _model_in(DATA_DIR)
 
     @property
     def id(self):
@@ -359,37 +360,64 @@ DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "m
                   "min_samples_leaf": 5, "random_state": 0, "target": "roofline_ratio"}
 
 
-@lru_cache(maxsize=1)
-def _default_model():
+@lru_cache(maxsize=4)
+def _model_in(folder):
+    """The cost model saved in ``folder``; what it lacks (op data, a calibration) is the shipped one."""
     from cost_models.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
-    calibration, collectives = _shipped_calibrations()
+    calibration, collectives = _calibrations(folder)
     gpu = GpuKernelParams.load(GPU_MODEL)
-    if not os.path.exists(TIMINGS):
-        raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=TIMINGS)
+    ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
+    if not os.path.exists(_in(ops, TIMINGS)):
+        raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=_in(ops, TIMINGS))
     try:
-        op_model, meta = load_model(MODEL_PICKLE, MODEL_META)
+        op_model, meta = load_model(_in(ops, MODEL_PICKLE), _in(ops, MODEL_META))
         # No one-thread model: data without one-thread times (GPU rows).
         one_thread_model = None
-        if os.path.exists(ONE_THREAD_META):
-            one_thread_model, _ = load_model(ONE_THREAD_PICKLE, ONE_THREAD_META)
+        if os.path.exists(_in(ops, ONE_THREAD_META)):
+            one_thread_model, _ = load_model(_in(ops, ONE_THREAD_PICKLE), _in(ops, ONE_THREAD_META))
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
                          executor, one_thread_model, gpu)
     except (CostModelError, KeyError) as exc:
-        warnings.warn(f"the shipped op model could not be loaded ({exc}); refitted from the shipped timings",
+        warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
-        timings_meta = read_meta(TIMINGS_META)
-        return fit_cost_model(read_timings(TIMINGS), timings_meta.get("steps"), profiled_cores(timings_meta),
+        timings_meta = read_meta(_in(ops, TIMINGS_META))
+        return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
                               calibration=calibration, collectives=collectives, gpu=gpu)
 
 
-def _shipped_calibrations():
-    """The shipped transfer and CPU collective calibrations (``None`` where missing)."""
-    return tuple(TransferCalibration.load(path) if os.path.exists(path) else None
-                 for path in (CALIBRATION, COLLECTIVES))
+def _in(folder, shipped_path):
+    """The file of ``folder`` named as the shipped ``shipped_path``."""
+    return os.path.join(folder, os.path.basename(shipped_path))
+
+
+def _calibrations(folder=DATA_DIR):
+    """The transfer and CPU collective calibrations of ``folder``, else the shipped ones (``None`` where missing)."""
+    paths = [_in(folder, p) if os.path.exists(_in(folder, p)) else p for p in (CALIBRATION, COLLECTIVES)]
+    return tuple(TransferCalibration.load(path) if os.path.exists(path) else None for path in paths)
+
+
+def user_folder():
+    """Where ``autodist profile`` writes by default: ``$XDG_CACHE_HOME/autodist/cost-model`` (``~/.cache/...``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "autodist", "cost-model")
+
+
+def load_cost_model(folder=None):
+    """The cost model measured into ``folder`` (by ``autodist profile --out``), else into ``$AUTODIST_COST_MODEL``.
+
+    Without either, the shipped model.  A folder's op data and calibrations
+    replace the shipped ones; what it lacks comes from the shipped data.
+    """
+    folder = folder or os.environ.get(COST_MODEL_ENV)
+    if not folder:
+        return CostModel.default()
+    if not os.path.isdir(folder):
+        raise CostModelError("no such folder (measure one with `autodist profile ... --out DIR`)", source=folder)
+    return _model_in(os.path.abspath(folder))
 
 
 def profiled_cores(meta):
@@ -409,7 +437,7 @@ def save_default(timings, meta, folder=DATA_DIR):
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)
-    calibration, collectives = _shipped_calibrations()
+    calibration, collectives = _calibrations(folder)
     model = fit_cost_model(timings, meta.get("steps"), profiled_cores(meta), calibration=calibration,
                            collectives=collectives)
     timed = timings.timed()
@@ -436,6 +464,5 @@ def save_default(timings, meta, folder=DATA_DIR):
             for path in paths:
                 if os.path.exists(path):
                     os.unlink(path)
-    if os.path.abspath(folder) == DATA_DIR:
-        _default_model.cache_clear()
+    _model_in.cache_clear()
     return model

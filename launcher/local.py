@@ -7,13 +7,16 @@ TensorFlow server for each other task.  The first client's output is shown;
 every other task logs to a file.  Each process gets its
 own process group and a log file in a temporary folder.  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
-stopped before :func:`run_local` returns, and the folder is removed.
+stopped before :func:`run_local` returns, and the folder is removed; if the
+launcher itself is killed, its tasks and folder go with it
+(:mod:`launcher.supervision`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,7 +27,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
+from launcher.runtime.joining import JOIN_TIMEOUT_S
 from launcher.runtime.server import task_cpu_devices
+from launcher.supervision import Watchdog, launched_env
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -32,6 +37,10 @@ STOP_GRACE_S = 3.0
 LOG_TAIL_LINES = 15
 # TensorFlow's C++ INFO lines drown the task logs; warnings and errors stay.
 TASK_ENV = {"TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONUNBUFFERED": "1"}
+
+
+class Terminated(Exception):
+    """The launcher got SIGTERM; raised once every task is stopped (the CLI exits 143)."""
 
 
 def free_ports(count):
@@ -67,16 +76,17 @@ class TaskProcess:
     def alive(self):
         return self.process.poll() is None
 
-    def stop(self):
-        """SIGTERM the task's process group, SIGKILL it after a grace period, reap it."""
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+    def stop(self, grace_s=STOP_GRACE_S):
+        """SIGTERM the task's process group, SIGKILL it after ``grace_s`` seconds (at once for 0), reap it."""
+        if grace_s:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -115,7 +125,7 @@ def local_cluster(plan):
 class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
-    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None):
+    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -126,6 +136,7 @@ class LocalRun:
         self.args = list(args)
         self.report_path = report_path
         self.out = out or sys.stdout
+        self.join_timeout = join_timeout
         if collective_mode(plan):
             # One process per replica, on a cluster of its own (no server tasks).
             places = replica_places(plan)
@@ -137,30 +148,34 @@ class LocalRun:
             self.clients = [(f"{job}:{index}", ["--job", job, "--index", str(index)])]
         self.tasks = []
         self._logdir = None
+        self._watchdog = None
         self._old_handlers = {}
         self._starting = False  # a task is being started: a stop signal waits until it is recorded
-        self._stop_pending = False
+        self._stop_pending = None  # the stop signal that came while a task was starting
 
     def __enter__(self):
-        self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
         self._old_handlers = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
+        self._watchdog = Watchdog()
+        self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
+        self._watchdog.folder(self._logdir)
         return self
 
-    def __exit__(self, *exc):
-        self.stop_all()
+    def __exit__(self, exc_type, *exc):
+        # Stopped by Ctrl-C or SIGTERM: the tasks are aborted at once (TensorFlow catches SIGTERM in a collective
+        # task and fails its step, whose traceback would reach the user's terminal).
+        self.stop_all(0 if exc_type in (KeyboardInterrupt, Terminated) else STOP_GRACE_S)
+        shutil.rmtree(self._logdir, ignore_errors=True)
+        self._watchdog.done()
         for sig, handler in self._old_handlers.items():
             signal.signal(sig, handler)
-        for name in os.listdir(self._logdir):
-            os.unlink(os.path.join(self._logdir, name))
-        os.rmdir(self._logdir)
         return False
 
     def _on_stop_signal(self, signum, frame):
         """Ctrl-C or SIGTERM: stop the run, but not between starting a task and recording it."""
         if self._starting:
-            self._stop_pending = True
+            self._stop_pending = signum
         else:
-            raise KeyboardInterrupt
+            _raise_for(signum)
 
     def _start(self, name, argv, env, log_to_file):
         """Start one task and record it, so that teardown always finds it."""
@@ -169,15 +184,16 @@ class LocalRun:
         try:
             with open(log_path, "w") as log:
                 stream = log if log_to_file else None
-                process = subprocess.Popen(argv, env=env, stdout=stream,
+                process = subprocess.Popen(argv, env=launched_env(env), stdout=stream,
                                            stderr=subprocess.STDOUT if log_to_file else None,
                                            stdin=subprocess.DEVNULL, start_new_session=True)
             task = TaskProcess(name, process, log_path)
             self.tasks.append(task)
+            self._watchdog.group(process.pid)
         finally:
             self._starting = False
         if self._stop_pending:
-            raise KeyboardInterrupt
+            _raise_for(self._stop_pending)
         return task
 
     def _report_of(self, k):
@@ -187,7 +203,8 @@ class LocalRun:
 
     def start(self):
         """Start every server task, then the clients with the user's script; returns the client tasks."""
-        base = {**os.environ, **TASK_ENV}
+        # Temporary files of the tasks (and of the script) go in the run's folder, removed whatever happens.
+        base = {**os.environ, **TASK_ENV, "TMPDIR": self._logdir}
         names = {name for name, _ in self.clients}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):
@@ -199,7 +216,7 @@ class LocalRun:
         clients = []
         for k, (name, where) in enumerate(self.clients):
             argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", self.plan_path,
-                    "--cluster", json.dumps(self.cluster), *where]
+                    "--cluster", json.dumps(self.cluster), "--join-timeout", str(self.join_timeout), *where]
             if self._report_of(k):
                 argv += ["--report", os.path.abspath(self._report_of(k))]
             clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0))
@@ -226,12 +243,16 @@ class LocalRun:
                 return
             time.sleep(POLL_S)
 
-    def stop_all(self):
+    def stop_all(self, grace_s=STOP_GRACE_S):
         for task in reversed(self.tasks):
-            task.stop()
+            task.stop(grace_s)
 
     def pids(self):
         return [t.process.pid for t in self.tasks]
+
+
+def _raise_for(signum):
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _replica_name(places, rank):
@@ -241,7 +262,7 @@ def _replica_name(places, rank):
     return f"worker:{task}" if alone else f"worker:{task} replica {local}"
 
 
-def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None):
+def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -255,6 +276,8 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None)
         JSON record of the run written by the client (devices, transfers, times).
     on_start : callable, optional
         Called with the :class:`LocalRun` once every process is started.
+    join_timeout : float
+        Seconds a client waits for the other tasks before it gives up.
 
     Raises
     ------
@@ -262,7 +285,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None)
         When the script fails or a task dies; the message names the task and
         ends with its last log lines.
     """
-    with LocalRun(plan, plan_path, script, args, report_path) as run:
+    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

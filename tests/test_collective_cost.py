@@ -58,8 +58,9 @@ def test_profile_collectives_measures_real_allreduces_between_two_processes(tmp_
     import subprocess
     import sys
 
-    out = tmp_path / "collectives.json"
-    done = subprocess.run([sys.executable, "-m", "autodist", "profile", "collectives", "--repeats", "3", "--out", str(out)],
+    out = tmp_path / "collective_calibration.json"
+    done = subprocess.run([sys.executable, "-m", "autodist", "profile", "collectives", "--repeats", "3", "--out",
+                           str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     calibration = TransferCalibration.load(str(out))

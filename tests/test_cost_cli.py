@@ -11,7 +11,7 @@ import numpy as np
 
 from cost_models.calibration import SIZES, TransferCalibration
 from cost_models.dataset import read_meta, read_timings, write_meta, write_timings
-from cost_models.model import TIMINGS, TIMINGS_META
+from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
 
 
 def _autodist(*args, timeout=600):
@@ -99,15 +99,15 @@ def test_profile_counts_below_one_are_one_line_errors(flag):
 
 
 def test_profile_transfers_sessions_below_one_is_one_line_error(tmp_path):
-    out = _autodist("profile", "transfers", "--sessions", "0", "--out", str(tmp_path / "transfers.json"))
+    out = _autodist("profile", "transfers", "--sessions", "0", "--out", str(tmp_path))
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
-    assert "--sessions" in out.stderr and not (tmp_path / "transfers.json").exists()
+    assert "--sessions" in out.stderr and not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
 def test_profile_transfers_measures_real_loopback_transfers(tmp_path):
-    out = tmp_path / "transfers.json"
-    done = _autodist("profile", "transfers", "--repeats", "3", "--sessions", "2", "--out", str(out), timeout=300)
+    out = tmp_path / "transfer_calibration.json"
+    done = _autodist("profile", "transfers", "--repeats", "3", "--sessions", "2", "--out", str(tmp_path), timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     calibration = TransferCalibration.load(str(out))
     assert [m["bytes"] for m in calibration.measurements] == list(SIZES)
@@ -169,3 +169,49 @@ def test_profile_micro_runs_measure_the_same_cases_and_keep_medians(tmp_path):
     # The first cases were also measured with one intra-op thread.
     assert np.isfinite(rows.seconds_one_thread).any()
     assert "MatMul" in set(rows.raw["op_type"])
+
+
+def _package_data():
+    """Every file of the package's shipped cost model data, by name, as bytes."""
+    return {name: open(os.path.join(DATA_DIR, name), "rb").read() for name in sorted(os.listdir(DATA_DIR))}
+
+
+@pytest.mark.parametrize("what", ["ops", "transfers", "collectives"])
+def test_profile_refuses_to_write_into_the_shipped_data(what):
+    out = _autodist("profile", what, "--out", DATA_DIR)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "shipped cost model data" in out.stderr and "autodist costmodel install" in out.stderr
+
+
+@pytest.mark.slow
+def test_profile_ops_writes_the_user_folder_and_leaves_the_package_data_byte_identical(tmp_path, monkeypatch):
+    """The README's `profile ops --runs N` (short): into ~/.cache/autodist/cost-model; --cost-model loads it."""
+    from autodist.errors import CostModelError
+    from cost_models import CostModel
+    from cost_models.model import load_cost_model
+
+    before = _package_data()
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-m", "autodist", "profile", "ops", "--runs", "1", "--time-limit", "3"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _package_data() == before
+    folder = tmp_path / "cache" / "autodist" / "cost-model"
+    assert f"to {folder}" in done.stdout and (folder / "op_timings.csv.gz").exists()
+    measured = load_cost_model(str(folder))
+    assert measured.id != CostModel.default().id
+    assert measured.calibration.to_dict() == CostModel.default().calibration.to_dict()  # not measured: shipped
+    monkeypatch.setenv("AUTODIST_COST_MODEL", str(folder))
+    assert load_cost_model().id == measured.id
+    monkeypatch.delenv("AUTODIST_COST_MODEL")
+    with pytest.raises(CostModelError, match="no such folder"):
+        load_cost_model(str(tmp_path / "nothing"))
+
+
+def test_costmodel_install_refuses_a_folder_without_cost_model_files(tmp_path):
+    before = _package_data()
+    for folder in (tmp_path, tmp_path / "missing"):
+        out = _autodist("costmodel", "install", str(folder))
+        assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "holds no cost model files" in _autodist("costmodel", "install", str(tmp_path)).stderr
+    assert _package_data() == before

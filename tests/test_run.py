@@ -366,8 +366,14 @@ def test_allreduce_algorithms_give_every_replica_the_same_sum(algorithm):
 
 
 def _children(pid):
+    """Child processes of ``pid``: a launcher's tasks and its watchdog."""
     with open(f"/proc/{pid}/task/{pid}/children") as fh:
         return [int(p) for p in fh.read().split()]
+
+
+def _tasks(pid):
+    """A launcher's task processes (its children but the watchdog)."""
+    return [p for p in _children(pid) if p not in _processes_naming("launcher.supervision")]
 
 
 @pytest.mark.slow
@@ -379,7 +385,7 @@ def test_ctrl_c_stops_every_task(plans):
     children = []
     while len(children) < len(plans["hybrid"][0].tasks) and time.monotonic() < deadline:
         time.sleep(0.1)
-        children = _children(cli.pid)
+        children = _tasks(cli.pid)
     cli.send_signal(signal.SIGINT)
     _, err = cli.communicate(timeout=30)
     assert cli.returncode == 130 and "interrupted" in err and "Traceback" not in err
@@ -427,8 +433,9 @@ def test_cli_errors_are_one_line(plans, small_job, tmp_path):
     missing = _cli(["run", str(tmp_path / "nope.py"), "--plan", plan_path])
     assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0
     assert "nope.py: no such training script" in missing.stderr
-    both = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", CLUSTER])
-    assert both.returncode == 2 and "--plan" in both.stderr and "Traceback" not in both.stderr
+    other_cluster = _cli(["run", SCRIPT, "--plan", plan_path, "--preset", "cpu-local:3"])
+    assert other_cluster.returncode == 2 and "Traceback" not in other_cluster.stderr
+    assert f"{plan_path}: the plan was made for cluster 'cpu-local:2'" in other_cluster.stderr
     gpu_plan = str(tmp_path / "gpu_plan.json")
     _plan_on_gpus(small_job, "dgx-h100:2").save(gpu_plan)
     too_big = _cli(["run", SCRIPT, "--plan", str(gpu_plan)])
@@ -436,7 +443,10 @@ def test_cli_errors_are_one_line(plans, small_job, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     no_config = _cli(["worker", "--plan", plan_path], env=env)
     assert no_config.returncode == 2 and "TF_CONFIG" in no_config.stderr and "Traceback" not in no_config.stderr
-    env["TF_CONFIG"] = json.dumps({"cluster": {"chief": ["localhost:1"]}, "task": {"type": "chief", "index": 0}})
+    from launcher.local import local_cluster
+
+    cluster = local_cluster(plans["ps"][0])
+    env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
     no_script = _cli(["worker", "--plan", plan_path], env=env)
     assert no_script.returncode == 2 and "chief:0 runs the training script" in no_script.stderr
 

@@ -1,8 +1,8 @@
 """``autodist capture``: capture a training step into graph.json."""
 
-import argparse
 import os
 
+from autodist.cli.script_args import pass_script_args
 from autodist.errors import InputError
 
 SCRIPT_SUFFIX = ".py"
@@ -25,24 +25,8 @@ def register(subparsers):
     parser.add_argument("--timeout", type=seconds_between(1, 86_400), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"stop a script that has not reached its training step after this long "
                         f"(default {DEFAULT_TIMEOUT_S:g})")
-    parser.parse_known_args = _split_script_args(parser)
+    pass_script_args(parser)
     parser.set_defaults(func=run)
-
-
-def _split_script_args(parser):
-    """A parse_known_args that hands everything after the first ``--`` to the script untouched."""
-
-    def parse_known_args(args=None, namespace=None):
-        args = list(args or [])
-        script_args = []
-        if "--" in args:
-            cut = args.index("--")
-            args, script_args = args[:cut], args[cut + 1 :]
-        namespace, unknown = argparse.ArgumentParser.parse_known_args(parser, args, namespace)
-        namespace.script_args = script_args
-        return namespace, unknown
-
-    return parse_known_args
 
 
 def run(args):

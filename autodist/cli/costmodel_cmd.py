@@ -1,11 +1,14 @@
 """``autodist costmodel eval [--json]``: how good the shipped cost models are; ``costmodel fit-gpu``: refit the GPU model;
-``costmodel collective``: one predicted collective, as nccl-tests reports it."""
+``costmodel collective``: one predicted collective, as nccl-tests reports it; ``costmodel install DIR``."""
 
 import json
+import os
+
+from autodist.errors import InputError
 
 
 def register(subparsers):
-    parser = subparsers.add_parser("costmodel", help="evaluate the cost models")
+    parser = subparsers.add_parser("costmodel", help="evaluate the cost models, install a measured one")
     sub = parser.add_subparsers(dest="what", metavar="WHAT")
     sub.required = True
     ev = sub.add_parser("eval", help="held-out op error, leave-one-model-out step error, allreduce bus bandwidth")
@@ -21,6 +24,17 @@ def register(subparsers):
     fit.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the fitted parameters (JSON)")
     fit.set_defaults(func=run_fit_gpu)
     _register_collective(sub)
+    ins = sub.add_parser("install", help="replace the package's shipped cost model with one `autodist profile` "
+                                         "measured into DIR")
+    ins.add_argument("folder", metavar="DIR")
+    ins.set_defaults(func=run_install)
+
+
+def add_cost_model_argument(parser):
+    """``--cost-model DIR``: the cost model `autodist profile` measured there, instead of the shipped one."""
+    parser.add_argument("--cost-model", metavar="DIR", default=None,
+                        help="use the cost model `autodist profile` wrote into DIR (default: $AUTODIST_COST_MODEL, "
+                             "else the shipped model)")
 
 
 def run_eval(args):
@@ -84,4 +98,29 @@ def run_collective(args):
     else:
         print(f"{args.op} of {nbytes} bytes over {len(devices)} devices of {spec.name or 'the cluster'}: "
               f"time {seconds * 1e3:.3f} ms, algbw {algbw / 1e9:.2f} GB/s, busbw {result['busbw'] / 1e9:.2f} GB/s")
+    return 0
+
+
+def run_install(args):
+    """Copy the folder's op data and model, and its calibrations, over the shipped files (each atomically)."""
+    from autodist.io import write_bytes_atomic
+    from cost_models import model
+
+    model.load_cost_model(args.folder)  # a folder that does not load is refused before anything is copied
+    op_files = [model.TIMINGS, model.TIMINGS_META, model.MODEL_PICKLE, model.MODEL_META, model.ONE_THREAD_PICKLE,
+                model.ONE_THREAD_META]
+    has_ops = os.path.exists(os.path.join(args.folder, os.path.basename(model.TIMINGS)))
+    installed = []
+    for shipped in (op_files if has_ops else []) + [model.CALIBRATION, model.COLLECTIVES]:
+        mine = os.path.join(args.folder, os.path.basename(shipped))
+        if os.path.exists(mine):
+            with open(mine, "rb") as fh:
+                write_bytes_atomic(shipped, fh.read())
+            installed.append(os.path.basename(shipped))
+        elif shipped in (model.ONE_THREAD_PICKLE, model.ONE_THREAD_META) and os.path.exists(shipped):
+            os.unlink(shipped)  # op data without one-thread times: the shipped one-thread model does not describe it
+    if not installed:
+        raise InputError("holds no cost model files (op_timings.csv.gz, transfer_calibration.json, ...)",
+                         source=args.folder)
+    print(f"installed {', '.join(installed)} into {model.DATA_DIR}")
     return 0

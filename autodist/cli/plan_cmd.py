@@ -1,15 +1,26 @@
-"""``autodist plan SOURCE --cluster FILE | --preset NAME[:N]``: search and write a plan."""
+"""``autodist plan SOURCE --cluster FILE | --preset NAME[:N] [-- SCRIPT_ARGS]``: search and write a plan.
+
+The script's arguments after ``--`` are used to capture its step and, unless
+``--script-args`` says otherwise, are the arguments the emitted pods run it with.
+"""
 
 from __future__ import annotations
 
+import shlex
+
+from autodist.errors import InputError
+
 
 def register(subparsers):
+    from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.cli.emit_cmd import add_manifest_arguments
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
+    from autodist.cli.script_args import pass_script_args
     from autodist.resource_spec import add_cluster_arguments
 
-    p = subparsers.add_parser("plan", help="search the best placement and write plan.json")
+    p = subparsers.add_parser("plan", help="search the best placement and write plan.json",
+                              usage="autodist plan SOURCE [options] [-- SCRIPT_ARGS ...]")
     p.add_argument("source", help="training script (.py), graph.json, GraphDef (.pb/.pbtxt) or SavedModel directory")
     add_cluster_arguments(p)
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE", help="where to write the plan (default plan.json)")
@@ -19,6 +30,8 @@ def register(subparsers):
     p.add_argument("--emit-k8s", metavar="DIR", help="also write Kubernetes manifests for the plan here")
     add_job_arguments(p)
     add_manifest_arguments(p)
+    add_cost_model_argument(p)
+    pass_script_args(p, dest="script_argv")
     p.set_defaults(func=run)
 
 
@@ -40,8 +53,13 @@ def run(args):
     from autodist.cli.options import check_search_size
     from autodist.io import check_output_file
     from autodist.resource_spec import cluster_from_args
+    from cost_models.model import load_cost_model
 
     check_output_file(args.output, field="-o")
+    if args.script_argv:
+        if args.script_args:
+            raise InputError("give the script's arguments once: after -- or with --script-args", field="--script-args")
+        args.script_args = shlex.join(args.script_argv)
     script = args.source if args.source.endswith(".py") else None
     if args.emit_k8s:
         from launcher.manifests import check_output_folder
@@ -52,7 +70,8 @@ def run(args):
     check_search_size(resource_spec, args.budget)
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=args.allreduce_only, **job_options(args))
+                     allreduce_only=args.allreduce_only, cost_model=load_cost_model(args.cost_model),
+                     **job_options(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")

@@ -5,6 +5,12 @@ models under the TensorFlow profiler, writes the timing rows and fits the op
 model; ``autodist profile transfers`` measures loopback gRPC transfers and
 writes the transfer calibration; ``autodist profile collectives`` does the
 same for TensorFlow's CPU ring allreduce between two processes.
+
+Each writes into a folder of the user's (``--out``, by default
+``~/.cache/autodist/cost-model``), never into the package's shipped data;
+``--cost-model DIR`` (or ``$AUTODIST_COST_MODEL``) makes plan, report and
+run use it, and ``autodist costmodel install DIR`` copies it over the
+shipped model.
 """
 
 import functools
@@ -35,9 +41,7 @@ def register(subparsers):
     ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                      help="stop starting new measurements after S seconds (default 600)")
     ops.add_argument("--seed", type=int, default=0)
-    ops.add_argument("--out", default=None, metavar="DIR",
-                     help="folder for op_timings.csv.gz, op_timings.json and the fitted model "
-                          "(default: the package's cost_models/data)")
+    _add_out(ops, "op_timings.csv.gz, op_timings.json and the fitted model")
     ops.set_defaults(func=run_ops)
 
     tr = sub.add_parser("transfers", help="calibrate TensorFlow transfers over loopback gRPC (medians over "
@@ -46,15 +50,32 @@ def register(subparsers):
     tr.add_argument("--sessions", type=int, default=3,
                     help="measurement processes; each size keeps the median over them (default 3; whole "
                          "processes differ by up to ~50%% here, so use more on a shared machine)")
-    tr.add_argument("--out", default=None, metavar="FILE",
-                    help="calibration JSON (default: the package's cost_models/data/transfer_calibration.json)")
+    _add_out(tr, "transfer_calibration.json")
     tr.set_defaults(func=run_transfers)
 
     co = sub.add_parser("collectives", help="calibrate TensorFlow's CPU ring allreduce between two processes")
     co.add_argument("--repeats", type=int, default=15, help="timed repeats per size (default 15)")
-    co.add_argument("--out", default=None, metavar="FILE",
-                    help="calibration JSON (default: the package's cost_models/data/collective_calibration.json)")
+    _add_out(co, "collective_calibration.json")
     co.set_defaults(func=run_collectives)
+
+
+def _add_out(parser, what):
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help=f"folder to write {what} into (default ~/.cache/autodist/cost-model; "
+                             "not the package's shipped data)")
+
+
+def _out_folder(args):
+    """``--out`` or the user folder; the package's shipped data is refused (installing it is a separate step)."""
+    from cost_models.model import DATA_DIR, user_folder
+
+    folder = args.out or user_folder()
+    if os.path.realpath(folder) == os.path.realpath(DATA_DIR):
+        raise InputError("is the package's shipped cost model data; profile into another folder, then "
+                         "`autodist costmodel install DIR` to replace the shipped model", field="--out")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise InputError("is a file, expected a folder", field="--out")
+    return folder
 
 
 def _script(name):
@@ -68,10 +89,11 @@ def _script(name):
 
 def run_ops(args):
     from cost_models.calibration import machine_description
-    from cost_models.model import DATA_DIR, save_default
+    from cost_models.model import save_default
     from cost_models.executor import EXECUTOR_SETTLE_RUNS, SETTLE_SECONDS
     from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
 
+    folder = _out_folder(args)
     if args.steps < 1:
         raise InputError("must be at least 1", field="--steps")
     if args.runs < 1:
@@ -102,7 +124,6 @@ def run_ops(args):
                  "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
-    folder = args.out or DATA_DIR
     save_default(rows, meta, folder)
     print(f"wrote {len(rows)} rows and the fitted op model to {folder}")
     return 0
@@ -124,13 +145,13 @@ def run_collectives(args):
     return _calibrate(args, calibrate_collectives, COLLECTIVES)
 
 
-def _calibrate(args, calibrate, default_path):
-    """Measure with ``calibrate(repeats=, command=)``, save, and print the fitted line."""
+def _calibrate(args, calibrate, shipped_path):
+    """Measure with ``calibrate(repeats=, command=)``, save under the shipped file's name, print the fitted line."""
+    path = os.path.join(_out_folder(args), os.path.basename(shipped_path))
     if args.repeats < 3:
         raise InputError("must be at least 3", field="--repeats")
     command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     calibration = calibrate(repeats=args.repeats, command=command)
-    path = args.out or default_path
     calibration.save(path)
     print(f"overhead {calibration.overhead * 1e6:.0f} us, bandwidth {calibration.bandwidth / 1e9:.2f} GB/s "
           f"({len(calibration.measurements)} sizes) -> {path}")

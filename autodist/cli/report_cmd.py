@@ -8,15 +8,18 @@ FORMATS = ("text", "markdown", "json")
 
 
 def register(subparsers):
+    from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
+    from autodist.cli.script_args import pass_script_args
     from autodist.resource_spec import add_cluster_arguments
 
     p = subparsers.add_parser(
         "report",
+        usage="placement report SOURCE [options] [-- SCRIPT_ARGS ...]",
         help="what autodist would do with a job on a cluster, how fast, and why",
         description="Plan a job (or read a plan) and report the predicted step time against every "
-        "baseline, the bottleneck, the pods and the largest variables.",
+        "baseline, the bottleneck, the pods and the largest variables. Arguments after -- go to the script.",
     )
     p.add_argument("source", help="train.py, graph.json (or .pb/.pbtxt/SavedModel), or plan.json")
     add_cluster_arguments(p)
@@ -25,7 +28,8 @@ def register(subparsers):
     add_search_arguments(p)
     p.add_argument("--compare", metavar="PLAN_JSON", help="another plan to compare with")
     add_job_arguments(p)
-    p.add_argument("script_args", nargs="*", help="arguments of train.py (after --)")
+    add_cost_model_argument(p)
+    pass_script_args(p)
     p.set_defaults(func=run)
 
 
@@ -51,18 +55,22 @@ def _from_plan_file(args):
     if args.timeline:
         raise InputError("--timeline needs the job's graph: give train.py or graph.json, not a plan", field="--timeline")
     if _cluster_given(args):
-        spec = cluster_from_args(args)
-        if spec.content_hash() != plan.resource_spec.content_hash():
-            raise InputError(
-                f"the plan was made for cluster {plan.resource_spec.name!r}, not {spec.name!r}; "
-                "plan again for this cluster, or leave out the cluster option",
-                source=args.source,
-            )
+        check_plan_cluster(plan, cluster_from_args(args), args.source)
     return plan, None, None
 
 
+def check_plan_cluster(plan, spec, where):
+    """Raise InputError unless ``plan`` was made for the cluster ``spec``."""
+    if spec.content_hash() != plan.resource_spec.content_hash():
+        raise InputError(
+            f"the plan was made for cluster {plan.resource_spec.name!r}, not {spec.name!r}; "
+            "plan again for this cluster, or leave out the cluster option",
+            source=where,
+        )
+
+
 def _from_job(args):
-    from cost_models import CostModel
+    from cost_models.model import load_cost_model
     from placement import optimize
 
     from autodist.api import graph_of, with_job_options
@@ -77,7 +85,7 @@ def _from_job(args):
     spec = cluster_from_args(args)
     check_search_size(spec, args.budget, prog="placement")
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
-    cost_model = CostModel.default()
+    cost_model = load_cost_model(args.cost_model)
     result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
     plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
     return plan, graph_item, result

@@ -2,11 +2,15 @@
 
 Without ``--plan``: capture the script's step, search a plan, save it and print
 the short report; then train with it on this machine, one process per task.
+With ``--plan`` and a cluster, the plan must have been made for that cluster;
+the tasks refuse a script whose global batch is not the plan's, unless
+``--replan`` searches a new plan for it first.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 
 from autodist.errors import InputError
 
@@ -14,9 +18,11 @@ DEFAULT_PRESET = "cpu-local:2"
 
 
 def _add_options(p):
+    from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
     from autodist.resource_spec import add_cluster_arguments
+    from launcher.runtime.joining import add_join_timeout
 
     add_cluster_arguments(p)
     add_job_arguments(p)
@@ -25,6 +31,11 @@ def _add_options(p):
                    help="where a searched plan is written (default plan.json)")
     add_search_arguments(p)
     p.add_argument("--report", metavar="FILE", help="write a JSON record of the run (devices, transfers, step times)")
+    p.add_argument("--replan", action="store_true",
+                   help="with --plan: when the script's batch is not the plan's, search a new plan for the plan's "
+                        "cluster (written to -o) instead of refusing")
+    add_join_timeout(p)
+    add_cost_model_argument(p)
 
 
 def register(subparsers):
@@ -48,38 +59,56 @@ def _parse_rest(args):
     args.script_args = rest[cut + 1:]
 
 
-def _searched_plan(args):
+def _searched_plan(args, resource_spec=None, graph_item=None):
+    """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.plan_cmd import summary
     from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
+    from cost_models.model import load_cost_model
 
     given = args.cluster or args.preset or args.from_kubernetes
-    resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
+    if resource_spec is None:
+        resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     check_search_size(resource_spec, args.budget)
     if (args.micro_batches or 1) > 1:
         raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
                          "run with one micro-batch", field="--micro-batches")
-    graph_item = graph_of(args.script, args.script_args)
+    graph_item = graph_item or graph_of(args.script, args.script_args)
     custom_loop = graph_item.job.step == "function"
     if custom_loop:
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
               "searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=custom_loop, precision=args.precision)
+                     allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model),
+                     precision=args.precision)
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output
 
 
+def _replanned(args, plan):
+    """``plan``, or a plan searched for its cluster when the script's captured batch is not the plan's."""
+    from autodist.api import graph_of
+
+    graph_item = graph_of(args.script, args.script_args)
+    batch = plan.graph.get("batch_size")
+    if graph_item.job.batch_size == batch:
+        return plan, args.plan
+    print(f"autodist: the script's batch is {graph_item.job.batch_size} and {args.plan} was made for {batch}: "
+          "planning again", flush=True)
+    return _searched_plan(args, plan.resource_spec, graph_item)
+
+
 def run(args):
     import os
+    import sys
 
     from autodist.io import check_output_file
     from autodist.plan import Plan
-    from launcher.local import run_local
+    from launcher.local import Terminated, run_local
 
     _parse_rest(args)
     for path, option in ((args.report, "--report"), (None if args.plan else args.output, "-o")):
@@ -87,11 +116,23 @@ def run(args):
             check_output_file(path, field=option)
     if not os.path.isfile(args.script):
         raise InputError("no such training script", source=args.script)
+    if args.replan and not args.plan:
+        raise InputError("re-plans a given plan: use it with --plan", field="--replan")
     if args.plan:
-        if args.cluster or args.preset or args.from_kubernetes:
-            raise InputError("give either --plan or a cluster to plan for, not both", field="--plan")
         plan, plan_path = Plan.load(args.plan), args.plan
+        if args.cluster or args.preset or args.from_kubernetes:
+            from autodist.cli.report_cmd import check_plan_cluster
+            from autodist.resource_spec import cluster_from_args
+
+            check_plan_cluster(plan, cluster_from_args(args), args.plan)
+        if args.replan:
+            plan, plan_path = _replanned(args, plan)
     else:
         plan, plan_path = _searched_plan(args)
-    run_local(plan, plan_path, args.script, args.script_args, report_path=args.report)
+    try:
+        run_local(plan, plan_path, args.script, args.script_args, report_path=args.report,
+                  join_timeout=args.join_timeout)
+    except Terminated:
+        print("autodist: terminated; every task is stopped", file=sys.stderr)
+        return 128 + signal.SIGTERM
     return 0

@@ -12,12 +12,14 @@ from __future__ import annotations
 import argparse
 
 from autodist.errors import LaunchError
+from launcher.runtime.joining import add_join_timeout, check_cluster
 
 
 def register(subparsers):
     p = subparsers.add_parser("worker", help="run this pod's task of a plan (reads TF_CONFIG)")
     p.add_argument("--plan", required=True, metavar="FILE", help="the plan the pods were made from")
     p.add_argument("--report", metavar="FILE", help="client task: write a JSON record of the run")
+    add_join_timeout(p)
     p.add_argument("script", nargs="?", help="the training script (the client task runs it)")
     p.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     p.set_defaults(func=run)
@@ -69,13 +71,14 @@ def run_task(args):
     if "TF_CONFIG" not in os.environ and started_by_mpi(os.environ):
         return run_mpi_rank(plan, args)
     cluster, job, index = read_tf_config()
+    check_cluster(plan, cluster)
     plan.task(job, index)
     if (job, index) not in client_tasks(plan):
         serve(cluster, job, index, cpus=task_cpu_devices(plan, job, index))
         return 0
     if not args.script:
         raise LaunchError(f"task {job}:{index} runs the training script: give it after --plan", field="script")
-    run_client(args.plan, cluster, job, index, args.script, _script_args(args), args.report)
+    run_client(args.plan, cluster, job, index, args.script, _script_args(args), args.report, args.join_timeout)
     return 0
 
 
@@ -96,7 +99,7 @@ def run_mpi_rank(plan, args):
     rank, local, cluster = rank_and_cluster(os.environ)
     if plan.resource_spec.device(plan.strategy.replicas[rank][0]).kind == "GPU":
         os.environ["CUDA_VISIBLE_DEVICES"] = str(local)  # before TensorFlow starts: this rank's GPU only
-    run_replica(plan, args.plan, cluster, rank, args.script, _script_args(args), args.report)
+    run_replica(plan, args.plan, cluster, rank, args.script, _script_args(args), args.report, args.join_timeout)
     return 0
 
 

@@ -8,15 +8,13 @@ renderers convert at the edge.
 
 from __future__ import annotations
 
+from autodist.throughput import samples_per_second
+
 FORMAT = "autodist.report"
 VERSION = 1
 
 LARGEST_VARIABLES = 10
 GREEDY = "greedy-ps"
-
-
-def _per_sample(step_time, batch_size, replicas):
-    return batch_size * replicas / step_time if step_time > 0 and batch_size else None
 
 
 def _ratio(slow, fast):
@@ -107,7 +105,7 @@ def _baselines(data, candidates, batch_size, replicas, spec):
             {
                 "name": c.name,
                 "step_time": c.simulation.step_time,
-                "samples_per_s": _per_sample(c.simulation.step_time, batch_size, len(c.strategy.replicas)),
+                "samples_per_s": samples_per_second(batch_size, c.simulation.step_time),
                 "compute_time": c.simulation.compute_time,
                 "exposed_comm_time": c.simulation.exposed_comm_time,
                 "memory": _memory(c.simulation.memory, spec),
@@ -120,7 +118,7 @@ def _baselines(data, candidates, batch_size, replicas, spec):
         {
             "name": name,
             "step_time": t,
-            "samples_per_s": _per_sample(t, batch_size, replicas),
+            "samples_per_s": samples_per_second(batch_size, t),
             "compute_time": None,
             "exposed_comm_time": None,
             "memory": None,
@@ -254,7 +252,7 @@ def _compare(data, other, batch_size, replicas):
         "plan": other.where,
         "name": theirs_data["name"],
         "step_time": step,
-        "samples_per_s": _per_sample(step, batch_size, other_replicas),
+        "samples_per_s": samples_per_second(batch_size, step),
         "speedup_of_this_plan": _ratio(step / other_replicas, this / replicas),
         "same_graph": theirs_data["provenance"]["graph_hash"] == data["provenance"]["graph_hash"],
         "same_cluster": theirs_data["provenance"]["cluster_hash"] == data["provenance"]["cluster_hash"],
@@ -303,7 +301,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "name": data["name"],
             "file": plan_file,
             "step_time": step,
-            "samples_per_s": _per_sample(step, batch, replicas),
+            "samples_per_s": samples_per_second(batch, step),
             "compute_time": prediction["compute_time"],
             "exposed_comm_time": prediction["exposed_comm_time"],
             "replicas": replicas,

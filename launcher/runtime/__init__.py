@@ -3,5 +3,6 @@
 ``layout`` resolves a plan into device strings (no TensorFlow); ``trainer``
 places variables and builds the synchronous step; ``allreduce`` sums
 gradients across replicas; ``fit`` routes ``model.fit`` through the trainer;
-``server`` and ``chief`` are the two kinds of task process.
+``server`` and ``client`` are the two kinds of task process; ``joining``
+makes a client that cannot reach its peers say so within a timeout.
 """

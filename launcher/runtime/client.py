@@ -21,7 +21,9 @@ import sys
 
 from autodist.errors import LaunchError
 from launcher.runtime.collective import collective_mode, why_not_collective
+from launcher.runtime.joining import JOIN_TIMEOUT_S, add_join_timeout, check_cluster, joining
 from launcher.runtime.server import exit_status, task_cpu_devices
+from launcher.supervision import die_with_launcher, launched_env
 
 
 def client_tasks(plan):
@@ -31,14 +33,24 @@ def client_tasks(plan):
     return [("chief", 0) if plan.tasks_of("chief") else ("worker", 0)]
 
 
-def connect(cluster, job, index, cpus=1):
-    """Make this process task ``job:index`` of ``cluster`` (with ``cpus`` CPU devices) and the client of the others."""
+def connect(cluster, job, index, cpus=1, join_timeout=JOIN_TIMEOUT_S):
+    """Make this process task ``job:index`` of ``cluster`` (with ``cpus`` CPU devices) and the client of the others.
+
+    Returns once every other task has run an op, or exits after ``join_timeout``
+    seconds naming the tasks that never came up.
+    """
     import tensorflow as tf
 
     if cpus > 1:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * cpus)
-    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster), job_name=job, task_index=index)
+    with joining(cluster, (job, index), join_timeout):
+        tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster), job_name=job, task_index=index)
+        for peer, addresses in cluster.items():
+            for i in range(len(addresses)):
+                if (peer, i) != (job, index):
+                    with tf.device(f"/job:{peer}/replica:0/task:{i}/device:CPU:0"):
+                        tf.identity(0).numpy()
 
 
 def run_script(script, args=()):
@@ -69,14 +81,15 @@ class RefusedSteps:
                           field="strategy.sync")
 
 
-def run_single_client(plan, plan_path, cluster, job, index, script, args=(), report_path=None):
+def run_single_client(plan, plan_path, cluster, job, index, script, args=(), report_path=None,
+                      join_timeout=JOIN_TIMEOUT_S):
     """Connect, then run the script with ``model.fit`` routed through the plan."""
     from autodist.graph.script import steps_run_by
     from launcher.runtime.fit import PlacedFit
     from launcher.runtime.layout import RunLayout
 
     layout = RunLayout.from_plan(plan)
-    connect(cluster, job, index, task_cpu_devices(plan, job, index))
+    connect(cluster, job, index, task_cpu_devices(plan, job, index), join_timeout)
     refused = RefusedSteps(why_not_collective(plan))
     with PlacedFit(layout, plan_path, report_path=report_path) as placed, steps_run_by(refused):
         run_script(script, args)
@@ -84,21 +97,24 @@ def run_single_client(plan, plan_path, cluster, job, index, script, args=(), rep
         raise LaunchError("the script ended without calling model.fit, so nothing ran with the plan", source=script)
 
 
-def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=None):
+def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=None, join_timeout=JOIN_TIMEOUT_S):
     """Join the replicas' collective group as replica ``rank``, then run the script as that replica."""
     from launcher.runtime.collective import CollectiveGroup, join
     from launcher.runtime.layout import RunLayout
     from launcher.runtime.worker import CollectiveRun
 
     group = CollectiveGroup(RunLayout.from_plan(plan), rank)
-    join(cluster, rank, group.device_type)
+    with joining(cluster, ("worker", rank), join_timeout):
+        join(cluster, rank, group.device_type)
+        group.barrier()
     print(f"autodist: replica {rank} of {group.size} serving at {cluster['worker'][rank]}", flush=True)
     with CollectiveRun(group, plan_path) as run:
         run_script(script, args)
     run.finish(report_path)
 
 
-def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_path=None):
+def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_path=None,
+                      join_timeout=JOIN_TIMEOUT_S):
     """A worker task with several replicas: one process per replica (each sees only its GPU), all awaited.
 
     The first to fail stops the others and the task, naming the replica.
@@ -117,9 +133,12 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
         processes = []
         try:
             for rank, report in zip(ranks, reports):
-                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(places[rank][1])) if gpus else None
+                env = launched_env(os.environ)
+                if gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = str(places[rank][1])
                 argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", plan_path,
-                        "--cluster", json.dumps(cluster), "--replica", str(rank), "--report", report, script, *args]
+                        "--cluster", json.dumps(cluster), "--replica", str(rank), "--report", report,
+                        "--join-timeout", str(join_timeout), script, *args]
                 processes.append(subprocess.Popen(argv, env=env))
             while True:
                 codes = [p.poll() for p in processes]
@@ -137,26 +156,32 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
             merge_records(reports, report_path)
 
 
-def run_client(plan_path, cluster, job, index, script, args=(), report_path=None):
-    """Run the script as task ``job:index`` of the plan (``cluster`` as in ``TF_CONFIG``), whichever way the plan runs."""
+def run_client(plan_path, cluster, job, index, script, args=(), report_path=None, join_timeout=JOIN_TIMEOUT_S):
+    """Run the script as task ``job:index`` of the plan (``cluster`` as in ``TF_CONFIG``), whichever way the plan runs.
+
+    A cluster that differs from the plan's is refused; peers that do not
+    come up within ``join_timeout`` seconds end the task with one line.
+    """
     from autodist.plan import Plan
     from launcher.runtime.collective import replica_cluster, replica_places
 
     plan = Plan.load(plan_path)
+    check_cluster(plan, cluster)
     if (job, index) not in client_tasks(plan):
         raise LaunchError(f"task {job}:{index} does not run the training script under this plan", field="TF_CONFIG")
     if not collective_mode(plan):
-        run_single_client(plan, plan_path, cluster, job, index, script, args, report_path)
+        run_single_client(plan, plan_path, cluster, job, index, script, args, report_path, join_timeout)
         return
     ranks = [r for r, (task, _) in enumerate(replica_places(plan)) if task == index]
     replicas = replica_cluster(plan, cluster)
     if len(ranks) == 1:
-        run_replica(plan, plan_path, replicas, ranks[0], script, args, report_path)
+        run_replica(plan, plan_path, replicas, ranks[0], script, args, report_path, join_timeout)
     else:
-        run_task_replicas(plan, plan_path, replicas, ranks, script, args, report_path)
+        run_task_replicas(plan, plan_path, replicas, ranks, script, args, report_path, join_timeout)
 
 
 def main(argv=None):
+    die_with_launcher()
     parser = argparse.ArgumentParser(prog="python -m launcher.runtime.client")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--cluster", required=True,
@@ -165,6 +190,7 @@ def main(argv=None):
     parser.add_argument("--index", type=int)
     parser.add_argument("--replica", type=int, help="run this replica of a collective plan")
     parser.add_argument("--report")
+    add_join_timeout(parser)
     parser.add_argument("script")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     opts = parser.parse_args(argv)
@@ -173,8 +199,9 @@ def main(argv=None):
         from autodist.plan import Plan
 
         return exit_status(lambda: run_replica(Plan.load(opts.plan), opts.plan, cluster, opts.replica, opts.script,
-                                               opts.args, opts.report))
-    return exit_status(run_client, opts.plan, cluster, opts.job, opts.index, opts.script, opts.args, opts.report)
+                                               opts.args, opts.report, opts.join_timeout))
+    return exit_status(run_client, opts.plan, cluster, opts.job, opts.index, opts.script, opts.args, opts.report,
+                       opts.join_timeout)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,12 @@ class CollectiveGroup:
             op = op.inputs[0].op
         return op
 
+    def barrier(self):
+        """Return once every replica has joined (one scalar collective)."""
+        import tensorflow as tf
+
+        self.all_sum(tf.constant(0.0), SETUP_GROUP, name="join")
+
     def broadcast_from_first(self, variables):
         """Give every replica the first replica's values of ``variables`` (a sum where only the first one adds)."""
         import tensorflow as tf

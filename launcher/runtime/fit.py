@@ -14,6 +14,7 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
+from autodist.throughput import samples_per_second
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
 UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
@@ -53,7 +54,8 @@ class StepReporter:
             return
         of = f"/{self.total}" if self.total else ""
         shown_loss = f"  loss {loss:.4f}" if loss is not None else ""
-        rate = f"  {samples / seconds:.0f} samples/s" if samples else ""
+        rate = samples_per_second(samples, seconds)
+        rate = f"  {rate:.0f} samples/s" if rate else ""
         print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
               file=self.out, flush=True)
 
@@ -117,35 +119,29 @@ class PlacedFit:
         for arg in UNSUPPORTED_FIT_ARGS:
             if extra.get(arg) is not None:
                 raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
-        if y is None or not hasattr(x, "shape") or not hasattr(y, "shape"):
-            raise LaunchError("model.fit under autodist run takes arrays x and y", field="x")
-        x, y = np.asarray(x), np.asarray(y)
+        epoch_batches, steps_per_epoch = _epoch_batches(x, y, batch_size or 32, shuffle)
         self.fits += 1
-        batch_size = batch_size or 32
-        n = len(x)
-        steps_per_epoch = -(-n // batch_size)
         trainer = PlacedTrainer(model, self.layout)
         hooks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model, epochs=epochs,
                                              steps=steps_per_epoch, verbose=0)
-        reporter = StepReporter(self.layout.predicted_step_time, steps_per_epoch * (epochs - initial_epoch), self.out)
-        rng = np.random.default_rng(0)
+        total = steps_per_epoch * (epochs - initial_epoch) if steps_per_epoch else None
+        reporter = StepReporter(self.layout.predicted_step_time, total, self.out)
         first_batch = None
         hooks.on_train_begin()
         done = 0
         for epoch in range(initial_epoch, epochs):
-            order = rng.permutation(n) if shuffle else np.arange(n)
             hooks.on_epoch_begin(epoch)
             losses = []
-            for b in range(steps_per_epoch):
-                idx = order[b * batch_size:(b + 1) * batch_size]
-                xb, yb = x[idx], y[idx]
-                first_batch = first_batch or (xb, yb)
+            for b, (xb, yb) in enumerate(epoch_batches()):
+                if first_batch is None:
+                    check_global_batch(self.layout, global_batch_rows(xb))
+                    first_batch = (xb, yb)
                 hooks.on_train_batch_begin(b)
                 start = time.perf_counter()
                 loss = trainer.step(xb, yb)
                 losses.append(loss)
                 done += 1
-                reporter.step(done, loss, time.perf_counter() - start, len(idx))
+                reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb))
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
             hooks.on_epoch_end(epoch, {"loss": float(np.mean(losses))})  # the epoch's mean, as Keras logs it
@@ -163,3 +159,57 @@ class PlacedFit:
                 "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],
             })
         return model.history
+
+
+def _epoch_batches(x, y, batch_size, shuffle):
+    """(a function giving one epoch's (x, y) global batches, steps per epoch or None) from fit's x and y.
+
+    Arrays are cut into ``batch_size`` rows (shuffled, as Keras does, from a
+    fixed seed); a ``tf.data.Dataset`` gives its own batches of (x, y).
+    """
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+        if y is not None:
+            raise LaunchError("model.fit(dataset, y): a dataset holds its own targets; leave y out", field="y")
+        spec = x.element_spec
+        if not isinstance(spec, tuple) or len(spec) != 2:
+            raise LaunchError("model.fit under autodist run takes a dataset of (x, y) batches "
+                              "(sample weights are not supported)", field="x")
+        steps = int(x.cardinality())
+        return (lambda: x.as_numpy_iterator()), (steps if steps > 0 else None)
+    if y is None or not hasattr(x, "shape") or not hasattr(y, "shape"):
+        raise LaunchError("model.fit under autodist run takes arrays x and y, or a tf.data.Dataset of (x, y)",
+                          field="x")
+    x, y = np.asarray(x), np.asarray(y)
+    rng = np.random.default_rng(0)
+
+    def epoch():
+        order = rng.permutation(len(x)) if shuffle else np.arange(len(x))
+        for start in range(0, len(x), batch_size):
+            idx = order[start:start + batch_size]
+            yield x[idx], y[idx]
+
+    return epoch, -(-len(x) // batch_size)
+
+
+def global_batch_rows(batch):
+    """Samples in a global batch: the leading dimension of its first array or tensor spec (None if unknown)."""
+    import tensorflow as tf
+
+    for part in tf.nest.flatten(batch):
+        shape = getattr(part, "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return None if shape[0] is None else int(shape[0])
+    return None
+
+
+def check_global_batch(layout, rows):
+    """Raise LaunchError when a step's global batch (``rows``, None: unknown) is not the one the plan was made for.
+
+    Only the first step is checked: an epoch's last batch may be smaller.
+    """
+    if rows and layout.batch_size and rows != layout.batch_size:
+        raise LaunchError(f"the script's global batch is {rows} samples and the plan was made for "
+                          f"{layout.batch_size}; plan again with this batch (autodist run --replan), "
+                          "or give the script the plan's batch size", field="batch size")

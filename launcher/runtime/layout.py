@@ -50,6 +50,7 @@ class RunLayout:
     plan_name: str = ""
     replica_slots: tuple = ()
     group_slots: dict = field(default_factory=dict)
+    batch_size: int = 0  # the global batch the plan was made for (0: not known)
 
     @classmethod
     def from_plan(cls, plan):
@@ -75,6 +76,7 @@ class RunLayout:
             plan_name=plan.name,
             replica_slots=replica_slots,
             group_slots=dict(strategy.group_slots),
+            batch_size=int(plan.graph.get("batch_size") or 0),
         )
 
     def buckets(self):

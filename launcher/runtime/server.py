@@ -7,6 +7,7 @@ import os
 import sys
 
 from autodist.errors import AutoDistError, LaunchError
+from launcher.supervision import die_with_launcher
 
 
 def read_tf_config(environ=None):
@@ -52,6 +53,7 @@ def exit_status(run, *args):
 
 def main(argv=None):
     """``python -m launcher.runtime.server [CPU_DEVICES]``: serve the task ``TF_CONFIG`` names."""
+    die_with_launcher()
     argv = sys.argv[1:] if argv is None else argv
     return exit_status(lambda: serve(*read_tf_config(), cpus=int(argv[0]) if argv else 1))
 

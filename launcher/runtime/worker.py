@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from autodist.errors import LaunchError
+from launcher.runtime.fit import check_global_batch, global_batch_rows
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
@@ -79,6 +80,7 @@ class CollectiveRun:
 
         traced = self._traced.get(id(step))
         if traced is None:
+            check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
             traced = tf.function(self.group.replica_step(step.python_function), **step.options)
             traced.get_concrete_function(*args, **kwargs)
             self.group.broadcast_from_first(self.group.variables.values())
@@ -86,7 +88,7 @@ class CollectiveRun:
         start = time.perf_counter()
         with _batch_mismatch_is_a_launch_error():
             out = traced(*args, **kwargs)
-        self._count(out, time.perf_counter() - start, _rows(args, kwargs))
+        self._count(out, time.perf_counter() - start, global_batch_rows((args, kwargs)))
         return out
 
     def _count(self, out, seconds, samples):
@@ -99,10 +101,10 @@ class CollectiveRun:
         """Keras' fit, with this replica's step and a progress callback."""
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
-        arrays = [a for a in (x, y) if isinstance(a, np.ndarray)]
+        rows = _fit_batch_rows(x, y, batch_size)
+        check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
-        rows = (batch_size or 32) if arrays else None
         progress = _progress_callback(self, rows)
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
         model.train_function = None
@@ -214,10 +216,10 @@ def _scalar(value):
         return None
 
 
-def _rows(args, kwargs):
+def _fit_batch_rows(x, y, batch_size):
+    """Samples per global batch of a fit call: ``batch_size`` for arrays, a dataset's static batch dimension."""
     import tensorflow as tf
 
-    for t in tf.nest.flatten((args, kwargs)):
-        if hasattr(t, "shape") and len(t.shape) >= 1:
-            return int(t.shape[0])
-    return None
+    if isinstance(x, tf.data.Dataset):
+        return global_batch_rows(x.element_spec)
+    return (batch_size or 32) if any(isinstance(a, np.ndarray) for a in (x, y)) else None

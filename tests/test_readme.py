@@ -1,0 +1,125 @@
+"""Every command the README shows parses, and runs against small inputs.
+
+The commands are read out of the README's shell blocks.  ``train.py`` is the
+zoo's MLP, ``SCRIPT_ARGS`` a two-step run, and ``[--plan plan.json]`` gives
+both forms.  Each command runs in a scratch folder, in README order (later
+commands read what earlier ones wrote), except those that take minutes; they
+are parsed only, and tests/test_cost_cli.py runs them with small counts.
+Commands that reach a Kubernetes API server (there is none here: an outer
+boundary) must end with one line and exit status 2.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, ZOO
+
+README = os.path.join(REPO, "README.md")
+TRAIN = os.path.join(ZOO, "mlp.py")
+SUBSTITUTIONS = {"train.py": TRAIN, "SCRIPT_ARGS": "--steps 2", "/etc/autodist/plan.json": "plan.json",
+                 "~/.cache/autodist/cost-model": "cost-model"}
+# Minutes each on this machine: parsed only (tests/test_cost_cli.py runs them with small counts).
+PARSED_ONLY = {("costmodel", "eval"), ("profile", "transfers"), ("profile", "collectives"), ("costmodel", "install")}
+KUBERNETES = ("--from-kubernetes", "--submit")
+
+
+def readme_commands():
+    """(argv, redirect target or None) of every autodist/placement command in the README's shell blocks."""
+    with open(README, encoding="utf-8") as fh:
+        text = fh.read()
+    commands = []
+    for block in re.findall(r"^```\n(.*?)^```", text, re.S | re.M):
+        for line in block.splitlines():
+            line = line.split(" #")[0].strip()
+            line = line.split("&& ")[-1]  # the set-up line ends with the command it runs
+            if not line.startswith(("autodist ", "placement ")):
+                continue
+            for form in _forms(line):
+                command, _, target = form.partition(" > ")
+                argv = [SUBSTITUTIONS.get(word, word) for word in shlex.split(command)]
+                commands.append((_expand(argv), target.strip() or None))
+    return commands
+
+
+def _forms(line):
+    """``a [b] c`` -> ``a c`` and ``a b c``."""
+    match = re.search(r"\[([^\]]+)\]", line)
+    if not match:
+        return [line]
+    return [re.sub(r"\s+", " ", line[:match.start()] + line[match.end():]), line[:match.start()] + match.group(1)
+            + line[match.end():]]
+
+
+def _expand(argv):
+    out = []
+    for word in argv:
+        out.extend(word.split() if word == SUBSTITUTIONS["SCRIPT_ARGS"] else [word])
+    return [os.path.join(REPO, a) if a.startswith("benchmarks/") else a for a in out]
+
+
+def _parse(argv):
+    """Parse ``argv`` as the CLI does, without running it."""
+    from autodist.cli import AUTODIST_COMMANDS, PLACEMENT_COMMANDS, _build_parser
+    from autodist.cli.run_cmd import _parse_rest
+
+    prog, rest = argv[0], argv[1:]
+    parser = _build_parser(prog, AUTODIST_COMMANDS if prog == "autodist" else PLACEMENT_COMMANDS)
+    args = parser.parse_args(rest)
+    if args.command == "run":
+        _parse_rest(args)
+    return args
+
+
+def test_the_readme_shows_the_forms_this_issue_is_about():
+    commands = [" ".join(argv) for argv, _ in readme_commands()]
+    assert len(commands) >= 20
+    assert any(c.startswith("autodist run") and "--preset cpu-local:2 --plan plan.json" in c for c in commands)
+    assert any(c.startswith("placement report") and c.endswith("-- --batch-size 32") for c in commands)
+    assert any(c.startswith("autodist plan") and c.endswith("-- --batch-size 32") for c in commands)
+
+
+@pytest.mark.parametrize("argv", [argv for argv, _ in readme_commands()], ids=" ".join)
+def test_every_readme_command_parses(argv):
+    args = _parse(argv)
+    if "--" in argv and argv[1] not in ("cluster", "emit", "inspect"):
+        script_args = argv[argv.index("--") + 1:]
+        given = getattr(args, "script_argv", None) or getattr(args, "script_args", None)
+        assert list(given) == script_args
+
+
+@pytest.mark.slow
+def test_every_readme_command_runs(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), KUBECONFIG=str(tmp_path / "no-kubeconfig"))
+    env.pop("TF_CONFIG", None)
+    (tmp_path / "cost-model").mkdir()
+    # The report block reads plan.json before the plan block writes it: a quick plan stands in.
+    subprocess.run([sys.executable, "-m", "autodist", "plan", TRAIN, "--preset", "dgx-h100:2", "--budget", "1"],
+                   cwd=tmp_path, env=env, capture_output=True, check=True, timeout=300)
+    ran = []
+    for argv, target in readme_commands():
+        key = tuple(argv[1:3])
+        if key in PARSED_ONLY:
+            _parse(argv)
+            continue
+        if argv[:3] == ["placement", "report", "plan.json"]:
+            (tmp_path / "other-plan.json").write_bytes((tmp_path / "plan.json").read_bytes())
+        if argv[:3] == ["autodist", "profile", "ops"]:
+            argv = argv + ["--time-limit", "2", "--out", "cost-model"]  # seconds, not the README's hour
+        command = os.path.join(os.path.dirname(sys.executable), argv[0])  # the installed entry point
+        done = subprocess.run([command, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        name = " ".join(argv)
+        if any(flag in argv for flag in KUBERNETES) or argv[1] == "worker":
+            # No API server and no TF_CONFIG here: one line naming what is missing.
+            assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, (name, done.stderr[-2000:])
+        else:
+            assert done.returncode == 0, (name, done.stderr[-2000:])
+        if target:
+            (tmp_path / target).write_text(done.stdout)
+        ran.append(name)
+    assert any(name.startswith("autodist run") and "--plan plan.json" in name for name in ran)
