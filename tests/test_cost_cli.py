@@ -172,8 +172,9 @@ def test_profile_micro_runs_measure_the_same_cases_and_keep_medians(tmp_path):
 
 
 def _package_data():
-    """Every file of the package's shipped cost model data, by name, as bytes."""
-    return {name: open(os.path.join(DATA_DIR, name), "rb").read() for name in sorted(os.listdir(DATA_DIR))}
+    """Every file of the package's shipped cost model data, by path under it, as bytes."""
+    return {os.path.relpath(os.path.join(root, name), DATA_DIR): open(os.path.join(root, name), "rb").read()
+            for root, _, names in sorted(os.walk(DATA_DIR)) for name in sorted(names)}
 
 
 @pytest.mark.parametrize("what", ["ops", "transfers", "collectives"])
