@@ -215,7 +215,8 @@ model.fit(np.zeros((32, 8), np.float32), np.zeros((32,), np.int32), batch_size=8
 
 
 def test_a_mixed_precision_capture_holds_the_invariants(tmp_path):
-    """Keras wraps the optimizer in a LossScaleOptimizer, whose updates the capture cannot see: no gradients either."""
+    """Keras wraps the optimizer in a LossScaleOptimizer; the capture traces the optimizer it wraps, so every
+    trainable variable has its gradient and update ops."""
     import keras
 
     from autodist.graph.capture import capture_script
@@ -226,7 +227,8 @@ def test_a_mixed_precision_capture_holds_the_invariants(tmp_path):
         item = capture_script(str(script))
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    assert item.job.optimizer == "LossScaleOptimizer" and item.trainable_variables()
+    assert (item.job.optimizer, item.job.precision, item.job.dtype_policy) == ("SGD", "fp16", "mixed_float16")
+    assert item.trainable_variables() and all(v.gradients and v.update_ops for v in item.trainable_variables())
     assert GraphItem.from_dict(json.loads(json.dumps(item.to_dict()))) == item
 
 
