@@ -152,8 +152,10 @@ def test_cpu_step_shares_overlap_and_gpu_shares_are_op_times(mlp_graph):
     alone = sum(c.seconds for c in costs.values())
     step = sum(c.step_seconds for c in costs.values())
     assert alone / cm.executor.cores <= step < alone
+    # A GPU runs one kernel at a time: an op adds its kernel time to the step, or more where the GPU waits for
+    # the host to launch it.
     h100 = load_cluster(preset="dgx-h100").gpus()[0]
-    assert all(c.step_seconds == c.seconds for c in cm.op_costs(mlp_graph, h100).values())
+    assert all(c.step_seconds >= c.seconds * (1 - 1e-9) for c in cm.op_costs(mlp_graph, h100).values())
 
 
 @st.composite

@@ -81,14 +81,17 @@ def _memory(peak, spec):
 
 def _costs(data, spec):
     """The job's precision and accumulation, and how each device model's costs were obtained."""
-    from cost_models.gpu import GpuKernelParams, architecture_of
+    from cost_models import CostModel
+    from cost_models.gpu import architecture_of
 
-    gpu = GpuKernelParams.load()
-    models = sorted({(d.kind, d.model) for d in spec.devices()})
-    devices = [{"model": model, "kind": kind,
-                "basis": "measured" if kind == "CPU" else
-                ("calibrated" if gpu.calibrated(architecture_of(model)) else "assumed")}
-               for kind, model in models]
+    model = CostModel.default()
+    devices = []
+    for kind, name in sorted({(d.kind, d.model) for d in spec.devices()}):
+        if kind == "GPU":
+            basis = "calibrated" if model.gpu.calibrated(architecture_of(name)) else "assumed"
+        else:
+            basis = "measured" if name in model.learned_devices else "assumed"
+        devices.append({"model": name, "kind": kind, "basis": basis})
     summary = data["graph"]
     return {"precision": summary.get("precision") or "fp32", "micro_batches": summary.get("micro_batches", 1),
             "devices": devices}

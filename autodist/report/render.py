@@ -35,7 +35,7 @@ def count(n):
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= scale:
             return f"{n / scale:.2f}{unit}"
-    return str(n)
+    return f"{n:.4g}" if isinstance(n, float) else str(n)
 
 
 def factor(x):
@@ -95,15 +95,15 @@ def _job(doc, md):
 
 
 BASIS = {"measured": "measured", "calibrated": "calibrated on published figures",
-         "assumed": "ASSUMED (no published figure of its architecture)"}
+         "assumed": "ASSUMED (neither measured nor calibrated)"}
 
 
 def _memory(memory):
-    """The largest device's peak memory against its capacity ("-" when unknown)."""
+    """The peak memory of the device fullest for its capacity, "OVER" when a device overflows ("-" when unknown)."""
     if memory is None or not memory["peak_bytes"]:
         return "-"
     device = max(memory["peak_bytes"], key=lambda d: (memory["peak_bytes"][d] / max(memory["limit_bytes"][d], 1), d))
-    text = f"{size(memory['peak_bytes'][device])}/{size(memory['limit_bytes'][device])}"
+    text = size(memory["peak_bytes"][device])
     return text if memory["fits"] else f"{text} OVER"
 
 
