@@ -50,7 +50,7 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
-from cost_models.features import DTYPE_BYTES, moved_bytes
+from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
 
 FORMAT = "autodist.gpu_kernel_model"
@@ -162,8 +162,7 @@ class GpuStep:
         data = moved_bytes(table)
         if precision in ("fp16", "bf16"):
             # A float32 step run at half precision moves half the bytes outside the update.
-            full = np.array([DTYPE_BYTES.get(str(d), 4) == 4 for d in dtype]) & (table["phase"] != "update")
-            data = np.where(full & (np.isin(dtype, ("float32",))), data / 2, data)
+            data = np.where((dtype == "float32") & (table["phase"] != "update"), data / 2, data)
         self.bytes = data
         self.memory_bandwidth = float(device.memory_bandwidth)
         if self.memory_bandwidth <= 0:

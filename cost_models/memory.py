@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.gpu import HOST_DTYPES
 from cost_models.prior import OP_CLASS
 
 # Assumed, not measured (no figure in ../shared/reference): TensorFlow's
@@ -32,7 +33,6 @@ from cost_models.prior import OP_CLASS
 FRAMEWORK_RESERVE_BYTES = 512 * 2**20
 CONV_WORKSPACE_BYTES = 256 * 2**20
 CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
-HOST_DTYPES = ("int32",)
 
 
 def allocated_bytes(table, precision="fp32"):
