@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from cost_models.published import CONFIGS, TABLES_DIR  # noqa: E402
+from cost_models.published import CONFIGS, DATA_DIR  # noqa: E402
 from cost_models.step_table import load_tables, save_tables  # noqa: E402
 
 BATCHES = (2, 4)
@@ -53,8 +53,8 @@ def capture(config):
         scalars.update({k: v for k, v in meta.items() if k != "batch"})
         scalars[f"batch_b{batch}"] = batch
     scalars["command"] = " ".join(["python", script, *args])
-    os.makedirs(TABLES_DIR, exist_ok=True)
-    save_tables(os.path.join(TABLES_DIR, f"{config}.npz"), tables, scalars)
+    os.makedirs(DATA_DIR, exist_ok=True)
+    save_tables(os.path.join(DATA_DIR, f"{config}.npz"), tables, scalars)
     print(f"{config}: {scalars['ops']} ops, {scalars['parameter_bytes'] / 1e6:.1f} MB of parameters", flush=True)
 
 

@@ -2,8 +2,8 @@
 
 :func:`fit` finds the :class:`~cost_models.gpu.GpuKernelParams` whose
 predicted single-GPU throughputs best match the evaluated rows of the
-calibration set (cost_models.published), by least squares on the log of
-predicted over published throughput.  The architecture factors are held
+calibration set (cost_models.published), by robust least squares on the log
+of predicted over published throughput.  The architecture factors are held
 towards 1 (a ridge term), so that an architecture with few rows (Hopper)
 stays near the shared values.  :func:`evaluate` prints every row with its
 prediction from the fit on all rows, from a fit that left its model out,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep, architecture_of
+from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
 from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
 from cost_models.published import published_step, read_calibration
@@ -132,13 +132,14 @@ def evaluate(runs=None):
         for run, step in steps:
             if run.model == model:
                 left_out[run.id] = throughput(step, run, params)
+    step_of = dict(steps)
     rows = []
     for run in runs:
         row = {"id": run.id, "model": run.model, "device": run.device, "precision": run.precision, "xla": run.xla,
                "framework": run.framework, "batch": run.batch, "micro_batches": run.micro_batches,
                "published": run.throughput, "unit": run.unit, "note": run.note}
         if run.evaluated:
-            step = dict(steps)[run]
+            step = step_of[run]
             table, scalars = published_step(run)
             fitted, lomo, prior = throughput(step, run, everything), left_out[run.id], _prior_throughput(table, run)
             peak = _published_peak(table, scalars, run)
@@ -207,5 +208,3 @@ def _max_abs(values):
     values = [abs(v) for v in values]
     return float(max(values)) if values else float("nan")
 
-
-__all__ = ["architecture_of", "evaluate", "fit", "prepared", "throughput"]

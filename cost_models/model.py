@@ -173,12 +173,6 @@ class CostModel:
         sources = np.where(step.fallback, "fallback", label).astype(object)
         return seconds, sources, shares, table["op_type"]
 
-    def gpu_calibrated(self, device):
-        """Whether ``device``'s GPU costs come from fitted published figures (False: assumed from the shared values)."""
-        from cost_models.gpu import architecture_of
-
-        return self.gpu is not None and self.gpu.calibrated(architecture_of(device.model))
-
     def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
 

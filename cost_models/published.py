@@ -22,7 +22,6 @@ from cost_models.step_table import at_batch, load_tables
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
 CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
-TABLES_DIR = DATA_DIR
 COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "batch", "micro_batches",
            "throughput", "unit", "note")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -108,7 +107,7 @@ def _run(line, path, n):
 
 @lru_cache(maxsize=None)
 def _tables(config):
-    path = os.path.join(TABLES_DIR, f"{config}.npz")
+    path = os.path.join(DATA_DIR, f"{config}.npz")
     if not os.path.exists(path):
         raise CostModelError(f"no captured step for {config!r} (run benchmarks/gpu_published_graphs.py)", source=path)
     return load_tables(path)

@@ -34,7 +34,6 @@ class OpGroup:
     name: str
     unit: str
     ops: list = field(default_factory=list)
-    activation_bytes: int = 0  # forward outputs kept for the backward pass
 
 
 @dataclass
@@ -183,8 +182,6 @@ def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
             open_group[key] = g
         group_at[i] = g
         groups[g].ops.append(op.name)
-        if op.phase == "forward":
-            groups[g].activation_bytes += op.total_output_bytes
     group_of = {ops[i].name: group_at[i] for i in range(len(ops))}
     op_edges = [(ops[j].name, ops[i].name, nbytes) for i in range(len(ops)) for j, nbytes in preds[i]]
 

@@ -212,5 +212,9 @@ def test_fitted_parameters_round_trip_and_refuse_missing_fields():
     del broken["shared"]["launch"]
     with pytest.raises(AutoDistError, match="launch"):
         GpuKernelParams.from_dict(broken)
+
+
+@pytest.mark.parametrize("options", [{"micro_batches": 0}, {"micro_batches": True}, {"precision": "fp8"}])
+def test_job_options_refuse_what_no_job_can_be(options):
     with pytest.raises(InputError):
-        with_job_options(GraphItem([], []), micro_batches=0)
+        with_job_options(GraphItem([], []), **options)
