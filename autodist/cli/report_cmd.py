@@ -56,7 +56,7 @@ def _from_plan_file(args):
         raise InputError("--timeline needs the job's graph: give train.py or graph.json, not a plan", field="--timeline")
     if _cluster_given(args):
         check_plan_cluster(plan, cluster_from_args(args), args.source)
-    return plan, None, None
+    return plan, None, None, None
 
 
 def check_plan_cluster(plan, spec, where):
@@ -88,7 +88,7 @@ def _from_job(args):
     cost_model = load_cost_model(args.cost_model)
     result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
     plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
-    return plan, graph_item, result
+    return plan, graph_item, result, cost_model
 
 
 def run(args):
@@ -99,13 +99,14 @@ def run(args):
     if args.timeline:
         check_output_file(args.timeline, field="--timeline")
     if _is_plan_file(args.source):
-        plan, graph_item, result = _from_plan_file(args)
+        plan, graph_item, result, cost_model = _from_plan_file(args)
         plan_file = args.source
     else:
-        plan, graph_item, result = _from_job(args)
+        plan, graph_item, result, cost_model = _from_job(args)
         plan_file = None
     other = Plan.load(args.compare) if args.compare else None
-    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=args.budget if result else None)
+    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=args.budget if result else None,
+                       cost_model=cost_model)
     if args.timeline:
         write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
     if args.format == "json":

@@ -8,6 +8,9 @@ renderers convert at the edge.
 
 from __future__ import annotations
 
+from autodist.report.bottleneck import bottleneck, exposed_split
+from autodist.report.counterfactuals import explain
+from autodist.report.pricing import Pricing
 from autodist.throughput import samples_per_second
 
 FORMAT = "autodist.report"
@@ -97,11 +100,19 @@ def _costs(data, spec):
             "devices": devices}
 
 
-def _baselines(data, candidates, batch_size, replicas, spec):
+def _exposed(simulation):
+    """``{"exposed_comm_time", "update_time"}`` of a simulation (None each without a timeline)."""
+    comm, update = (exposed_split(simulation) if simulation is not None else None) or (None, None)
+    return {"exposed_comm_time": comm, "update_time": update}
+
+
+def _baselines(data, candidates, batch_size, replicas, spec, pricing):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
-    Returns the entries and each baseline's step time per replica batch (a
-    stored baseline is taken to use the plan's replica count).
+    With ``pricing``, each baseline is simulated again with its timeline, to
+    split its exposed time.  Returns the entries and each baseline's step
+    time per replica batch (a stored baseline is taken to use the plan's
+    replica count).
     """
     if candidates:
         entries = [
@@ -110,7 +121,7 @@ def _baselines(data, candidates, batch_size, replicas, spec):
                 "step_time": c.simulation.step_time,
                 "samples_per_s": samples_per_second(batch_size, c.simulation.step_time),
                 "compute_time": c.simulation.compute_time,
-                "exposed_comm_time": c.simulation.exposed_comm_time,
+                **_exposed(pricing.simulate(c.strategy, trace=True) if pricing else None),
                 "memory": _memory(c.simulation.memory, spec),
             }
             for c in candidates
@@ -124,6 +135,7 @@ def _baselines(data, candidates, batch_size, replicas, spec):
             "samples_per_s": samples_per_second(batch_size, t),
             "compute_time": None,
             "exposed_comm_time": None,
+            "update_time": None,
             "memory": None,
         }
         for name, t in stored.items()
@@ -131,86 +143,9 @@ def _baselines(data, candidates, batch_size, replicas, spec):
     return entries, {name: t / replicas for name, t in stored.items()}
 
 
-def _ps_role(data, link):
-    """How much of the PS-held bytes sit on the node behind ``link``."""
-    node = link.split("/", 1)[0]
-    ps_nodes = {t["index"]: t["node"] for t in data["tasks"] if t["job"] == "ps"}
-    total = held = 0
-    tasks = set()
-    for var in data["variables"]:
-        if var["method"] != "ps":
-            continue
-        shard_bytes = var["bytes"] / len(var["shards"])
-        for shard in var["shards"]:
-            total += shard_bytes
-            if ps_nodes.get(shard["ps_task"]) == node:
-                held += shard_bytes
-                tasks.add(shard["ps_task"])
-    if not held:
-        return None
-    names = ", ".join(str(t) for t in sorted(tasks))
-    if len(tasks) > 1:
-        return f"the PS tasks {names} on {node} hold {held / total:.0%} of the PS bytes"
-    return f"the PS task {names} on {node} holds {held / total:.0%} of the PS bytes"
-
-
-def _bottleneck(data, prediction):
-    """The busiest link and device, and one sentence a person can act on."""
-    step = prediction["step_time"]
-    links = prediction["link_busy"]
-    devices = prediction["device_busy"]
-    link = max(links.items(), key=lambda kv: (kv[1], kv[0]), default=None)
-    device = max(devices.items(), key=lambda kv: (kv[1], kv[0]), default=None)
-    exposed = prediction["exposed_comm_time"] / step if step else 0.0
-    out = {
-        "busiest_link": None,
-        "busiest_device": None,
-        "exposed_comm_fraction": exposed,
-        "bound_by": "communication" if exposed > 0.2 else "compute",
-    }
-    if link:
-        total = sum(links.values())
-        out["busiest_link"] = {
-            "resource": link[0],
-            "busy_time": link[1],
-            "busy_fraction": link[1] / step if step else 0.0,
-            "share_of_link_time": link[1] / total if total else 0.0,
-        }
-    if device:
-        out["busiest_device"] = {
-            "resource": device[0],
-            "busy_time": device[1],
-            "busy_fraction": device[1] / step if step else 0.0,
-        }
-    out["sentence"] = _sentence(data, out)
-    return out
-
-
-def _sentence(data, b):
-    link, device = b["busiest_link"], b["busiest_device"]
-    if b["bound_by"] == "communication" and link:
-        role = _ps_role(data, link["resource"]) if "/nic" in link["resource"] else None
-        where = f"; {role}" if role else ""
-        waiting = f"Communication-bound: {b['exposed_comm_fraction']:.0%} of the step waits on transfers. "
-        busiest = (
-            f"The busiest link is {link['resource']}, busy {link['busy_fraction']:.0%} of the step "
-            f"({link['share_of_link_time']:.0%} of all link time){where}. "
-        )
-        if link["busy_fraction"] >= b["exposed_comm_fraction"]:
-            return waiting + busiest + "Faster links there, or fewer bytes crossing it, would shorten the step."
-        # The wait is longer than any link is busy: bandwidth does not explain it.
-        return (
-            waiting + busiest + "No link is busy for as long as the step waits, so latency and per-transfer "
-            "overhead dominate: fewer, larger transfers (bigger fusion buckets, fewer PS round trips) "
-            "would help more than faster links."
-        )
-    if device:
-        return (
-            f"Compute-bound: {device['resource']} computes {device['busy_fraction']:.0%} of the step and only "
-            f"{b['exposed_comm_fraction']:.0%} of the step waits on communication. "
-            "More or faster devices, not faster links, would shorten the step."
-        )
-    return "No device or link activity was simulated."
+def _latency_share(pricing, strategy):
+    latency, bandwidth = pricing.transfer_terms(strategy)
+    return latency / (latency + bandwidth) if latency + bandwidth else None
 
 
 def _pods(data):
@@ -263,7 +198,8 @@ def _compare(data, other, batch_size, replicas):
     }
 
 
-def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=None, budget_s=None):
+def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=None, budget_s=None,
+                 cost_model=None):
     """The report document.
 
     Parameters
@@ -271,7 +207,8 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     plan : autodist.plan.Plan
         The chosen plan (fresh from a search, or loaded from a file).
     graph_item : GraphItem, optional
-        The job's graph, when at hand (adds the parameter count).
+        The job's graph, when at hand (adds the parameter count; with
+        ``cost_model``, the exposed-time split and the counterfactuals).
     search : placement.SearchResult, optional
         When a search just ran: its baselines' breakdowns and its statistics.
     other_plan : autodist.plan.Plan, optional
@@ -280,6 +217,8 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         Where the chosen plan was read from or written to.
     budget_s : float, optional
         The search budget that was given.
+    cost_model : cost_models.CostModel, optional
+        The cost model the plan was priced with.
 
     Returns
     -------
@@ -291,7 +230,16 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     batch = data["graph"]["batch_size"]
     replicas = len(plan.strategy.replicas)
     step = prediction["step_time"]
-    baselines, per_batch = _baselines(data, search.candidates if search else (), batch, replicas, plan.resource_spec)
+    pricing = None
+    if graph_item is not None and cost_model is not None:
+        pricing = Pricing(graph_item, plan.resource_spec, cost_model)
+    simulation = pricing.simulate(plan.strategy, trace=True) if pricing else None
+    exposed = _exposed(simulation)
+    split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
+    latency_share = _latency_share(pricing, plan.strategy) if pricing else None
+    baselines, per_batch = _baselines(
+        data, search.candidates if search else (), batch, replicas, plan.resource_spec, pricing
+    )
     best = min(per_batch.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
     stats = search.stats if search else None
@@ -306,7 +254,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "step_time": step,
             "samples_per_s": samples_per_second(batch, step),
             "compute_time": prediction["compute_time"],
-            "exposed_comm_time": prediction["exposed_comm_time"],
+            **exposed,
             "replicas": replicas,
             "ps_tasks": len(plan.strategy.ps_devices),
             "speedup_over_greedy_ps": _ratio(per_batch.get(GREEDY), step / replicas),
@@ -318,9 +266,10 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,
-        "bottleneck": _bottleneck(data, prediction),
+        "bottleneck": bottleneck(data, split, latency_share),
         "pods": _pods(data),
         "largest_variables": _largest_variables(data),
+        "counterfactuals": explain(pricing, plan.strategy, simulation) if pricing else None,
         "search": None
         if stats is None
         else {

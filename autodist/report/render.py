@@ -142,6 +142,7 @@ def _comparison(doc, md):
             count(p["samples_per_s"]),
             ms(p["compute_time"]),
             ms(p["exposed_comm_time"]),
+            ms(p["update_time"]),
             _memory(p["memory"]),
             "1.00x",
         ]
@@ -150,17 +151,21 @@ def _comparison(doc, md):
         ratio = b["samples_per_s"] / p["samples_per_s"] if b["samples_per_s"] and p["samples_per_s"] else None
         rows.append(
             [b["name"], ms(b["step_time"]), count(b["samples_per_s"]), ms(b["compute_time"]),
-             ms(b["exposed_comm_time"]), _memory(b["memory"]), factor(ratio)]
+             ms(b["exposed_comm_time"]), ms(b["update_time"]), _memory(b["memory"]), factor(ratio)]
         )
     if doc["compare"]:
         o = doc["compare"]
-        rows.append([f"compared: {o['name']}", ms(o["step_time"]), count(o["samples_per_s"]), "-", "-", "-",
+        rows.append([f"compared: {o['name']}", ms(o["step_time"]), count(o["samples_per_s"]), "-", "-", "-", "-",
                      factor(1 / o["speedup_of_this_plan"] if o["speedup_of_this_plan"] else None)])
     lines = [
-        table(["plan", "step", "samples/s", "compute", "exposed comm", "peak memory", "throughput"], rows, md),
+        table(["plan", "step", "samples/s", "compute", "exposed comm", "update", "peak memory", "throughput"], rows,
+              md),
         "",
         _paragraph(
-            f"{p['replicas']} replicas, {p['ps_tasks']} PS tasks. Speed-up over greedy PS: "
+            "After compute, exposed comm is the time the step waits on transfers and update the time it applies "
+            "optimizer updates while no transfer runs"
+            + ("." if p["update_time"] is not None else " (a plan file holds no timeline to tell them apart).")
+            + f" {p['replicas']} replicas, {p['ps_tasks']} PS tasks. Speed-up over greedy PS: "
             f"{factor(p['speedup_over_greedy_ps'])}; over the best baseline ({p['best_baseline'] or '-'}): "
             f"{factor(p['speedup_over_best_baseline'])}. Lower bound {ms(doc['lower_bound'])}, "
             f"gap to it {percent(doc['gap_to_lower_bound'])}.",
@@ -204,6 +209,27 @@ def _variables(doc, md):
     return table(["variable", "size", "sync", "where"], rows, md)
 
 
+def _counterfactuals(doc, md):
+    c = doc["counterfactuals"]
+    if c is None:
+        return _paragraph("Counterfactuals need the job's graph: report on train.py or graph.json, not a plan file.",
+                          md)
+    items = c["items"]
+    shown = {kind: sum(i["subject"] == kind for i in items) for kind in ("variable", "bucket")}
+    buckets = f"the {shown['bucket']} largest of {c['buckets']} allreduce buckets" if c["buckets"] else "no bucket"
+    head = _paragraph(
+        f"Each line re-simulates the plan with one decision changed, against the next-best alternative: the "
+        f"{shown['variable']} largest of {c['variables']} variables and {buckets}."
+        + (" A variable moved to PS also moves the plan's other allreduces off collective ops (onto ordinary "
+           "TensorFlow ops, as a plan with PS runs them); its delta includes that."
+           if any(i["leaves_collective_ops"] for i in items) else ""),
+        md,
+    )
+    lines = [f"- {i['sentence']}" if md else textwrap.fill(i["sentence"], WIDTH, initial_indent="- ",
+                                                               subsequent_indent="  ") for i in items]
+    return head + ("\n\n" + "\n".join(lines) if lines else "")
+
+
 def _search(doc, md):
     s = doc["search"]
     if s is None:
@@ -222,6 +248,7 @@ SECTIONS = (
     ("Where the time goes", _bottleneck),
     ("Pods", _pods),
     ("Largest variables", _variables),
+    ("Why this plan", _counterfactuals),
     ("Search", _search),
 )
 

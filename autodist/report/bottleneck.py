@@ -1,0 +1,167 @@
+"""Where the step's time goes: exposed communication against exposed updates, and what bounds the step.
+
+The bound is the busiest resource when it is nearly always busy (a device:
+compute, or a parameter server's updates; a link: bandwidth).  Otherwise it
+is what the step waits on after compute: transfers (and then latency only
+when the transfer model's latency terms outweigh its bytes-over-bandwidth
+terms), or optimizer updates.
+"""
+
+from __future__ import annotations
+
+# A resource busy for at least this fraction of the step bounds it.
+SATURATED = 0.9
+# A wait that takes more than this fraction of the step bounds it.
+SIGNIFICANT = 0.2
+# Latency dominates when it is more than this share of the transfers' modelled seconds.
+LATENCY_DOMINATES = 0.5
+
+
+def _covered(intervals, start, end):
+    """Seconds of ``[start, end]`` that the union of ``intervals`` covers."""
+    total, reach = 0.0, start
+    for a, b in sorted(intervals):
+        a, b = max(a, reach), min(b, end)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
+
+
+def exposed_split(simulation):
+    """``(communication, update)`` seconds of the step after compute ends.
+
+    Update time is when an optimizer update runs and no transfer does; the
+    rest (transfers, and the latency before them) is communication.  Needs
+    a traced simulation; None when there is a wait but no timeline.
+    """
+    start, end = simulation.compute_time, simulation.step_time
+    if end <= start:
+        return 0.0, 0.0
+    if not simulation.events:
+        return None
+    spans = {"sync": [], "update": []}
+    for _, category, _, a, b in simulation.events:
+        if category in spans:
+            spans[category].append((a, b))
+    transfers = _covered(spans["sync"], start, end)
+    update = _covered(spans["sync"] + spans["update"], start, end) - transfers
+    return end - start - update, update
+
+
+def _ps_role(data, link):
+    """How much of the PS-held bytes sit on the node behind ``link``."""
+    node = link.split("/", 1)[0]
+    ps_nodes = {t["index"]: t["node"] for t in data["tasks"] if t["job"] == "ps"}
+    total = held = 0
+    tasks = set()
+    for var in data["variables"]:
+        if var["method"] != "ps":
+            continue
+        shard_bytes = var["bytes"] / len(var["shards"])
+        for shard in var["shards"]:
+            total += shard_bytes
+            if ps_nodes.get(shard["ps_task"]) == node:
+                held += shard_bytes
+                tasks.add(shard["ps_task"])
+    if not held:
+        return None
+    names = ", ".join(str(t) for t in sorted(tasks))
+    if len(tasks) > 1:
+        return f"the PS tasks {names} on {node} hold {held / total:.0%} of the PS bytes"
+    return f"the PS task {names} on {node} holds {held / total:.0%} of the PS bytes"
+
+
+def _busiest(busy, step, **extra):
+    top = max(busy.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+    if top is None:
+        return None
+    return {"resource": top[0], "busy_time": top[1], "busy_fraction": top[1] / step if step else 0.0, **extra}
+
+
+def bottleneck(data, split, latency_share):
+    """The busiest link and device, what bounds the step, and one sentence a person can act on.
+
+    Parameters
+    ----------
+    data : dict
+        The plan as a dict (its prediction, tasks, variables and strategy).
+    split : (float, float) or None
+        The plan's exposed communication and update seconds; None when
+        there is no timeline to split (a plan file).
+    latency_share : float or None
+        The latency share of the plan's transfers (``Pricing.transfer_terms``).
+    """
+    prediction = data["prediction"]
+    step = prediction["step_time"]
+    links = prediction["link_busy"]
+    link = _busiest(links, step, share_of_link_time=0.0)
+    if link:
+        link["share_of_link_time"] = link["busy_time"] / (sum(links.values()) or 1.0)
+    device = _busiest(prediction["device_busy"], step)
+    fraction = (lambda t: t / step if step else 0.0)  # noqa: E731
+    out = {
+        "busiest_link": link,
+        "busiest_device": device,
+        "exposed_comm_fraction": None if split is None else fraction(split[0]),
+        "exposed_update_fraction": None if split is None else fraction(split[1]),
+        "latency_share": latency_share,
+    }
+    replica_devices = {d for replica in data["strategy"]["replicas"] for d in replica}
+    # Without a timeline, everything after compute is taken as a wait on transfers.
+    waiting = fraction(step - prediction["compute_time"]) if split is None else out["exposed_comm_fraction"]
+    link_fraction = link["busy_fraction"] if link else 0.0
+    if device and device["busy_fraction"] >= max(SATURATED, link_fraction):
+        out["bound_by"] = "compute" if device["resource"] in replica_devices else "update"
+    elif link and link_fraction >= SATURATED:
+        out["bound_by"] = "communication"
+    elif waiting > SIGNIFICANT:
+        latency = latency_share is not None and latency_share > LATENCY_DOMINATES
+        out["bound_by"] = "latency" if latency else "communication"
+    elif out["exposed_update_fraction"] and out["exposed_update_fraction"] > SIGNIFICANT:
+        out["bound_by"] = "update"
+    else:
+        out["bound_by"] = "compute"
+    out["sentence"] = _sentence(data, out, waiting, split is not None)
+    return out
+
+
+def _sentence(data, b, waiting, split):
+    link, device, bound = b["busiest_link"], b["busiest_device"], b["bound_by"]
+    waits = (f"{waiting:.0%} of the step waits on transfers" if split else
+             f"{waiting:.0%} of the step follows compute (transfers and updates: a plan file holds no timeline "
+             "to tell them apart)")
+    if bound in ("communication", "latency"):
+        role = _ps_role(data, link["resource"]) if link and "/nic" in link["resource"] else None
+        busiest = "" if not link else (
+            f" The busiest link is {link['resource']}, busy {link['busy_fraction']:.0%} of the step "
+            f"({link['share_of_link_time']:.0%} of all link time){'; ' + role if role else ''}."
+        )
+        if bound == "latency":
+            return (
+                f"Communication-bound: {waits}, and latency dominates: {b['latency_share']:.0%} of the transfers' "
+                f"modelled time is per-transfer latency and overhead, not bytes.{busiest} Fewer, larger transfers "
+                "(bigger fusion buckets, fewer PS round trips) would help more than faster links."
+            )
+        terms = "" if b["latency_share"] is None else (
+            f" Bytes over bandwidth are {1 - b['latency_share']:.0%} of the transfers' modelled time.")
+        return (f"Communication-bound: {waits}.{busiest}{terms} Faster links, or fewer bytes crossing the busiest "
+                "ones, would shorten the step.")
+    if bound == "update" and device and device["busy_fraction"] >= SATURATED:
+        return (
+            f"Update-bound: the parameter server {device['resource']} applies optimizer updates "
+            f"{device['busy_fraction']:.0%} of the step. More PS tasks, or its largest variables partitioned "
+            "over them, would shorten the step."
+        )
+    if bound == "update":
+        return (
+            f"Update-bound: {b['exposed_update_fraction']:.0%} of the step applies optimizer updates after compute "
+            f"while no transfer runs, and {waits}. Cheaper updates (a sparse or fused optimizer update, or the "
+            "update spread over PS tasks) would shorten the step."
+        )
+    if device:
+        return (
+            f"Compute-bound: {device['resource']} is busy {device['busy_fraction']:.0%} of the step (computing and "
+            f"applying updates), and {waits}. More or faster devices, not faster links, would shorten the step."
+        )
+    return "No device or link activity was simulated."

@@ -1,0 +1,164 @@
+"""Why the plan decided what it did: each decision against its next-best alternative.
+
+A counterfactual re-simulates the plan's strategy with one decision changed
+(one variable's method, or one fusion bucket's algorithm) and reports the
+difference in step time.  For a variable on PS the alternatives are
+allreduce with each algorithm, in a bucket of its own; for an allreduced
+variable, PS on the task holding the fewest PS bytes.  For a bucket they are
+the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`.  The
+alternative shown is the fastest one that fits memory (else the fastest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from autodist.report.render import ms, size
+from autodist.strategy import ALLREDUCE_ALGORITHMS
+
+VARIABLES_EXPLAINED = 8
+BUCKETS_EXPLAINED = 8
+# Fields of VarSync that every variable of one fusion bucket shares, and their values.
+BUCKET_CHOICES = {"algorithm": ALLREDUCE_ALGORITHMS}
+# Deltas smaller than this print as "as long".
+SAME_TIME = 5e-6
+
+
+def _with_sync(strategy, changes, ps_devices=None):
+    """``strategy`` with the VarSync of each variable in ``changes`` replaced."""
+    return dataclasses.replace(
+        strategy,
+        sync={**strategy.sync, **changes},
+        ps_devices=list(strategy.ps_devices if ps_devices is None else ps_devices),
+    )
+
+
+def _fresh_bucket(strategy):
+    return 1 + max((s.bucket for s in strategy.sync.values() if s.method == "allreduce"), default=-1)
+
+
+def _lightest_ps_task(pricing, strategy):
+    """``(ps_devices, task)``: the PS task holding the fewest PS bytes (PS tasks added when there are none)."""
+    ps_devices = list(strategy.ps_devices) or pricing.ps_candidates()
+    load = [0] * len(ps_devices)
+    for name, s in strategy.sync.items():
+        if s.method == "ps":
+            for task in s.ps_tasks:
+                load[task] += pricing.sparse_bytes[name] / s.shards
+    return ps_devices, min(range(len(ps_devices)), key=lambda t: (load[t], t))
+
+
+def _variable_alternatives(pricing, strategy, name):
+    """``(label, strategy)`` for each alternative way to synchronise ``name``."""
+    s = strategy.sync[name]
+    if s.method == "ps":
+        bucket = _fresh_bucket(strategy)
+        for algorithm in ALLREDUCE_ALGORITHMS:
+            changed = dataclasses.replace(s, method="allreduce", ps_tasks=(), algorithm=algorithm, bucket=bucket)
+            yield f"allreduce {algorithm}", _with_sync(strategy, {name: changed})
+    else:
+        ps_devices, task = _lightest_ps_task(pricing, strategy)
+        changed = dataclasses.replace(s, method="ps", ps_tasks=(task,), axis=0)
+        yield f"PS on {ps_devices[task]}", _with_sync(strategy, {name: changed}, ps_devices)
+
+
+def _bucket_alternatives(strategy, names):
+    """``(label, strategy)`` for each other value of each bucket-wide choice, the bucket kept whole."""
+    first = strategy.sync[names[0]]
+    bucket = _fresh_bucket(strategy)  # so the changed bucket fuses with no other
+    for field, values in BUCKET_CHOICES.items():
+        for value in values:
+            if value != getattr(first, field):
+                changes = {n: dataclasses.replace(strategy.sync[n], **{field: value, "bucket": bucket}) for n in names}
+                yield str(value), _with_sync(strategy, changes)
+
+
+def _next_best(pricing, alternatives):
+    """``(label, strategy, SimResult)`` of the alternative that fits memory and is fastest."""
+    priced = [(label, strategy, pricing.simulate(strategy)) for label, strategy in alternatives]
+    return min(priced, key=lambda p: (not p[2].fits, p[2].step_time))
+
+
+def effect(delta, fits):
+    """What an alternative would do to the step, in words."""
+    if abs(delta) < SAME_TIME:
+        text = f"would change the step by under {ms(2 * SAME_TIME)}"
+    else:
+        text = f"would {'add' if delta > 0 else 'save'} {ms(abs(delta))}"
+    return text if fits else text + " and not fit in memory"
+
+
+def _chosen_variable(s):
+    if s.method == "ps":
+        return f"PS ({s.shards} shards)" if s.shards > 1 else "PS"
+    return f"allreduce {s.algorithm}"
+
+
+def _variable_item(pricing, strategy, base, name):
+    label, changed, alt = _next_best(pricing, _variable_alternatives(pricing, strategy, name))
+    chosen = _chosen_variable(strategy.sync[name])
+    dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes[name]
+    delta = alt.step_time - base.step_time
+    touched = name in pricing.sparse_gradients
+    figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"
+    return {
+        "subject": "variable",
+        "name": name,
+        "chosen": chosen,
+        "alternative": label,
+        "delta_seconds": delta,
+        "alternative_fits": alt.fits,
+        "leaves_collective_ops": strategy.allreduces_everything() and not changed.allreduces_everything(),
+        "variables": 1,
+        "dense_bytes": dense,
+        "sparse_bytes": sparse if touched else None,
+        "sentence": f"{chosen} for {name}: {label} {effect(delta, alt.fits)} ({figures}).",
+    }
+
+
+def _bucket_item(pricing, strategy, base, key, names):
+    algorithm, bucket, slot = key
+    label, _, alt = _next_best(pricing, _bucket_alternatives(strategy, names))
+    chosen = " ".join(str(getattr(strategy.sync[names[0]], f)) for f in BUCKET_CHOICES)
+    name = f"bucket {bucket}" + (f" (slot {slot})" if slot else "")
+    dense = sum(pricing.dense_bytes[n] for n in names)
+    delta = alt.step_time - base.step_time
+    count = f"{len(names)} variable{'s' if len(names) > 1 else ''}"
+    return {
+        "subject": "bucket",
+        "name": name,
+        "chosen": chosen,
+        "alternative": label,
+        "delta_seconds": delta,
+        "alternative_fits": alt.fits,
+        "leaves_collective_ops": False,
+        "variables": len(names),
+        "dense_bytes": dense,
+        "sparse_bytes": None,
+        "sentence": f"{chosen} for {name} ({count}, {size(dense)}): {label} {effect(delta, alt.fits)}.",
+    }
+
+
+def explain(pricing, strategy, base):
+    """Counterfactuals for the largest variables and fusion buckets of ``strategy``.
+
+    Parameters
+    ----------
+    pricing : autodist.report.pricing.Pricing
+    strategy : autodist.strategy.Strategy
+        The plan's strategy.
+    base : SimResult
+        ``strategy`` simulated by ``pricing`` (the deltas are against it).
+
+    Returns
+    -------
+    dict
+        ``variables`` and ``buckets`` (how many the plan has) and ``items``, one
+        per explained decision, largest first.
+    """
+    largest = sorted(strategy.sync, key=lambda n: (-pricing.dense_bytes[n], n))[:VARIABLES_EXPLAINED]
+    items = [_variable_item(pricing, strategy, base, name) for name in largest]
+    buckets = pricing.buckets(strategy)
+    by_size = sorted(buckets.items(), key=lambda kv: (-sum(pricing.dense_bytes[n] for n in kv[1]), kv[0]))
+    items += [_bucket_item(pricing, strategy, base, key, names) for key, names in by_size[:BUCKETS_EXPLAINED]]
+    return {"variables": len(strategy.sync), "buckets": len(buckets), "items": items}

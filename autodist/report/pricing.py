@@ -1,0 +1,80 @@
+"""The report's one door to the simulator and the transfer model.
+
+Counterfactuals, the exposed-time split and the latency test all price
+strategies here, so that a change in how placement evaluates a strategy is
+adapted in this module alone.
+"""
+
+from __future__ import annotations
+
+
+class Pricing:
+    """Prices strategies of one job on one cluster.
+
+    Parameters
+    ----------
+    graph_item : autodist.graph.item.GraphItem
+    resource_spec : autodist.resource_spec.ResourceSpec
+    cost_model : cost_models.CostModel
+    """
+
+    def __init__(self, graph_item, resource_spec, cost_model):
+        from placement import Simulator
+
+        self._simulator = Simulator(graph_item, resource_spec, cost_model)
+        self.resource_spec = resource_spec
+        self.dense_bytes = dict(self._simulator.dense_bytes)
+        self.sparse_bytes = dict(self._simulator.sparse_bytes)
+        self.sparse_gradients = set(self._simulator.sparse_gradients)
+
+    def simulate(self, strategy, trace=False):
+        """The SimResult of one step of ``strategy`` (``trace``: keep its timeline events)."""
+        return self._simulator.simulate(strategy, trace=trace)
+
+    def ps_candidates(self):
+        """Where PS tasks may live, as the baselines place them."""
+        from placement.baselines import ps_candidates
+
+        return ps_candidates(self.resource_spec)
+
+    def slot_of(self, strategy, name):
+        """The replica slot whose device holds variable ``name``."""
+        return strategy.group_slots.get(self._simulator.var_unit[name], 0)
+
+    def buckets(self, strategy):
+        """The fused collectives of ``strategy``: ``{(algorithm, bucket, slot): [variables]}``, as simulated."""
+        out = {}
+        for name, s in sorted(strategy.sync.items()):
+            if s.method == "allreduce":
+                out.setdefault((s.algorithm, s.bucket, self.slot_of(strategy, name)), []).append(name)
+        return out
+
+    def transfer_terms(self, strategy):
+        """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s
+        synchronisation, split into the part a transfer pays at any size (link latency, per-tensor and
+        per-collective overhead) and the part its bytes add."""
+        sim, comm = self._simulator, self._simulator.comm
+        priced = []  # (phases at 0 bytes, phases at the real bytes)
+        collective_ops = strategy.allreduces_everything()
+        for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
+            devices = tuple(r[slot] for r in strategy.replicas)
+            nbytes = sum(self.dense_bytes[v] for v in names)
+            priced.append([sim.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+        for name, s in sorted(strategy.sync.items()):
+            if s.method != "ps":
+                continue
+            slot = self.slot_of(strategy, name)
+            nbytes = -(-self.sparse_bytes[name] // s.shards)
+            workers = {}  # node -> the devices of its task; the first pushes and pulls for all
+            for replica in strategy.replicas:
+                workers.setdefault(self.resource_spec.device(replica[slot]).node, []).append(replica[slot])
+            for task in s.ps_tasks:
+                ps = strategy.ps_devices[task]
+                for devices in workers.values():
+                    # A sparse gradient is summed by concatenating the task's replicas' rows.
+                    pushed = nbytes * len(devices) if name in self.sparse_gradients else nbytes
+                    priced.append([comm.ps_phases(devices[0], ps, n) for n in (0, pushed)])
+                    priced.append([comm.ps_phases(ps, devices[0], n) for n in (0, nbytes)])
+        latency = sum(p.seconds for empty, _ in priced for p in empty)
+        total = sum(p.seconds for _, full in priced for p in full)
+        return latency, max(total - latency, 0.0)
