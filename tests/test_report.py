@@ -15,6 +15,8 @@ from autodist.resource_spec.presets import MACHINES
 NODES = {"cpu-local": 2}
 PRESETS = [f"{name}:{NODES.get(name, 4)}" for name in MACHINES]
 BUDGET = "0.3"
+# A number no person should have to read: more than 2 decimals, or 7 digits and more.
+LONG_NUMBER = re.compile(r"\d\.\d{3,}|\d{7,}")
 
 
 def placement(capsys, *argv):
@@ -49,6 +51,7 @@ def test_text_report_on_every_preset_fits_100_columns(capsys, mlp_file, embeddin
         status, out, err = placement(capsys, "report", graph, "--preset", preset, "--budget", BUDGET)
         assert status == 0, err
         assert max(len(line) for line in out.splitlines()) <= WIDTH
+        assert not LONG_NUMBER.search(out), "numbers are rounded for people"
         for heading in ("Job", "Cluster", "Plan and baselines (predicted)", "Where the time goes", "Pods"):
             assert f"\n{heading}\n" in f"\n{out}"
         assert "greedy-ps" in out and "ring" in out
@@ -72,6 +75,10 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
     assert _flat(doc["bottleneck"]["sentence"]) in _flat(text)
     assert f"{doc['plan']['speedup_over_greedy_ps']:.2f}x" in text
     assert f"{doc['search']['moves_tried']} moves tried" in text
+    for row in [doc["plan"]] + doc["baselines"]:  # after compute: transfers, or updates while none runs
+        exposed = row["step_time"] - row["compute_time"]
+        assert row["exposed_comm_time"] + row["update_time"] == pytest.approx(exposed, abs=1e-12)
+    assert not LONG_NUMBER.search(text)
     assert {b["name"] for b in doc["baselines"]} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
     assert doc["job"]["sparse_variables"] == [v for v in doc["job"]["sparse_variables"] if "embedding" in v]
     assert doc["job"]["sparse_variables"], "the embedding's gradient is sparse"
@@ -111,6 +118,7 @@ def test_markdown_renders_tables(capsys, mlp_file):
         capsys, "report", mlp_file, "--preset", "p3.16xlarge:2", "--budget", BUDGET, "--format", "markdown"
     )
     assert status == 0, err
+    assert not LONG_NUMBER.search(out)
     tokens = MarkdownIt("commonmark").enable("table").parse(out)
     tables = [t for t in tokens if t.type == "table_open"]
     assert len(tables) >= 5
@@ -154,6 +162,8 @@ def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
     status, text, err = placement(capsys, "report", first, "--preset", "dgx-h100:2", "--compare", other)
     assert status == 0, err
     assert "Read from a plan file" in text and "Compared plan" in text
+    assert doc["counterfactuals"] is None and doc["plan"]["update_time"] is None
+    assert "Counterfactuals need the job's graph" in text and not LONG_NUMBER.search(text)
 
 
 def _one_line_error(capsys, *argv):

@@ -1,0 +1,148 @@
+"""The report explains its numbers: counterfactuals priced by re-simulating, exposed communication apart
+from the updates, and a bottleneck sentence tied to the busiest resource.
+
+Plans here are made from baseline strategies (not from a search), so every
+assertion holds for a known strategy; each expectation is checked against
+the simulator by hand.
+"""
+
+import os
+import re
+
+import jsonschema
+import pytest
+
+from autodist.plan import Plan
+from autodist.report import build_report, render, schema
+from autodist.report.render import ms
+from autodist.resource_spec.presets import from_preset
+from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
+from cost_models import CostModel
+from placement import Simulator
+from placement.baselines import BASELINES
+from tests.test_report import LONG_NUMBER
+
+EMBEDDING = "deep_embedding/embeddings"
+
+
+def baseline_report(graph_item, preset, baseline):
+    """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``."""
+    spec, cost_model = from_preset(preset), CostModel.default()
+    simulator = Simulator(graph_item, spec, cost_model)
+    strategy = BASELINES[baseline](simulator)
+    plan = Plan.from_strategy(graph_item, spec, strategy, simulator.simulate(strategy), cost_model.id, seed=0)
+    return plan, build_report(plan, graph_item, cost_model=cost_model), simulator
+
+
+def _changed(strategy, changes):
+    return Strategy(strategy.replicas, {**strategy.sync, **changes}, strategy.ps_devices, strategy.group_slots)
+
+
+def _fresh_bucket(strategy):
+    return 1 + max((s.bucket for s in strategy.sync.values() if s.method == "allreduce"), default=-1)
+
+
+def test_exposed_comm_excludes_the_update(mlp_graph):
+    plan, doc, simulator = baseline_report(mlp_graph, "dgx-h100:2", "ring")
+    p = doc["plan"]
+    assert p["exposed_comm_time"] + p["update_time"] == pytest.approx(p["step_time"] - p["compute_time"])
+
+    # After the last transfer ends only updates run: all of that is update time, none of it communication.
+    traced = simulator.simulate(plan.strategy, trace=True)
+    transfers_end = max(max(e[4] for e in traced.events if e[1] == "sync"), traced.compute_time)
+    assert p["update_time"] >= traced.step_time - transfers_end > 0
+    assert p["exposed_comm_time"] <= transfers_end - traced.compute_time + 1e-12
+
+    row = next(line for line in render(doc).splitlines() if line.startswith("autodist ("))
+    assert re.search(rf"{ms(p['exposed_comm_time'])}\s+{ms(p['update_time'])}", row), "side by side"
+
+
+def test_bottleneck_is_compute_when_the_busiest_gpu_is_saturated(mlp_graph):
+    _, doc, _ = baseline_report(mlp_graph, "dgx-h100:2", "ring")
+    b, p = doc["bottleneck"], doc["plan"]
+    # Most of the step comes after compute (updates, mostly), yet the busiest GPU is nearly always busy.
+    assert 1 - p["compute_time"] / p["step_time"] > 0.2
+    assert b["busiest_device"]["busy_fraction"] >= 0.9
+    assert b["busiest_device"]["busy_fraction"] > b["busiest_link"]["busy_fraction"]
+    assert b["bound_by"] == "compute"
+    assert b["sentence"].startswith("Compute-bound") and b["busiest_device"]["resource"] in b["sentence"]
+    assert "latency" not in b["sentence"] and "links" in b["sentence"]
+
+
+def test_latency_sentence_when_the_latency_terms_dominate(mlp_graph):
+    plan, doc, simulator = baseline_report(mlp_graph, "p3.16xlarge:2", "ring")
+    b = doc["bottleneck"]
+    # By hand: each fused bucket's collective at 0 bytes (its latency terms) and at its bytes.
+    devices = tuple(r[0] for r in plan.strategy.replicas)
+    buckets = {}
+    for name, s in plan.strategy.sync.items():
+        buckets[s.bucket] = buckets.get(s.bucket, 0) + simulator.dense_bytes[name]
+
+    def collectives(scale):
+        return sum(phase.seconds for nbytes in buckets.values()
+                   for phase in simulator.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
+
+    assert b["latency_share"] == pytest.approx(collectives(0) / collectives(1))
+    assert b["latency_share"] > 0.5 and b["exposed_comm_fraction"] > 0.2
+    assert b["bound_by"] == "latency" and "latency dominates" in b["sentence"]
+
+
+def test_bucket_counterfactual_matches_resimulating_by_hand(mlp_graph):
+    plan, doc, simulator = baseline_report(mlp_graph, "dgx-h100:2", "ring")
+    strategy = plan.strategy
+    base = simulator.simulate(strategy).step_time
+    buckets = [i for i in doc["counterfactuals"]["items"] if i["subject"] == "bucket"]
+    assert len(buckets) == doc["counterfactuals"]["buckets"] == len({s.bucket for s in strategy.sync.values()})
+    for item in buckets:
+        number = int(item["name"].split()[-1])
+        names = [n for n, s in strategy.sync.items() if s.bucket == number]
+        assert item["chosen"] == "ring" and item["variables"] == len(names)
+        by_hand = {}
+        for algorithm in set(ALLREDUCE_ALGORITHMS) - {"ring"}:
+            moved = {n: VarSync("allreduce", algorithm=algorithm, bucket=_fresh_bucket(strategy)) for n in names}
+            by_hand[algorithm] = simulator.simulate(_changed(strategy, moved)).step_time - base
+        assert item["alternative"] == min(by_hand, key=lambda a: (by_hand[a], a))
+        assert item["delta_seconds"] == pytest.approx(by_hand[item["alternative"]], abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def wide_deep_graph(zoo_dir):
+    """The zoo's wide-and-deep recommender (1M-row embeddings, sparse Adagrad updates)."""
+    from autodist.graph.capture import capture_script
+
+    return capture_script(os.path.join(zoo_dir, "wide_deep.py"), ["--batch-size", "256"])
+
+
+@pytest.mark.slow
+def test_ps_for_the_embedding_is_explained_by_resimulating(wide_deep_graph):
+    plan, doc, simulator = baseline_report(wide_deep_graph, "p3.16xlarge:2", "partitioned-ps")
+    jsonschema.validate(doc, schema())
+    strategy = plan.strategy
+    item = next(i for i in doc["counterfactuals"]["items"] if i["name"] == EMBEDDING)
+    assert item["subject"] == "variable" and item["chosen"].startswith("PS")
+    assert item["dense_bytes"] == wide_deep_graph.variables[EMBEDDING].bytes > item["sparse_bytes"] > 0
+
+    base = simulator.simulate(strategy).step_time
+    by_hand = {}
+    for algorithm in ALLREDUCE_ALGORITHMS:
+        allreduced = VarSync("allreduce", algorithm=algorithm, bucket=_fresh_bucket(strategy))
+        by_hand[algorithm] = simulator.simulate(_changed(strategy, {EMBEDDING: allreduced})).step_time - base
+    best = min(by_hand, key=lambda a: (by_hand[a], a))
+    assert item["alternative"] == f"allreduce {best}"
+    assert item["delta_seconds"] == pytest.approx(by_hand[best], abs=1e-12)
+    assert item["delta_seconds"] > 0, "PS wins for the embedding here"
+    assert f"would add {ms(item['delta_seconds'])}" in item["sentence"] and "of touched rows" in item["sentence"]
+    text = render(doc)
+    assert " ".join(item["sentence"].split()) in " ".join(text.split())
+    assert not LONG_NUMBER.search(text) and not LONG_NUMBER.search(render(doc, "markdown"))
+
+
+@pytest.mark.slow
+def test_queueing_is_not_called_latency(wide_deep_graph):
+    _, doc, _ = baseline_report(wide_deep_graph, "dgx-h100:2", "hierarchical")
+    b = doc["bottleneck"]
+    # The step waits on transfers longer than any link is busy, but their time is bytes, not latency.
+    assert b["exposed_comm_fraction"] > 0.2 and b["busiest_link"]["busy_fraction"] < b["exposed_comm_fraction"]
+    assert b["latency_share"] < 0.5
+    assert b["bound_by"] == "communication"
+    assert "latency dominates" not in b["sentence"] and "Faster links" in b["sentence"]
