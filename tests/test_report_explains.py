@@ -94,6 +94,7 @@ def test_bucket_counterfactual_matches_resimulating_by_hand(mlp_graph):
     buckets = [i for i in doc["counterfactuals"]["items"] if i["subject"] == "bucket"]
     assert len(buckets) == doc["counterfactuals"]["buckets"] == len({s.bucket for s in strategy.sync.values()})
     for item in buckets:
+        assert item["name"].startswith("ring bucket ")
         number = int(item["name"].split()[-1])
         names = [n for n, s in strategy.sync.items() if s.bucket == number]
         assert item["chosen"] == "ring" and item["variables"] == len(names)

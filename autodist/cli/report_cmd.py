@@ -19,7 +19,8 @@ def register(subparsers):
         usage="placement report SOURCE [options] [-- SCRIPT_ARGS ...]",
         help="what autodist would do with a job on a cluster, how fast, and why",
         description="Plan a job (or read a plan) and report the predicted step time against every "
-        "baseline, the bottleneck, the pods and the largest variables. Arguments after -- go to the script.",
+        "baseline, the bottleneck, the pods, the largest variables and why each large decision was taken "
+        "(re-simulated with that decision changed). Arguments after -- go to the script.",
     )
     p.add_argument("source", help="train.py, graph.json (or .pb/.pbtxt/SavedModel), or plan.json")
     add_cluster_arguments(p)

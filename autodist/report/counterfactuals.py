@@ -120,7 +120,7 @@ def _bucket_item(pricing, strategy, base, key, names):
     algorithm, bucket, slot = key
     label, _, alt = _next_best(pricing, _bucket_alternatives(strategy, names))
     chosen = " ".join(str(getattr(strategy.sync[names[0]], f)) for f in BUCKET_CHOICES)
-    name = f"bucket {bucket}" + (f" (slot {slot})" if slot else "")
+    name = f"{algorithm} bucket {bucket}" + (f" (slot {slot})" if slot else "")
     dense = sum(pricing.dense_bytes[n] for n in names)
     delta = alt.step_time - base.step_time
     count = f"{len(names)} variable{'s' if len(names) > 1 else ''}"
@@ -135,7 +135,7 @@ def _bucket_item(pricing, strategy, base, key, names):
         "variables": len(names),
         "dense_bytes": dense,
         "sparse_bytes": None,
-        "sentence": f"{chosen} for {name} ({count}, {size(dense)}): {label} {effect(delta, alt.fits)}.",
+        "sentence": f"{name} ({count}, {size(dense)}): {label} {effect(delta, alt.fits)}.",
     }
 
 
