@@ -163,6 +163,13 @@ def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
     assert status == 0, err
     assert "Read from a plan file" in text and "Compared plan" in text
     assert doc["counterfactuals"] is None and doc["plan"]["update_time"] is None
+    for plan_file in (first, other):  # no timeline: only a saturated resource, never the wait, names the bound
+        status, out, err = placement(capsys, "report", plan_file, "--format", "json")
+        b = json.loads(out)["bottleneck"]
+        saturated = max(b["busiest_device"]["busy_fraction"], b["busiest_link"]["busy_fraction"]) >= 0.9
+        assert b["exposed_comm_fraction"] is None and b["latency_share"] is None
+        assert saturated or b["bound_by"] in (None, "compute")
+        assert (b["bound_by"] is None) == ("Report on the job's graph" in b["sentence"])
     assert "Counterfactuals need the job's graph" in text and not LONG_NUMBER.search(text)
 
 

@@ -108,13 +108,14 @@ def bottleneck(data, split, latency_share):
         "latency_share": latency_share,
     }
     replica_devices = {d for replica in data["strategy"]["replicas"] for d in replica}
-    # Without a timeline, everything after compute is taken as a wait on transfers.
     waiting = fraction(step - prediction["compute_time"]) if split is None else out["exposed_comm_fraction"]
     link_fraction = link["busy_fraction"] if link else 0.0
     if device and device["busy_fraction"] >= max(SATURATED, link_fraction):
         out["bound_by"] = "compute" if device["resource"] in replica_devices else "update"
     elif link and link_fraction >= SATURATED:
         out["bound_by"] = "communication"
+    elif waiting > SIGNIFICANT and split is None:
+        out["bound_by"] = None  # transfers or updates: only a timeline tells
     elif waiting > SIGNIFICANT:
         latency = latency_share is not None and latency_share > LATENCY_DOMINATES
         out["bound_by"] = "latency" if latency else "communication"
@@ -131,6 +132,11 @@ def _sentence(data, b, waiting, split):
     waits = (f"{waiting:.0%} of the step waits on transfers" if split else
              f"{waiting:.0%} of the step follows compute (transfers and updates: a plan file holds no timeline "
              "to tell them apart)")
+    if bound is None:
+        busiest = ", ".join(f"the busiest {kind} is {r['resource']} ({r['busy_fraction']:.0%} busy)"
+                            for kind, r in (("device", device), ("link", link)) if r)
+        return (f"{waits[0].upper()}{waits[1:]}; {busiest}. Report on the job's graph to see whether transfers or "
+                "updates bound the step.")
     if bound in ("communication", "latency"):
         role = _ps_role(data, link["resource"]) if link and "/nic" in link["resource"] else None
         busiest = "" if not link else (
