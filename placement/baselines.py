@@ -151,7 +151,7 @@ def greedy_op_placer(simulator):
     replicas = [r[:width] for r in replicas]
     first = replicas[0]
     devices = [spec.device(d) for d in first]
-    costs = [simulator.device_costs(d)[0] for d in devices]
+    costs = [simulator.at_replicas(len(replicas)).device_costs(d)[0] for d in devices]
     groups = simulator.groups
     preds = groups.predecessors()
     capacity = [d.memory_bytes - simulator.runtime_reserve(d) for d in devices]

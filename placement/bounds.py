@@ -74,6 +74,7 @@ def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slot
     sim = simulator or Simulator(graph_item, resource_spec, cost_model)
     if replicas is None:
         replicas = [[d.name] for d in resource_spec.compute_devices()]
+    sim = sim.at_replicas(len(replicas))
     group_slots = group_slots or {}
     models = {}
     for d in resource_spec.compute_devices():

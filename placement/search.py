@@ -57,11 +57,11 @@ class SearchResult:
 
 
 def energy_of(simulation):
-    """Step time per replica batch, penalised by the worst relative memory excess."""
+    """Step time of the global batch, penalised by the worst relative memory excess."""
     excess = 0.0
     for device, extra in simulation.over_memory.items():
         excess = max(excess, extra / max(simulation.memory_limit[device], 1))
-    return simulation.time_per_batch * (1.0 + MEMORY_PENALTY * excess)
+    return simulation.step_time * (1.0 + MEMORY_PENALTY * excess)
 
 
 def _rank(simulation):

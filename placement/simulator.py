@@ -79,6 +79,7 @@ import numpy as np
 from cost_models import Phase, gradient_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
+from autodist.graph.rebatch import at_batch, replica_batch
 from placement.grouping import group_ops
 
 # Work units charged per simulate() call besides its events: the fixed
@@ -122,11 +123,6 @@ class SimResult:
     @property
     def fits(self):
         return not self.over_memory
-
-    @property
-    def time_per_batch(self):
-        """Step time per replica batch: comparable across replica counts."""
-        return self.step_time / self.replicas
 
     def to_dict(self):
         return {
@@ -261,7 +257,7 @@ class _SyncRun:
             end = t
             for latency, occupancy, used in phases[index:last]:
                 start, end = links.occupy(used, end + latency, occupancy)
-                sim.work += 1
+                sim._whole.work += 1
                 if self.trace:
                     self.events.append((label, "sync", "+".join(used) or "local", start, end))
             if last < len(phases):
@@ -375,10 +371,18 @@ class Simulator:
     cost_model : cost_models.CostModel
     groups : placement.grouping.GroupGraph, optional
         Precomputed grouping of ``graph_item``.
+
+    ``graph_item``'s batch is the global batch of a step.  The runtime gives
+    each of a strategy's ``R`` replicas its slice of it (and, with ``m``
+    micro-batches, runs that slice in ``m`` parts), so a strategy is priced
+    by the simulator of its replica count (:meth:`at_replicas`), whose step
+    is the largest slice.
     """
 
-    def __init__(self, graph_item, resource_spec, cost_model, groups=None):
+    def __init__(self, graph_item, resource_spec, cost_model, groups=None, share_of=None):
         self.graph_item = graph_item
+        self._whole = share_of or self
+        self._shares = {}
         self.resource_spec = resource_spec
         self.cost_model = cost_model
         self.groups = groups if groups is not None else group_ops(graph_item)
@@ -406,6 +410,22 @@ class Simulator:
         self._phases = {}
         self._affine = {}
         self.work = 0  # events processed so far: a machine-independent effort count
+
+    def at_replicas(self, replicas):
+        """The simulator of one replica's share of the global batch over ``replicas`` replicas (cached).
+
+        It prices the step at ``autodist.graph.rebatch.replica_batch`` samples
+        and shares this simulator's grouping and cost model; it is this
+        simulator itself where the share is the whole captured batch.
+        """
+        whole = self._whole
+        batch = replica_batch(whole.graph_item.job.batch_size, replicas, whole.micro_batches)
+        if batch == whole.graph_item.job.batch_size:
+            return whole
+        if batch not in whole._shares:
+            whole._shares[batch] = Simulator(at_batch(whole.graph_item, batch), whole.resource_spec,
+                                             whole.cost_model, groups=whole.groups, share_of=whole)
+        return whole._shares[batch]
 
     # -- costs -----------------------------------------------------------
     @staticmethod
@@ -448,7 +468,7 @@ class Simulator:
         """
         stages = self._phases.get(key)
         if stages is None:
-            self.work += MISS_WORK
+            self._whole.work += MISS_WORK
             stages = []
             for i, phase in enumerate(make()):
                 latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
@@ -544,7 +564,7 @@ class Simulator:
                 remaining[h] -= 1
                 if remaining[h] == 0:
                     heapq.heappush(heap, (ready_at[h], h))
-        self.work += n
+        self._whole.work += n
         one = max(end, default=0.0)
         earlier = (self.micro_batches - 1) * one  # the micro-batches before the last one
         gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
@@ -572,8 +592,11 @@ class Simulator:
         -------
         SimResult
         """
+        share = self.at_replicas(len(strategy.replicas))
+        if share is not self:
+            return share.simulate(strategy, trace, overlap)
         spec = self.resource_spec
-        self.work += PER_SIMULATION_WORK + len(strategy.sync) + len(strategy.replicas)
+        self._whole.work += PER_SIMULATION_WORK + len(strategy.sync) + len(strategy.replicas)
         slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
         classes = {}
         for replica in strategy.replicas:
@@ -636,6 +659,9 @@ class Simulator:
         groups (gradients included, until their update).  A PS device holds
         its shards of the variables and of their slots.
         """
+        share = self.at_replicas(len(strategy.replicas))
+        if share is not self:
+            return share.memory(strategy, slots)
         if slots is None:
             slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
         persistent, accumulated, ps_bytes = {}, {}, {}

@@ -111,22 +111,24 @@ def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
     assert live_peak(step_table(item)) == 550
 
 
-def test_gradient_accumulation_divides_sync_cost_per_sample(mlp_graph):
+def test_gradient_accumulation_splits_the_global_batch_and_syncs_once(mlp_graph):
     spec = load_cluster(preset="cpu-2s-25g:2")
     model = CostModel.default()
 
-    def per_sample(micro_batches):
+    def run(micro_batches):
         item = with_job_options(_copy(mlp_graph), micro_batches=micro_batches)
         sim = Simulator(item, spec, model)
-        run = sim.simulate(baselines.data_parallel(sim), overlap=False)
-        samples = micro_batches * item.job.batch_size * run.replicas
-        return run.compute_time / samples, (run.step_time - run.compute_time) / samples
+        result = sim.simulate(baselines.data_parallel(sim), overlap=False)
+        share = sim.at_replicas(result.replicas)
+        return result, share.graph_item.job.batch_size
 
-    compute_one, sync_one = per_sample(1)
-    compute_four, sync_four = per_sample(4)
-    assert sync_one > 0
-    assert compute_four == pytest.approx(compute_one)
-    assert sync_four == pytest.approx(sync_one / 4)
+    one, one_batch = run(1)
+    four, four_batch = run(4)
+    assert one.replicas == 2 and (one_batch, four_batch) == (8, 2)  # 16 samples over 2 replicas, then 4 parts
+    assert four.step_time - four.compute_time == pytest.approx(one.step_time - one.compute_time)
+    assert one.step_time > one.compute_time
+    # Four runs of a quarter of the slice: the same work, plus each run's fixed costs.
+    assert one.compute_time < four.compute_time < 4 * one.compute_time
 
 
 def test_accumulation_keeps_a_gradient_buffer(mlp_graph):

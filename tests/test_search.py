@@ -97,7 +97,7 @@ def test_greedy_op_placer_splits_a_model_that_fits_no_device(mlp_graph, cost_mod
     assert len(placer.strategy.replicas) == 2 and len(placer.strategy.replicas[0]) == 4
     assert len(set(placer.strategy.group_slots.values())) > 1
     assert placer.simulation.fits and result.simulation.fits
-    assert result.simulation.time_per_batch <= placer.simulation.time_per_batch
+    assert result.simulation.step_time <= placer.simulation.step_time
 
 
 def test_greedy_ps_balances_bytes_over_one_ps_per_node(embedding_graph, cost_model):
