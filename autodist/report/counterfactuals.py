@@ -41,10 +41,11 @@ def _lightest_ps_task(pricing, strategy):
     """``(ps_devices, task)``: the PS task holding the fewest PS bytes (PS tasks added when there are none)."""
     ps_devices = list(strategy.ps_devices) or pricing.ps_candidates()
     load = [0] * len(ps_devices)
+    sparse_bytes = pricing.sparse_bytes(strategy)
     for name, s in strategy.sync.items():
         if s.method == "ps":
             for task in s.ps_tasks:
-                load[task] += pricing.sparse_bytes[name] / s.shards
+                load[task] += sparse_bytes[name] / s.shards
     return ps_devices, min(range(len(ps_devices)), key=lambda t: (load[t], t))
 
 
@@ -97,7 +98,7 @@ def _chosen_variable(s):
 def _variable_item(pricing, strategy, base, name):
     label, changed, alt = _next_best(pricing, _variable_alternatives(pricing, strategy, name))
     chosen = _chosen_variable(strategy.sync[name])
-    dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes[name]
+    dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
     delta = alt.step_time - base.step_time
     touched = name in pricing.sparse_gradients
     figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"

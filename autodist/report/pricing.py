@@ -24,12 +24,16 @@ class Pricing:
         self._simulator = Simulator(graph_item, resource_spec, cost_model)
         self.resource_spec = resource_spec
         self.dense_bytes = dict(self._simulator.dense_bytes)
-        self.sparse_bytes = dict(self._simulator.sparse_bytes)
         self.sparse_gradients = set(self._simulator.sparse_gradients)
 
     def simulate(self, strategy, trace=False):
         """The SimResult of one step of ``strategy`` (``trace``: keep its timeline events)."""
         return self._simulator.simulate(strategy, trace=trace)
+
+    def sparse_bytes(self, strategy):
+        """Gradient bytes per variable of one replica of ``strategy``: the rows its slice of the batch touches
+        for a sparse gradient, else the whole gradient."""
+        return self._simulator.at_replicas(len(strategy.replicas)).sparse_bytes
 
     def ps_candidates(self):
         """Where PS tasks may live, as the baselines place them."""
@@ -55,6 +59,7 @@ class Pricing:
         per-collective overhead) and the part its bytes add."""
         sim, comm = self._simulator, self._simulator.comm
         priced = []  # (phases at 0 bytes, phases at the real bytes)
+        sparse_bytes = self.sparse_bytes(strategy)
         collective_ops = strategy.allreduces_everything()
         for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
             devices = tuple(r[slot] for r in strategy.replicas)
@@ -64,7 +69,7 @@ class Pricing:
             if s.method != "ps":
                 continue
             slot = self.slot_of(strategy, name)
-            nbytes = -(-self.sparse_bytes[name] // s.shards)
+            nbytes = -(-sparse_bytes[name] // s.shards)
             workers = {}  # node -> the devices of its task; the first pushes and pulls for all
             for replica in strategy.replicas:
                 workers.setdefault(self.resource_spec.device(replica[slot]).node, []).append(replica[slot])
