@@ -16,8 +16,8 @@ import dataclasses
 from autodist.report.render import ms, size
 from autodist.strategy import ALLREDUCE_ALGORITHMS
 
-VARIABLES_EXPLAINED = 8
-BUCKETS_EXPLAINED = 8
+VARIABLES_EXPLAINED = 6
+BUCKETS_EXPLAINED = 6
 # Fields of VarSync that every variable of one fusion bucket shares, and their values.
 BUCKET_CHOICES = {"algorithm": ALLREDUCE_ALGORITHMS}
 # Deltas smaller than this print as "as long".
