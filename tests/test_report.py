@@ -74,6 +74,9 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
         assert ms(baseline["step_time"]) in row
     assert _flat(doc["bottleneck"]["sentence"]) in _flat(text)
     assert f"{doc['plan']['speedup_over_greedy_ps']:.2f}x" in text
+    greedy = next(b for b in doc["baselines"] if b["name"] == "greedy-ps")
+    # Step times are of the global batch whatever the replica count: speed-ups compare them directly.
+    assert doc["plan"]["speedup_over_greedy_ps"] == pytest.approx(greedy["step_time"] / doc["plan"]["step_time"])
     assert f"{doc['search']['moves_tried']} moves tried" in text
     for row in [doc["plan"]] + doc["baselines"]:  # after compute: transfers, or updates while none runs
         exposed = row["step_time"] - row["compute_time"]

@@ -20,7 +20,7 @@ VARIABLES_EXPLAINED = 6
 BUCKETS_EXPLAINED = 6
 # Fields of VarSync that every variable of one fusion bucket shares, and their values.
 BUCKET_CHOICES = {"algorithm": ALLREDUCE_ALGORITHMS}
-# Deltas smaller than this print as "as long".
+# A delta smaller than this prints as "under 0.01 ms".
 SAME_TIME = 5e-6
 
 

@@ -106,13 +106,12 @@ def _exposed(simulation):
     return {"exposed_comm_time": comm, "update_time": update}
 
 
-def _baselines(data, candidates, batch_size, replicas, spec, pricing):
+def _baselines(data, candidates, batch_size, spec, pricing):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
     With ``pricing``, each baseline is simulated again with its timeline, to
     split its exposed time.  Returns the entries and each baseline's step
-    time per replica batch (a stored baseline is taken to use the plan's
-    replica count).
+    time (of the global batch, whatever its replica count).
     """
     if candidates:
         entries = [
@@ -126,7 +125,7 @@ def _baselines(data, candidates, batch_size, replicas, spec, pricing):
             }
             for c in candidates
         ]
-        return entries, {c.name: c.simulation.step_time / len(c.strategy.replicas) for c in candidates}
+        return entries, {c.name: c.simulation.step_time for c in candidates}
     stored = data["prediction"].get("baselines", {})
     entries = [
         {
@@ -140,7 +139,7 @@ def _baselines(data, candidates, batch_size, replicas, spec, pricing):
         }
         for name, t in stored.items()
     ]
-    return entries, {name: t / replicas for name, t in stored.items()}
+    return entries, dict(stored)
 
 
 def _latency_share(pricing, strategy):
@@ -173,7 +172,7 @@ def _largest_variables(data):
     return rows
 
 
-def _compare(data, other, batch_size, replicas):
+def _compare(data, other, batch_size):
     """The other plan's stored prediction beside this plan's, and what differs."""
     theirs_data = other.to_dict()
     mine = {v["name"]: v for v in data["variables"]}
@@ -184,14 +183,13 @@ def _compare(data, other, batch_size, replicas):
         or mine[n].get("shards") != theirs[n].get("shards")
     )
     step = theirs_data["prediction"]["step_time"]
-    other_replicas = len(other.strategy.replicas)
     this = data["prediction"]["step_time"]
     return {
         "plan": other.where,
         "name": theirs_data["name"],
         "step_time": step,
         "samples_per_s": samples_per_second(batch_size, step),
-        "speedup_of_this_plan": _ratio(step / other_replicas, this / replicas),
+        "speedup_of_this_plan": _ratio(step, this),
         "same_graph": theirs_data["provenance"]["graph_hash"] == data["provenance"]["graph_hash"],
         "same_cluster": theirs_data["provenance"]["cluster_hash"] == data["provenance"]["cluster_hash"],
         "variables_with_other_sync": len(differing),
@@ -237,10 +235,8 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     exposed = _exposed(simulation)
     split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
     latency_share = _latency_share(pricing, plan.strategy) if pricing else None
-    baselines, per_batch = _baselines(
-        data, search.candidates if search else (), batch, replicas, plan.resource_spec, pricing
-    )
-    best = min(per_batch.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
+    baselines, steps = _baselines(data, search.candidates if search else (), batch, plan.resource_spec, pricing)
+    best = min(steps.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
     stats = search.stats if search else None
     return {
@@ -257,9 +253,9 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             **exposed,
             "replicas": replicas,
             "ps_tasks": len(plan.strategy.ps_devices),
-            "speedup_over_greedy_ps": _ratio(per_batch.get(GREEDY), step / replicas),
+            "speedup_over_greedy_ps": _ratio(steps.get(GREEDY), step),
             "best_baseline": best[0],
-            "speedup_over_best_baseline": _ratio(best[1], step / replicas),
+            "speedup_over_best_baseline": _ratio(best[1], step),
             "memory": _memory(prediction["memory"], plan.resource_spec),
         },
         "costs": _costs(data, plan.resource_spec),
@@ -280,6 +276,6 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "seed": data["provenance"]["seed"],
             "budget_s": budget_s,
         },
-        "compare": None if other_plan is None else _compare(data, other_plan, batch, replicas),
+        "compare": None if other_plan is None else _compare(data, other_plan, batch),
         "provenance": data["provenance"],
     }
