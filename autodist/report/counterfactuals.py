@@ -80,7 +80,7 @@ def _next_best(pricing, alternatives):
     return min(priced, key=lambda p: (not p[2].fits, p[2].step_time))
 
 
-def effect(delta, fits):
+def _effect(delta, fits):
     """What an alternative would do to the step, in words."""
     if abs(delta) < SAME_TIME:
         text = f"would change the step by under {ms(2 * SAME_TIME)}"
@@ -113,7 +113,7 @@ def _variable_item(pricing, strategy, base, name):
         "variables": 1,
         "dense_bytes": dense,
         "sparse_bytes": sparse if touched else None,
-        "sentence": f"{chosen} for {name}: {label} {effect(delta, alt.fits)} ({figures}).",
+        "sentence": f"{chosen} for {name}: {label} {_effect(delta, alt.fits)} ({figures}).",
     }
 
 
@@ -136,7 +136,7 @@ def _bucket_item(pricing, strategy, base, key, names):
         "variables": len(names),
         "dense_bytes": dense,
         "sparse_bytes": None,
-        "sentence": f"{name} ({count}, {size(dense)}): {label} {effect(delta, alt.fits)}.",
+        "sentence": f"{name} ({count}, {size(dense)}): {label} {_effect(delta, alt.fits)}.",
     }
 
 
