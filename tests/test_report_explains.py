@@ -147,3 +147,20 @@ def test_queueing_is_not_called_latency(wide_deep_graph):
     assert b["latency_share"] < 0.5
     assert b["bound_by"] == "communication"
     assert "latency dominates" not in b["sentence"] and "Faster links" in b["sentence"]
+
+
+@pytest.mark.slow
+def test_a_worse_decision_shows_what_it_costs(wide_deep_graph):
+    plan, doc, simulator = baseline_report(wide_deep_graph, "p3.16xlarge:2", "ring")
+    strategy = plan.strategy
+    item = next(i for i in doc["counterfactuals"]["items"] if i["name"] == EMBEDDING)
+    assert item["chosen"] == "allreduce ring" and item["alternative"] == "PS on node-0/CPU:0"
+    assert item["leaves_collective_ops"]
+
+    # By hand: the embedding alone on a PS task on node 0's CPU, every other variable still ring-allreduced.
+    on_ps = Strategy(strategy.replicas, {**strategy.sync, EMBEDDING: VarSync("ps", ps_tasks=(0,))},
+                     ["node-0/CPU:0"], strategy.group_slots)
+    by_hand = simulator.simulate(on_ps).step_time - simulator.simulate(strategy).step_time
+    assert item["delta_seconds"] == pytest.approx(by_hand, abs=1e-12)
+    assert item["delta_seconds"] < 0, "a 122 MiB dense allreduce over 25 Gb/s Ethernet loses to PS"
+    assert f"would save {ms(-item['delta_seconds'])}" in item["sentence"]
