@@ -166,8 +166,10 @@ def _sentence(data, b, waiting, split):
             "update spread over PS tasks) would shorten the step."
         )
     if device:
+        # A CPU's executor overlaps ops on its cores, so their seconds can add up to more than the step.
+        how = "its ops overlapping on its cores" if device["busy_fraction"] > 1 else "computing and applying updates"
         return (
-            f"Compute-bound: {device['resource']} is busy {device['busy_fraction']:.0%} of the step (computing and "
-            f"applying updates), and {waits}. More or faster devices, not faster links, would shorten the step."
+            f"Compute-bound: {device['resource']} is busy {device['busy_fraction']:.0%} of the step ({how}), and "
+            f"{waits}. More or faster devices, not faster links, would shorten the step."
         )
     return "No device or link activity was simulated."
