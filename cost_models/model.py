@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import warnings
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -121,11 +122,15 @@ class CostModel:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
 
-    def op_costs(self, graph_item, device):
+    def op_costs(self, graph_item, device, cores=None):
         """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
 
         One vectorised predict per call, plus the executor's schedule of the
         step where the device has an executor model (:meth:`predict_step`).
+        ``cores``: the cores a CPU device's process really gets (a share of
+        the machine its figures were measured on, when processes share it);
+        the executor then runs the step on that many (on one, every op at its
+        one-thread speed).
         Op types unknown to both the learned model and the prior get the
         fallback cost (cost_models.prior) and are counted in one
         :class:`UnknownOpTypeWarning` per call.
@@ -148,7 +153,8 @@ class CostModel:
             except ValueError as exc:
                 raise CostModelError(str(exc), field="peak_flops") from None
             seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
-                                                         device.kind, device.model, peak, device.memory_bandwidth)
+                                                         device.kind, device.model, peak, device.memory_bandwidth,
+                                                         cores)
             op_types = raw["op_type"]
         unknown = sources == "fallback"
         if unknown.any():
@@ -179,7 +185,7 @@ class CostModel:
         sources = np.where(step.fallback, "fallback", label).astype(object)
         return seconds, sources, shares, table["op_type"]
 
-    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
+    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
 
         On a learned device, every op the op model knows costs its expected
@@ -187,9 +193,10 @@ class CostModel:
         (source ``"prior"``, or ``"fallback"`` for types it does not know
         either).  Ops whose outputs no op reads cost nothing: Grappler
         prunes them.  On a learned CPU device with an executor model, the
-        shares are those of the executor's overlapped schedule; elsewhere
-        (GPUs run ops on one stream) the ops run one after another and a
-        share is the op's time.
+        shares are those of the executor's overlapped schedule, on ``cores``
+        of the measured machine's cores where given (their share of the
+        memory bandwidth too); elsewhere (GPUs run ops on one stream) the ops
+        run one after another and a share is the op's time.
         """
         seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
         sources = np.where(fallback, "fallback", "prior").astype(object)
@@ -204,7 +211,11 @@ class CostModel:
         if self.executor is None or device_kind != "CPU":
             return seconds, sources, seconds
         widths = self._widths(raw["op_type"], learned, X, kernel)
-        shares = self.executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
+        executor = self.executor
+        if cores is not None and cores < executor.cores:
+            executor = replace(executor, cores=float(cores),
+                               memory_bandwidth=executor.memory_bandwidth * cores / executor.cores)
+        shares = executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
         return seconds, sources, shares
 
     def op_widths(self, raw, peak_flops, memory_bandwidth):
