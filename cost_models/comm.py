@@ -116,10 +116,14 @@ class CommModel:
         Achieved fractions of line rate that replace ``LINK_EFFICIENCY``'s
         (by link kind, RDMA over Ethernet as ``"roce"``) or
         ``NVLS_EFFICIENCY`` (as ``"nvls"``), e.g. while fitting them.
+    remote_step : cost_models.remote_step.RemoteStepCalibration or None
+        The measured fixed cost of a step one client drives on remote tasks;
+        without one, that cost is not counted.
     """
 
-    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None):
         self.resource_spec = resource_spec
+        self.remote_step = remote_step
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
@@ -132,6 +136,10 @@ class CommModel:
         if kind not in self.efficiency:
             raise InputError(f"no achieved-bandwidth figure for link kind {kind!r}", field="links")
         return self.efficiency[kind]
+
+    def client_step_seconds(self, tasks):
+        """The fixed cost of one step that a client drives on ``tasks`` remote tasks (its dispatch and wait)."""
+        return self.remote_step.seconds(tasks) if self.remote_step is not None else 0.0
 
     # -- links ---------------------------------------------------------------
     def effective_path(self, src, dst):

@@ -6,12 +6,14 @@ import hashlib
 import json
 import os
 import warnings
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
+from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import design_matrix, device_peak, op_raw_features
@@ -29,6 +31,7 @@ ONE_THREAD_PICKLE = os.path.join(DATA_DIR, "op_model_one_thread.pkl")
 ONE_THREAD_META = os.path.join(DATA_DIR, "op_model_one_thread.json")
 CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
 COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
+REMOTE_STEP = os.path.join(DATA_DIR, "remote_step_calibration.json")
 COST_MODEL_ENV = "AUTODIST_COST_MODEL"
 
 
@@ -65,10 +68,12 @@ class CostModel:
     gpu : cost_models.gpu.GpuKernelParams or None
         The GPU kernel model's parameters, fitted on published figures (see
         cost_models.gpu); without them, GPU devices cannot be priced.
+    remote_step : cost_models.remote_step.RemoteStepCalibration or None
+        The measured fixed cost of a step one client drives on remote tasks.
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None, gpu=None):
+                 executor=None, one_thread_model=None, gpu=None, remote_step=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -77,6 +82,7 @@ class CostModel:
         self.executor = executor
         self.one_thread_model = one_thread_model
         self.gpu = gpu
+        self.remote_step = remote_step
         self._id = None
 
     @classmethod
@@ -111,15 +117,20 @@ class CostModel:
 
         if self.collectives is not None:
             h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
-        if self.gpu is not None:
-            h.update(json.dumps(self.gpu.to_dict(), sort_keys=True).encode())
+        for part in (self.gpu, self.remote_step):
+            if part is not None:
+                h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
 
-    def op_costs(self, graph_item, device):
+    def op_costs(self, graph_item, device, cores=None):
         """Predicted :class:`OpCost` of every op of ``graph_item`` on ``device``.
 
         One vectorised predict per call, plus the executor's schedule of the
         step where the device has an executor model (:meth:`predict_step`).
+        ``cores``: the cores a CPU device's process really gets (a share of
+        the machine its figures were measured on, when processes share it);
+        the executor then runs the step on that many (on one, every op at its
+        one-thread speed).
         Op types unknown to both the learned model and the prior get the
         fallback cost (cost_models.prior) and are counted in one
         :class:`UnknownOpTypeWarning` per call.
@@ -142,7 +153,8 @@ class CostModel:
             except ValueError as exc:
                 raise CostModelError(str(exc), field="peak_flops") from None
             seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
-                                                         device.kind, device.model, peak, device.memory_bandwidth)
+                                                         device.kind, device.model, peak, device.memory_bandwidth,
+                                                         cores)
             op_types = raw["op_type"]
         unknown = sources == "fallback"
         if unknown.any():
@@ -173,7 +185,7 @@ class CostModel:
         sources = np.where(step.fallback, "fallback", label).astype(object)
         return seconds, sources, shares, table["op_type"]
 
-    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth):
+    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
 
         On a learned device, every op the op model knows costs its expected
@@ -181,9 +193,10 @@ class CostModel:
         (source ``"prior"``, or ``"fallback"`` for types it does not know
         either).  Ops whose outputs no op reads cost nothing: Grappler
         prunes them.  On a learned CPU device with an executor model, the
-        shares are those of the executor's overlapped schedule; elsewhere
-        (GPUs run ops on one stream) the ops run one after another and a
-        share is the op's time.
+        shares are those of the executor's overlapped schedule, on ``cores``
+        of the measured machine's cores where given (their share of the
+        memory bandwidth too); elsewhere (GPUs run ops on one stream) the ops
+        run one after another and a share is the op's time.
         """
         seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
         sources = np.where(fallback, "fallback", "prior").astype(object)
@@ -198,7 +211,11 @@ class CostModel:
         if self.executor is None or device_kind != "CPU":
             return seconds, sources, seconds
         widths = self._widths(raw["op_type"], learned, X, kernel)
-        shares = self.executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
+        executor = self.executor
+        if cores is not None and cores < executor.cores:
+            executor = replace(executor, cores=float(cores),
+                               memory_bandwidth=executor.memory_bandwidth * cores / executor.cores)
+        shares = executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
         return seconds, sources, shares
 
     def op_widths(self, raw, peak_flops, memory_bandwidth):
@@ -228,7 +245,7 @@ class CostModel:
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
-        return CommModel(resource_spec, self.calibration, self.collectives)
+        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step)
 
 
 def _probe_matrix(op_model):
@@ -334,17 +351,18 @@ def fit_executor(timings, steps, overhead, cores):
     return ExecutorModel(int(cores), float(cores), bandwidth, serial)
 
 
-def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None):
+def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None,
+                   remote_step=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``gpu`` the GPU kernel model's parameters, passed through.
+    ``gpu`` the GPU kernel model's parameters and ``remote_step`` the client step cost, passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu)
+                     fit_one_thread_model(timings, params), gpu, remote_step)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -361,6 +379,7 @@ def _model_in(folder):
     from cost_models.op_model import load_model
 
     calibration, collectives = _calibrations(folder)
+    remote_step = _remote_step(folder)
     gpu = GpuKernelParams.load(GPU_MODEL)
     ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(_in(ops, TIMINGS)):
@@ -374,13 +393,13 @@ def _model_in(folder):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu)
+                         executor, one_thread_model, gpu, remote_step)
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(_in(ops, TIMINGS_META))
         return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
-                              calibration=calibration, collectives=collectives, gpu=gpu)
+                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step)
 
 
 def _in(folder, shipped_path):
@@ -392,6 +411,12 @@ def _calibrations(folder=DATA_DIR):
     """The transfer and CPU collective calibrations of ``folder``, else the shipped ones (``None`` where missing)."""
     paths = [_in(folder, p) if os.path.exists(_in(folder, p)) else p for p in (CALIBRATION, COLLECTIVES)]
     return tuple(TransferCalibration.load(path) if os.path.exists(path) else None for path in paths)
+
+
+def _remote_step(folder=DATA_DIR):
+    """The remote step calibration of ``folder``, else the shipped one (``None`` where missing)."""
+    path = _in(folder, REMOTE_STEP) if os.path.exists(_in(folder, REMOTE_STEP)) else REMOTE_STEP
+    return RemoteStepCalibration.load(path) if os.path.exists(path) else None
 
 
 def user_folder():

@@ -98,8 +98,10 @@ class SimResult:
 
     ``step_time``: seconds from the step's start to its last event;
     ``compute_time``: when the slowest replica finishes forward and backward;
-    ``exposed_comm_time``: ``step_time - compute_time`` (sync and updates not
-    hidden behind compute); ``link_busy`` / ``device_busy``: seconds each
+    ``exposed_comm_time``: ``step_time - compute_time - client_time`` (sync
+    and updates not hidden behind compute); ``client_time``: the fixed cost of
+    a step one client drives on remote tasks (0 for plans on collective ops,
+    where every worker runs its own step); ``link_busy`` / ``device_busy``: seconds each
     resource is occupied; ``memory``: peak bytes per device; ``memory_limit``:
     each used device's capacity; ``events``: ``(name, category, resource,
     start, end)`` tuples of one replica per class plus every transfer.
@@ -114,6 +116,7 @@ class SimResult:
     memory_limit: dict = field(default_factory=dict)
     events: list = field(default_factory=list)
     replicas: int = 1
+    client_time: float = 0.0
 
     @property
     def over_memory(self):
@@ -129,6 +132,7 @@ class SimResult:
             "step_time": self.step_time,
             "compute_time": self.compute_time,
             "exposed_comm_time": self.exposed_comm_time,
+            "client_time": self.client_time,
             "replicas": self.replicas,
             "link_busy": dict(sorted(self.link_busy.items())),
             "device_busy": dict(sorted(self.device_busy.items())),
@@ -624,7 +628,9 @@ class Simulator:
         run.drain()
 
         compute_time = run.finish[0]
-        step_time = max(max(run.finish), max(run.upd_free.values(), default=0.0), max(run.ps_free.values(), default=0.0))
+        client_time = self.client_time(strategy)
+        step_time = client_time + max(max(run.finish), max(run.upd_free.values(), default=0.0),
+                                      max(run.ps_free.values(), default=0.0))
         busy = run.busy
         for c, (schedule, members) in enumerate(classes):
             for slot, seconds in schedule.slot_busy.items():
@@ -636,17 +642,31 @@ class Simulator:
         if trace:
             for schedule, _ in classes:
                 events.extend(schedule.events)
+            if client_time:  # the client dispatches the step before any of it runs
+                events = [(n, c, r, start + client_time, end + client_time) for n, c, r, start, end in events]
+                events.append(("dispatch the step to every task", "client", "client", 0.0, client_time))
         return SimResult(
             step_time=step_time,
             compute_time=compute_time,
-            exposed_comm_time=max(0.0, step_time - compute_time),
+            exposed_comm_time=max(0.0, step_time - compute_time - client_time),
             link_busy=run.links.busy,
             device_busy=busy,
             memory=memory,
             memory_limit={d: spec.device(d).memory_bytes for d in memory},
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
             replicas=len(strategy.replicas),
+            client_time=client_time,
         )
+
+    def client_time(self, strategy):
+        """The fixed cost per step of a plan that one client drives (launcher.runtime.trainer): the client
+        dispatches the step to every worker and PS task.  Plans on collective ops have no such client."""
+        if strategy.allreduces_everything():
+            return 0.0
+        spec = self.resource_spec
+        tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
+        tasks |= {("ps", d) for d in strategy.ps_devices}
+        return self.comm.client_step_seconds(len(tasks))
 
     # -- memory ------------------------------------------------------------
     def memory(self, strategy, slots=None):

@@ -409,3 +409,17 @@ def test_micro_benchmark_ids_range_over_their_whole_table():
         rows = case.variables[0][0] if case.variables else case.inputs[0][0][0]
         ids = next(a for a in _micro_args(case) if a.dtype.is_integer).numpy()
         assert INT_INPUT_MAX < ids.max() < rows and ids.min() >= 0
+
+
+def test_a_process_on_one_core_runs_the_step_at_one_thread_speed(mlp_graph, cpu):
+    """Processes that share the measured machine's cores (emulated nodes pinned to one core) get fewer: the
+    executor schedules the step on that many, so each op runs at its one-thread speed on one core."""
+    model = CostModel.default()
+    cores = model.executor.cores
+    whole = model.op_costs(mlp_graph, cpu)
+    assert model.op_costs(mlp_graph, cpu, cores=cores) == whole
+    one = model.op_costs(mlp_graph, cpu, cores=1)
+    assert {n: c.seconds for n, c in one.items()} == {n: c.seconds for n, c in whole.items()}  # standalone times
+    step = sum(c.step_seconds for c in whole.values())
+    step_one = sum(c.step_seconds for c in one.values())
+    assert step < step_one < cores * step

@@ -131,7 +131,7 @@ def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, co
     result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim), cost_model)
     trace = result.to_chrome_trace()
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert {e["cat"] for e in events} == {"compute", "sync", "update"}
+    assert {e["cat"] for e in events} == {"client", "compute", "sync", "update"}  # a PS plan runs from one client
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
     end = max(e["ts"] + e["dur"] for e in events)
     assert end == pytest.approx(result.step_time * 1e6)
@@ -207,3 +207,18 @@ def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_mod
     # the local sum and the copies back out use the node's PCIe ports, not the NIC
     hub = remote.gpus()[0].name
     assert by_four.link_busy[f"{hub}/fabric/rx"] > 0 and by_four.link_busy[f"{hub}/fabric/tx"] > 0
+
+
+def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, ethernet, cost_model):
+    """PS plans run from one client that dispatches every step to each worker and PS task; collective plans
+    have every worker run its own step."""
+    calibration = cost_model.remote_step
+    assert calibration is not None and calibration.measurements
+    sim = Simulator(mlp_graph, ethernet, cost_model)
+    ring = sim.simulate(baselines.data_parallel(sim))
+    ps_plan = baselines.greedy_ps(sim)
+    ps = sim.simulate(ps_plan)
+    tasks = len({ethernet.device(d).node for r in ps_plan.replicas for d in r}) + len(set(ps_plan.ps_devices))
+    assert ring.client_time == 0.0
+    assert ps.client_time == pytest.approx(calibration.base + calibration.per_task * tasks) and tasks >= 3
+    assert ps.step_time >= ps.compute_time + ps.client_time

@@ -4,7 +4,9 @@
 models under the TensorFlow profiler, writes the timing rows and fits the op
 model; ``autodist profile transfers`` measures loopback gRPC transfers and
 writes the transfer calibration; ``autodist profile collectives`` does the
-same for TensorFlow's CPU ring allreduce between two processes.
+same for TensorFlow's CPU ring allreduce between two processes;
+``autodist profile remote-steps`` measures the fixed cost of a step that one
+client drives on 1-3 remote tasks.
 
 Each writes into a folder of the user's (``--out``, by default
 ``~/.cache/autodist/cost-model``), never into the package's shipped data;
@@ -57,6 +59,12 @@ def register(subparsers):
     co.add_argument("--repeats", type=int, default=15, help="timed repeats per size (default 15)")
     _add_out(co, "collective_calibration.json")
     co.set_defaults(func=run_collectives)
+
+    rs = sub.add_parser("remote-steps", help="measure the fixed cost of a step one client drives on remote tasks")
+    rs.add_argument("--repeats", type=int, default=40, help="timed steps per measurement process (default 40)")
+    rs.add_argument("--sessions", type=int, default=3, help="measurement processes per task count (default 3)")
+    _add_out(rs, "remote_step_calibration.json")
+    rs.set_defaults(func=run_remote_steps)
 
 
 def _add_out(parser, what):
@@ -143,6 +151,23 @@ def run_collectives(args):
     from cost_models.model import COLLECTIVES
 
     return _calibrate(args, calibrate_collectives, COLLECTIVES)
+
+
+def run_remote_steps(args):
+    from cost_models.model import REMOTE_STEP
+    from cost_models.remote_step import calibrate_remote_steps
+
+    if args.repeats < 3:
+        raise InputError("must be at least 3", field="--repeats")
+    if args.sessions < 1:
+        raise InputError("must be at least 1", field="--sessions")
+    path = os.path.join(_out_folder(args), os.path.basename(REMOTE_STEP))
+    command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    calibration = calibrate_remote_steps(repeats=args.repeats, sessions=args.sessions, command=command)
+    calibration.save(path)
+    print(f"client step {calibration.base * 1e3:.2f} ms + {calibration.per_task * 1e3:.2f} ms per remote task "
+          f"({len(calibration.measurements)} task counts) -> {path}")
+    return 0
 
 
 def _calibrate(args, calibrate, shipped_path):

@@ -1,0 +1,147 @@
+"""The fixed cost of a step that one client drives on remote tasks, measured on this machine.
+
+Plans with a parameter server (or a replica split over devices) run from one
+client: the chief calls one ``tf.function`` whose ops are placed on the
+worker and PS tasks (``launcher.runtime.trainer``).  Every call pays, besides
+its ops and tensor transfers, the client's dispatch of the function's part on
+each remote task and the wait for them all.  This module measures that cost
+for 1..K remote tasks running a trivial op each (a chief process connected to
+K ``tf.distribute.Server`` processes, as the runtime connects), fits
+``seconds = base + per_task * tasks`` and stores measurements, fit, command
+and machine as data (``cost_models/data/remote_step_calibration.json``).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from autodist.errors import CostModelError
+from autodist.io import read_json, write_json_atomic
+from cost_models.calibration import _free_port, machine_description
+from cost_models.fresh_process import run_json
+
+FORMAT = "autodist.remote_step_calibration"
+VERSION = 1
+TASKS = (1, 2, 3)
+
+
+@dataclass
+class RemoteStepCalibration:
+    """``seconds = base + per_task * tasks`` of one client-driven step, and the medians behind it.
+
+    ``measurements``: ``{"tasks", "seconds", "repeats", "seconds_per_session"}``.
+    """
+
+    base: float
+    per_task: float
+    measurements: list = field(default_factory=list)
+    command: str = ""
+    machine: dict = field(default_factory=dict)
+
+    def seconds(self, tasks):
+        """The fixed cost of one step whose function has parts on ``tasks`` remote tasks."""
+        return self.base + self.per_task * tasks
+
+    def to_dict(self):
+        return dict(format=FORMAT, version=VERSION, **asdict(self))
+
+    def save(self, path):
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path):
+        data = read_json(path)
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise CostModelError(f"not a remote step calibration (expected {FORMAT} v{VERSION})", source=path)
+        try:
+            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
+        except TypeError as exc:
+            raise CostModelError(str(exc), source=path) from None
+
+
+_TASK_SCRIPT = """
+import sys, tensorflow as tf
+workers = sys.argv[2].split(",")
+cluster = tf.train.ClusterSpec({"chief": [sys.argv[1]], "worker": workers})
+server = tf.distribute.Server(cluster, job_name="worker", task_index=int(sys.argv[3]), protocol="grpc")
+print("ready", flush=True)
+server.join()
+"""
+
+
+def measure_remote_steps(tasks, repeats=40):
+    """Median seconds of one call of a function with a trivial part on each of ``tasks`` remote worker tasks.
+
+    The client feeds a small input from its own memory and reads back one
+    scalar, as the runtime's step does with its batch and loss.
+    """
+    import tensorflow as tf
+
+    chief = f"localhost:{_free_port()}"
+    workers = [f"localhost:{_free_port()}" for _ in range(tasks)]
+    procs = [subprocess.Popen([sys.executable, "-c", _TASK_SCRIPT, chief, ",".join(workers), str(i)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for i in range(tasks)]
+    try:
+        for proc in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise CostModelError("a worker server for the remote step measurement did not start")
+        tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec({"chief": [chief], "worker": workers}),
+                                                  job_name="chief", task_index=0)
+
+        @tf.function
+        def step(x):
+            parts = []
+            for i in range(tasks):
+                with tf.device(f"/job:worker/task:{i}"):
+                    parts.append(tf.reduce_sum(x[i] * 2.0))
+            return tf.add_n(parts)
+
+        x = tf.ones([tasks, 16])
+        for _ in range(5):  # trace, open the channels
+            step(x).numpy()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            step(x).numpy()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+_SESSION_SCRIPT = """
+import json, sys
+from cost_models.remote_step import measure_remote_steps
+print(json.dumps(measure_remote_steps(int(sys.argv[1]), int(sys.argv[2]))))
+"""
+
+
+def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
+    """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit the line.
+
+    The machine's load average before and after goes into the machine record: on a busy machine every step
+    waits for cores, and the fit says so.
+    """
+    load_before = os.getloadavg()[0]
+    points = []
+    for k in tasks:
+        runs = [run_json(_SESSION_SCRIPT, [k, repeats], "a remote step measurement session") for _ in range(sessions)]
+        points.append({"tasks": k, "seconds": statistics.median(runs), "repeats": repeats * sessions,
+                       "seconds_per_session": runs})
+    x = np.array([p["tasks"] for p in points], dtype=np.float64)
+    t = np.array([p["seconds"] for p in points])
+    per_task, base = np.polyfit(x, t, 1)
+    if per_task < 0:
+        per_task, base = 0.0, float(np.median(t))
+    machine = {**machine_description(), "load_average": {"before": round(load_before, 2),
+                                                           "after": round(os.getloadavg()[0], 2)}}
+    return RemoteStepCalibration(max(float(base), 0.0), float(per_task), points, command, machine)
