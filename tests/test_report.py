@@ -79,7 +79,7 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
     assert doc["plan"]["speedup_over_greedy_ps"] == pytest.approx(greedy["step_time"] / doc["plan"]["step_time"])
     assert f"{doc['search']['moves_tried']} moves tried" in text
     for row in [doc["plan"]] + doc["baselines"]:  # after compute: transfers, or updates while none runs
-        exposed = row["step_time"] - row["compute_time"]
+        exposed = row["step_time"] - row["client_time"] - row["compute_time"]
         assert row["exposed_comm_time"] + row["update_time"] == pytest.approx(exposed, abs=1e-12)
     assert not LONG_NUMBER.search(text)
     assert {b["name"] for b in doc["baselines"]} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
@@ -104,6 +104,8 @@ def test_bottleneck_sentence_follows_the_numbers(capsys, embedding_file, preset)
     elif b["bound_by"] == "communication":
         assert sentence.startswith("Communication-bound") and link["resource"] in sentence
         assert link["busy_fraction"] >= 0.9 or b["latency_share"] <= 0.5
+    elif b["bound_by"] == "client":
+        assert sentence.startswith("Client-bound") and b["client_fraction"] > 0.2
     else:
         assert sentence.startswith("Update-bound")
 

@@ -2,12 +2,15 @@
 
 The bound is the busiest resource when it is nearly always busy (a device:
 compute, or a parameter server's updates; a link: bandwidth).  Otherwise it
-is what the step waits on after compute: transfers (and then latency only
-when the transfer model's latency terms outweigh its bytes-over-bandwidth
-terms), or optimizer updates.
+is the longest wait of the step: transfers after compute (and then latency
+only when the transfer model's latency terms outweigh its
+bytes-over-bandwidth terms), optimizer updates after compute, or the
+client's dispatch of the step before it (plans that one client drives).
 """
 
 from __future__ import annotations
+
+from autodist.report.render import ms
 
 # A resource busy for at least this fraction of the step bounds it.
 SATURATED = 0.9
@@ -32,10 +35,11 @@ def exposed_split(simulation):
     """``(communication, update)`` seconds of the step after compute ends.
 
     Update time is when an optimizer update runs and no transfer does; the
-    rest (transfers, and the latency before them) is communication.  Needs
-    a traced simulation; None when there is a wait but no timeline.
+    rest (transfers, and the latency before them) is communication.  The
+    client's dispatch, before compute, is neither.  Needs a traced
+    simulation; None when there is a wait but no timeline.
     """
-    start, end = simulation.compute_time, simulation.step_time
+    start, end = simulation.client_time + simulation.compute_time, simulation.step_time
     if end <= start:
         return 0.0, 0.0
     if not simulation.events:
@@ -79,7 +83,7 @@ def _busiest(busy, step, **extra):
     return {"resource": top[0], "busy_time": top[1], "busy_fraction": top[1] / step if step else 0.0, **extra}
 
 
-def bottleneck(data, split, latency_share):
+def bottleneck(data, split, latency_share, client_time):
     """The busiest link and device, what bounds the step, and one sentence a person can act on.
 
     Parameters
@@ -91,6 +95,8 @@ def bottleneck(data, split, latency_share):
         there is no timeline to split (a plan file).
     latency_share : float or None
         The latency share of the plan's transfers (``Pricing.transfer_terms``).
+    client_time : float
+        Seconds the plan's client dispatches the step before it runs.
     """
     prediction = data["prediction"]
     step = prediction["step_time"]
@@ -105,29 +111,34 @@ def bottleneck(data, split, latency_share):
         "busiest_device": device,
         "exposed_comm_fraction": None if split is None else fraction(split[0]),
         "exposed_update_fraction": None if split is None else fraction(split[1]),
+        "client_fraction": fraction(client_time),
         "latency_share": latency_share,
     }
     replica_devices = {d for replica in data["strategy"]["replicas"] for d in replica}
-    waiting = fraction(step - prediction["compute_time"]) if split is None else out["exposed_comm_fraction"]
+    # Without a timeline (a plan file), the wait after compute is transfers and updates together.
+    after_compute = fraction(step - prediction["compute_time"] - client_time)
+    waiting = after_compute if split is None else out["exposed_comm_fraction"]
+    waits = {"communication" if split is not None else None: waiting, "client": out["client_fraction"]}
+    if split is not None:
+        waits["update"] = out["exposed_update_fraction"]
+    longest, wait = max(waits.items(), key=lambda kv: (kv[1], str(kv[0])))
     link_fraction = link["busy_fraction"] if link else 0.0
     if device and device["busy_fraction"] >= max(SATURATED, link_fraction):
         out["bound_by"] = "compute" if device["resource"] in replica_devices else "update"
     elif link and link_fraction >= SATURATED:
         out["bound_by"] = "communication"
-    elif waiting > SIGNIFICANT and split is None:
-        out["bound_by"] = None  # transfers or updates: only a timeline tells
-    elif waiting > SIGNIFICANT:
+    elif wait <= SIGNIFICANT:
+        out["bound_by"] = "compute"
+    elif longest == "communication":
         latency = latency_share is not None and latency_share > LATENCY_DOMINATES
         out["bound_by"] = "latency" if latency else "communication"
-    elif out["exposed_update_fraction"] and out["exposed_update_fraction"] > SIGNIFICANT:
-        out["bound_by"] = "update"
     else:
-        out["bound_by"] = "compute"
-    out["sentence"] = _sentence(data, out, waiting, split is not None)
+        out["bound_by"] = longest  # None: transfers or updates, only a timeline tells
+    out["sentence"] = _sentence(data, out, waiting, split is not None, client_time)
     return out
 
 
-def _sentence(data, b, waiting, split):
+def _sentence(data, b, waiting, split, client_time):
     link, device, bound = b["busiest_link"], b["busiest_device"], b["bound_by"]
     waits = (f"{waiting:.0%} of the step waits on transfers" if split else
              f"{waiting:.0%} of the step follows compute (transfers and updates: a plan file holds no timeline "
@@ -137,6 +148,13 @@ def _sentence(data, b, waiting, split):
                             for kind, r in (("device", device), ("link", link)) if r)
         return (f"{waits[0].upper()}{waits[1:]}; {busiest}. Report on the job's graph to see whether transfers or "
                 "updates bound the step.")
+    if bound == "client":
+        return (
+            f"Client-bound: for {b['client_fraction']:.0%} of the step ({ms(client_time)}) its client dispatches it "
+            f"to every task before any of it runs (a plan with PS runs from one client), and {waits}. Fewer tasks "
+            "(fewer PS tasks or nodes), or a plan that allreduces everything on collective ops, would shorten the "
+            "step."
+        )
     if bound in ("communication", "latency"):
         role = _ps_role(data, link["resource"]) if link and "/nic" in link["resource"] else None
         busiest = "" if not link else (

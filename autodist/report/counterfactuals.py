@@ -38,8 +38,9 @@ def _fresh_bucket(strategy):
 
 
 def _lightest_ps_task(pricing, strategy):
-    """``(ps_devices, task)``: the PS task holding the fewest PS bytes (PS tasks added when there are none)."""
-    ps_devices = list(strategy.ps_devices) or pricing.ps_candidates()
+    """``(ps_devices, task)``: the PS task holding the fewest PS bytes (the first candidate, added, when there is
+    none: an idle PS task would still cost its client a dispatch)."""
+    ps_devices = list(strategy.ps_devices) or pricing.ps_candidates()[:1]
     load = [0] * len(ps_devices)
     sparse_bytes = pricing.sparse_bytes(strategy)
     for name, s in strategy.sync.items():

@@ -106,6 +106,11 @@ def _exposed(simulation):
     return {"exposed_comm_time": comm, "update_time": update}
 
 
+def _client_time(prediction):
+    """The client's dispatch in a stored prediction: what its step holds besides compute and the wait after it."""
+    return max(prediction["step_time"] - prediction["compute_time"] - prediction["exposed_comm_time"], 0.0)
+
+
 def _baselines(data, candidates, batch_size, spec, pricing):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
@@ -120,6 +125,7 @@ def _baselines(data, candidates, batch_size, spec, pricing):
                 "step_time": c.simulation.step_time,
                 "samples_per_s": samples_per_second(batch_size, c.simulation.step_time),
                 "compute_time": c.simulation.compute_time,
+                "client_time": c.simulation.client_time,
                 **_exposed(pricing.simulate(c.strategy, trace=True) if pricing else None),
                 "memory": _memory(c.simulation.memory, spec),
             }
@@ -133,6 +139,7 @@ def _baselines(data, candidates, batch_size, spec, pricing):
             "step_time": t,
             "samples_per_s": samples_per_second(batch_size, t),
             "compute_time": None,
+            "client_time": None,
             "exposed_comm_time": None,
             "update_time": None,
             "memory": None,
@@ -235,6 +242,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     exposed = _exposed(simulation)
     split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
     latency_share = _latency_share(pricing, plan.strategy) if pricing else None
+    client_time = simulation.client_time if simulation else _client_time(prediction)
     baselines, steps = _baselines(data, search.candidates if search else (), batch, plan.resource_spec, pricing)
     best = min(steps.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
@@ -250,6 +258,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "step_time": step,
             "samples_per_s": samples_per_second(batch, step),
             "compute_time": prediction["compute_time"],
+            "client_time": client_time,
             **exposed,
             "replicas": replicas,
             "ps_tasks": len(plan.strategy.ps_devices),
@@ -262,7 +271,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,
-        "bottleneck": bottleneck(data, split, latency_share),
+        "bottleneck": bottleneck(data, split, latency_share, client_time),
         "pods": _pods(data),
         "largest_variables": _largest_variables(data),
         "counterfactuals": explain(pricing, plan.strategy, simulation) if pricing else None,
