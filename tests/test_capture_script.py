@@ -37,6 +37,7 @@ def test_fit_script_captures_the_real_model_and_batch(mlp_script_graph):
     assert item.job.model_name == "mlp"
     assert item.job.batch_size == 24
     assert item.job.input_shapes == {"x": [24, 784], "y": [24]}
+    assert item.job.step == "fit" and item.job.why_collective_only() is None
     assert item.job.optimizer == "Adam"
     shapes = sorted(v.shape for v in item.trainable_variables())
     assert shapes == sorted([[784, 512], [512], [512, 256], [256], [256, 10], [10]])
@@ -103,7 +104,7 @@ def test_autodist_function_custom_loop_is_captured_with_its_arguments(tmp_path):
 def test_plain_tf_function_custom_loop_with_raw_variables_is_captured_unchanged():
     """The zoo's custom_loop.py: tf.Variables, a tf.function step, a Keras optimizer, no autodist in it."""
     item = capture_script(os.path.join(ZOO, "custom_loop.py"), ["--batch-size", "12"])
-    assert item.job.step == "function"
+    assert item.job.step == "function" and item.job.collective_only
     assert item.job.model_name == "custom_loop"
     assert item.job.batch_size == 12
     assert item.job.input_shapes == {"xb": [12, 16], "yb": [12, 1]}

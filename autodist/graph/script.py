@@ -169,7 +169,7 @@ class _ScriptCapture:
     def capture_step(self, step, args, kwargs):
         """The script's training step (an ``autodist.function`` or a ``tf.function``): trace it and stop."""
         self.item = trace_step(step, args, kwargs, self.model_name, self.source,
-                               xla=hooks.step_options(step).get("jit_compile") or False)
+                               xla=hooks.step_options(step).get("jit_compile") or False, collective_only=True)
         raise _StopScript
 
     @contextlib.contextmanager
