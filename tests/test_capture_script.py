@@ -151,35 +151,6 @@ def test_tf_functions_that_do_not_train_run_as_written_and_the_training_one_is_c
     assert _fit_is_unpatched()
 
 
-def test_tf_function_method_step_is_captured(tmp_path):
-    path = _script(
-        tmp_path,
-        """
-        import keras, numpy as np, tensorflow as tf
-
-        class Trainer:
-            def __init__(self):
-                self.model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-                self.optimizer = keras.optimizers.SGD()
-
-            @tf.function
-            def step(self, x):
-                with tf.GradientTape() as tape:
-                    loss = tf.reduce_sum(self.model(x))
-                grads = tape.gradient(loss, self.model.trainable_variables)
-                self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-                return loss
-
-        trainer = Trainer()  # a tf.function method holds its instance weakly
-        trainer.step(np.ones((6, 3), np.float32))
-        """,
-    )
-    item = capture_script(path)
-    assert item.job.batch_size == 6
-    assert item.parameter_count() == 3 * 2 + 2
-    assert all(v.gradients and v.update_ops for v in item.trainable_variables())
-
-
 def test_tf_function_that_updates_without_an_optimizer_is_not_a_step(tmp_path):
     """Such a step must be marked with autodist.function; unmarked, the script ends without training."""
     path = _script(
@@ -279,10 +250,11 @@ def test_step_that_fails_to_trace(tmp_path):
         capture_script(path)
 
 
-def test_autodist_function_on_a_method_is_captured(tmp_path):
+@pytest.mark.parametrize("decorator", ["autodist.function", "tf.function"])
+def test_step_on_a_method_is_captured(tmp_path, decorator):
     path = _script(
         tmp_path,
-        """
+        f"""
         import keras, numpy as np, tensorflow as tf
         import autodist
 
@@ -291,7 +263,7 @@ def test_autodist_function_on_a_method_is_captured(tmp_path):
                 self.model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
                 self.optimizer = keras.optimizers.SGD()
 
-            @autodist.function
+            @{decorator}
             def step(self, x):
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_sum(self.model(x))
@@ -299,7 +271,8 @@ def test_autodist_function_on_a_method_is_captured(tmp_path):
                 self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
                 return loss
 
-        Trainer().step(np.ones((6, 3), np.float32))
+        trainer = Trainer()  # a tf.function method holds its instance weakly
+        trainer.step(np.ones((6, 3), np.float32))
         """,
     )
     item = capture_script(path)

@@ -10,7 +10,7 @@ import pytest
 
 from autodist import hooks
 
-from tests.conftest import REPO
+from tests.conftest import REPO, ZOO
 
 
 class _Base:
@@ -104,3 +104,16 @@ def test_importing_autodist_capture_profiling_and_the_runtime_patches_nothing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert done.stdout.strip().splitlines()[-1] == "True", done.stderr[-2000:]
+
+
+def test_profiling_grabs_a_plain_tf_function_step_and_leaves_nothing_hooked():
+    import keras
+    import tensorflow as tf
+
+    from cost_models.profiling import zoo_step
+
+    step, args, name = zoo_step(os.path.join(ZOO, "custom_loop.py"), ["--batch-size", "8"])
+    assert name == "custom_loop" and [tuple(a.shape) for a in args] == [(8, 16), (8, 1)]
+    assert np.isfinite(float(step(*args)))  # the grabbed step runs, as profiling runs it
+    assert "fit" not in vars(keras.Model) and hooks.step_handler() is None
+    assert type(tf.function(lambda: None)).__call__.__module__.startswith("tensorflow")
