@@ -142,12 +142,13 @@ def training_steps(handler):
             return handler(fn, args, kwargs)
         return original(fn, *args, **kwargs)
 
+    previous = _step_handler
     with patched(kind, "__call__", call) as original:
         _step_handler = handler
         try:
             yield
         finally:
-            _step_handler = None
+            _step_handler = previous
 
 
 def step_handler():

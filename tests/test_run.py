@@ -303,7 +303,9 @@ def test_a_plain_tf_function_loop_with_raw_variables_is_captured_planned_and_run
         capture_output=True, text=True, timeout=400,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "custom loop" in done.stdout and f"step {STEPS}" in done.stdout and "measured step time" in done.stdout
+    out = done.stdout
+    assert "custom training loop runs on collective ops only" in out  # why the search kept to allreduce plans
+    assert f"step {STEPS}" in out and "measured step time" in out
     from autodist.plan import Plan
 
     plan = Plan.load(str(plan_path))

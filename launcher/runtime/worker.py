@@ -5,8 +5,8 @@ model's ``train_step`` run on this replica's slice of each batch and its
 gradients summed over the replicas (see :mod:`launcher.runtime.collective`);
 the training step of a custom loop (a ``tf.function`` that applies gradients,
 or an ``autodist.function``) gets the same treatment.  The hooks are
-:mod:`autodist.hooks`' and are removed on exit.  The first replica prints progress; every one can write
-a JSON record of what it ran.
+:mod:`autodist.hooks`' and are removed on exit.  The first replica prints
+progress; every one can write a JSON record of what it ran.
 """
 
 from __future__ import annotations
