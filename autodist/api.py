@@ -78,8 +78,8 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         Command-line arguments of a training script.
     allreduce_only : bool
         Search only plans that allreduce every variable, one device per
-        replica: what ``autodist run`` needs for a custom training loop
-        (``autodist.function``), which it runs on collective ops only.
+        replica (a custom training loop's job gets only those whatever this
+        says, see ``JobInfo.why_collective_only``).
     precision, micro_batches : optional
         Override the job's precision and gradient accumulation (see
         :func:`with_job_options`).

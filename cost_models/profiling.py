@@ -356,37 +356,22 @@ class _StepGrabbed(BaseException):
 def _grab_step(found):
     """Stop a script at its first training step and keep what it needs to run.
 
-    ``model.fit`` scripts: the model and fit arguments.  Custom loops whose
-    step is an ``autodist.function``: the step's ``tf.function`` and its
-    first call's arguments.
+    ``model.fit`` scripts: the model and fit arguments.  Custom loops: the
+    step (a ``tf.function`` that applies gradients, or an
+    ``autodist.function``) and its first call's arguments.
     """
-    import keras
-
-    # autodist.function steps are instances of this class (engineer A's
-    # autodist/graph/script.py); its call is replaced only inside this block.
-    from autodist.graph.script import _StepFunction
+    from autodist import hooks
 
     def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
         found.update(model=model, x=x, y=y, batch_size=batch_size, sample_weight=sample_weight)
         raise _StepGrabbed
 
-    def step_call(step, *args, **kwargs):
-        found.update(step=step._tf_function, args=args)
+    def step_call(step, args, kwargs):
+        found.update(step=step, args=args)
         raise _StepGrabbed
 
-    owned = "fit" in vars(keras.Model)
-    original_fit = vars(keras.Model).get("fit")
-    original_call = _StepFunction.__call__
-    keras.Model.fit = fit
-    _StepFunction.__call__ = step_call
-    try:
+    with hooks.keras_fit(fit), hooks.training_steps(step_call):
         yield
-    finally:
-        _StepFunction.__call__ = original_call
-        if owned:
-            keras.Model.fit = original_fit
-        else:
-            del keras.Model.fit
 
 
 def zoo_step(script, args=()):
@@ -398,29 +383,22 @@ def zoo_step(script, args=()):
         The step function (``model.train_step`` for fit scripts) and the
         arguments of one call.
     """
-    import runpy
-    import sys
-
     import tensorflow as tf
 
+    from autodist import hooks
     from autodist.graph.batch import first_batch
 
     found = {}
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [script, *map(str, args)]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
         with _grab_step(found):
-            runpy.run_path(script, run_name="__main__")
+            hooks.run_script(script, args)
     except _StepGrabbed:
         pass
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
     name = os.path.splitext(os.path.basename(script))[0]
     if "step" in found:
         return found["step"], tuple(tf.nest.map_structure(tf.convert_to_tensor, found["args"])), name
     if "model" not in found:
-        raise CaptureError("script finished without model.fit or an autodist.function step", source=script)
+        raise CaptureError("script finished without model.fit or a training step", source=script)
     data, _ = first_batch(found["x"], found["y"], found["sample_weight"], found["batch_size"], source=script)
     data = tf.nest.map_structure(tf.convert_to_tensor, data)
     return tf.function(found["model"].train_step), (data,), name

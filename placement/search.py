@@ -173,14 +173,17 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         times (the CLI draws its bar with it).
     allreduce_only : bool
         Search only strategies that allreduce every variable, one device per
-        replica (what a custom training loop can run on, see
-        :mod:`launcher.runtime.collective`).
+        replica; always so for a job whose ``why_collective_only()`` says why
+        (a custom training loop, see :mod:`launcher.runtime.collective`), and
+        the result's ``stats["left_out"]`` says it.
 
     Returns
     -------
     SearchResult
     """
     started = time.perf_counter()
+    collective_only = graph_item.job.why_collective_only()
+    allreduce_only = allreduce_only or collective_only is not None
     simulator = Simulator(graph_item, resource_spec, cost_model)
     candidates = all_baselines(simulator)
     if allreduce_only:
@@ -207,6 +210,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         work=simulator.work,
         start=start.name,
         allreduce_only=allreduce_only,
+        left_out=f"PS and hybrid plans: {collective_only}" if collective_only else None,
         accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

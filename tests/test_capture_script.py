@@ -1,4 +1,4 @@
-"""capture_script: unchanged model.fit scripts and @autodist.function custom loops, and their failures."""
+"""capture_script: unchanged model.fit scripts, custom loops (plain tf.function steps, @autodist.function), failures."""
 
 import os
 import textwrap
@@ -19,8 +19,11 @@ def _script(tmp_path, body, name="train.py"):
 
 def _fit_is_unpatched():
     import keras
+    import tensorflow as tf
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
 
-    return "fit" not in vars(keras.Model)
+    step_hook_gone = type(tf.function(lambda: None)).__call__.__module__.startswith("tensorflow")
+    return "fit" not in vars(keras.Model) and step_hook_gone and BaseOptimizer.apply.__module__.startswith("keras")
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,7 @@ def test_fit_script_captures_the_real_model_and_batch(mlp_script_graph):
     assert item.job.model_name == "mlp"
     assert item.job.batch_size == 24
     assert item.job.input_shapes == {"x": [24, 784], "y": [24]}
+    assert item.job.step == "fit" and item.job.why_collective_only() is None
     assert item.job.optimizer == "Adam"
     shapes = sorted(v.shape for v in item.trainable_variables())
     assert shapes == sorted([[784, 512], [512], [512, 256], [256], [256, 10], [10]])
@@ -95,6 +99,79 @@ def test_autodist_function_custom_loop_is_captured_with_its_arguments(tmp_path):
     assert item.job.optimizer == "Adagrad"
     assert len(item.trainable_variables()) == 2
     assert all(len(v.slots) == 1 for v in item.trainable_variables())  # Adagrad accumulator
+
+
+def test_plain_tf_function_custom_loop_with_raw_variables_is_captured_unchanged():
+    """The zoo's custom_loop.py: tf.Variables, a tf.function step, a Keras optimizer, no autodist in it."""
+    item = capture_script(os.path.join(ZOO, "custom_loop.py"), ["--batch-size", "12"])
+    assert item.job.step == "function" and item.job.collective_only
+    assert item.job.model_name == "custom_loop"
+    assert item.job.batch_size == 12
+    assert item.job.input_shapes == {"xb": [12, 16], "yb": [12, 1]}
+    assert item.job.optimizer == "Adam"
+    names = sorted(v.name for v in item.trainable_variables())
+    assert names == ["hidden_bias", "hidden_kernel", "output_bias", "output_kernel"]
+    assert all(v.gradients and v.update_ops and len(v.slots) == 2 for v in item.trainable_variables())
+    assert item.parameter_count() == 16 * 32 + 32 + 32 + 1
+    assert _fit_is_unpatched()
+
+
+def test_tf_functions_that_do_not_train_run_as_written_and_the_training_one_is_captured(tmp_path):
+    path = _script(
+        tmp_path,
+        """
+        import keras, numpy as np, tensorflow as tf
+        w = tf.Variable(tf.ones((3, 1)), name="w")
+        opt = keras.optimizers.SGD(0.1)
+
+        @tf.function
+        def normalise(x):
+            return x / tf.reduce_max(x)
+
+        @tf.function
+        def evaluate(x):
+            return tf.reduce_mean(tf.matmul(x, w))
+
+        @tf.function
+        def train(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.matmul(x, w))
+            opt.apply_gradients([(tape.gradient(loss, w), w)])
+            return loss
+
+        x = normalise(np.full((8, 3), 4.0, np.float32))
+        assert float(evaluate(x)) == 3.0, "a tf.function that does not train must run as written"
+        train(x)
+        raise RuntimeError("the step should have stopped the script")
+        """,
+    )
+    item = capture_script(path)
+    assert item.job.step == "function" and item.job.input_shapes == {"x": [8, 3]}
+    assert [v.name for v in item.trainable_variables()] == ["w"]
+    assert _fit_is_unpatched()
+
+
+def test_tf_function_that_updates_without_an_optimizer_is_not_a_step(tmp_path):
+    """Such a step must be marked with autodist.function; unmarked, the script ends without training."""
+    path = _script(
+        tmp_path,
+        """
+        import numpy as np, tensorflow as tf
+        w = tf.Variable(tf.ones((3, 1)))
+
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.matmul(x, w))
+            w.assign_sub(0.1 * tape.gradient(loss, w))
+            return loss
+
+        step(np.ones((4, 3), np.float32))
+        """,
+    )
+    with pytest.raises(CaptureError, match="without training.*autodist.function"):
+        capture_script(path)
+    assert _fit_is_unpatched()
 
 
 def test_autodist_function_outside_capture_is_a_tf_function():
@@ -173,10 +250,11 @@ def test_step_that_fails_to_trace(tmp_path):
         capture_script(path)
 
 
-def test_autodist_function_on_a_method_is_captured(tmp_path):
+@pytest.mark.parametrize("decorator", ["autodist.function", "tf.function"])
+def test_step_on_a_method_is_captured(tmp_path, decorator):
     path = _script(
         tmp_path,
-        """
+        f"""
         import keras, numpy as np, tensorflow as tf
         import autodist
 
@@ -185,7 +263,7 @@ def test_autodist_function_on_a_method_is_captured(tmp_path):
                 self.model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
                 self.optimizer = keras.optimizers.SGD()
 
-            @autodist.function
+            @{decorator}
             def step(self, x):
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_sum(self.model(x))
@@ -193,7 +271,8 @@ def test_autodist_function_on_a_method_is_captured(tmp_path):
                 self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
                 return loss
 
-        Trainer().step(np.ones((6, 3), np.float32))
+        trainer = Trainer()  # a tf.function method holds its instance weakly
+        trainer.step(np.ones((6, 3), np.float32))
         """,
     )
     item = capture_script(path)

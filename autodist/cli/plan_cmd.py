@@ -26,7 +26,7 @@ def register(subparsers):
     p.add_argument("-o", "--output", default="plan.json", metavar="FILE", help="where to write the plan (default plan.json)")
     add_search_arguments(p)
     p.add_argument("--allreduce-only", action="store_true",
-                   help="search only plans that allreduce every variable (what custom training loops run on)")
+                   help="search only plans that allreduce every variable (custom training loops get only those anyway)")
     p.add_argument("--emit-k8s", metavar="DIR", help="also write Kubernetes manifests for the plan here")
     add_job_arguments(p)
     add_manifest_arguments(p)

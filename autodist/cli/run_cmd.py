@@ -77,12 +77,11 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
         raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
                          "run with one micro-batch", field="--micro-batches")
     graph_item = graph_item or graph_of(args.script, args.script_args)
-    custom_loop = graph_item.job.step == "function"
-    if custom_loop:
-        print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
-              "searching plans that allreduce every variable", flush=True)
+    collective_only = graph_item.job.why_collective_only()
+    if collective_only:
+        print(f"autodist: {collective_only}: searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
-                     allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model),
+                     cost_model=load_cost_model(args.cost_model),
                      precision=args.precision)
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)

@@ -93,6 +93,7 @@ JOB_FIELDS = {
     "dtype_policy": _STRING,
     "xla": _BOOL,
     "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
+    "collective_only": _BOOL,
 }
 
 

@@ -111,6 +111,24 @@ class JobInfo:
     xla: bool = False
     # Micro-batches whose gradients are accumulated before one update (gradient accumulation).
     micro_batches: int = 1
+    # Whether autodist's runtime runs this job on collective ops only: a custom
+    # loop captured from a script (see why_collective_only); placement reads it.
+    collective_only: bool = False
+
+    def why_collective_only(self):
+        """Why only plans that allreduce every variable, one device per replica, can run this job; None if any can.
+
+        A custom loop's step runs as written in every replica process, its
+        gradients summed on collective ops.  PS and hybrid plans run from one
+        client that rebuilds a compiled Keras model's step with each variable
+        where the plan puts it; the variables a custom step closes over
+        cannot be moved there, and TensorFlow 2.21 allows no collective op in
+        a client that runs ops on other tasks.  Placement leaves such plans out.
+        """
+        if self.collective_only:
+            return ("a custom training loop runs on collective ops only (PS and hybrid plans run a compiled Keras "
+                    "model's step from one client)")
+        return None
 
 
 def _copy(value):

@@ -1,16 +1,15 @@
-"""Capture from a running script: the ``keras.Model.fit`` hook and ``autodist.function``."""
+"""Capture from a running script: its ``model.fit`` call or its training step (see :mod:`autodist.hooks`)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-import runpy
 import signal
-import sys
 import threading
 import traceback
 
+from autodist import hooks
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph.batch import first_batch
 from autodist.graph.trace import shapes_of, spec_of, trace_step
@@ -18,8 +17,6 @@ from autodist.graph.trace import shapes_of, spec_of, trace_step
 # How long a script may run before it reaches its training step (seconds).
 DEFAULT_TIMEOUT_S = 600.0
 
-# The script capture that is running, if any (set only inside capture_script).
-_active = None
 # The runtime that runs steps under a plan, if any (set only inside steps_run_by).
 _runtime = None
 
@@ -53,7 +50,7 @@ def _time_limit(seconds):
 
 
 class _StepFunction:
-    """A ``tf.function`` that, inside :func:`capture_script`, captures its first call."""
+    """A ``tf.function`` whose calls go to the handler of :func:`autodist.hooks.training_steps` where one is active."""
 
     def __init__(self, func, options):
         import tensorflow as tf
@@ -64,13 +61,9 @@ class _StepFunction:
         functools.update_wrapper(self, func)
 
     def __call__(self, *args, **kwargs):
-        session = _active
-        if session is not None and session.item is None:
-            session.item = trace_step(self._tf_function, args, kwargs, session.model_name, session.source,
-                                      xla=self.options.get("jit_compile", False))
-            raise _StopScript
-        if _runtime is not None:
-            return _runtime.call_step(self, args, kwargs)
+        handler = hooks.step_handler()
+        if handler is not None:
+            return handler(self, args, kwargs)
         return self._tf_function(*args, **kwargs)
 
     def __get__(self, instance, owner):
@@ -82,11 +75,16 @@ class _StepFunction:
 
 @contextlib.contextmanager
 def steps_run_by(runtime):
-    """Inside: every ``autodist.function`` call goes to ``runtime.call_step(step, args, kwargs)``."""
+    """Inside: every call of the script's training step goes to ``runtime.call_step(step, args, kwargs)``.
+
+    The step is an ``autodist.function`` or a ``tf.function`` that applies
+    gradients (see :func:`autodist.hooks.training_steps`).
+    """
     global _runtime
     _runtime = runtime
     try:
-        yield
+        with hooks.training_steps(runtime.call_step):
+            yield
     finally:
         _runtime = None
 
@@ -105,7 +103,9 @@ def function(func=None, **options):
     """Decorator for a training step: ``tf.function`` outside capture.
 
     Inside :func:`capture_script`, the first call is traced and recorded as
-    the script's step, and the script stops there.  ``options`` go to
+    the script's step, and the script stops there.  A ``tf.function`` step
+    that ends in ``optimizer.apply_gradients`` is found without it; mark
+    steps that update their variables otherwise.  ``options`` go to
     ``tf.function`` (e.g. ``jit_compile``); usable bare or with options.
     """
     if func is None:
@@ -136,14 +136,14 @@ def _without_loss_scaling(model):
 
 
 class _ScriptCapture:
-    """State of one capture_script run and the fit hook it installs."""
+    """State of one capture_script run and the hooks it installs."""
 
     def __init__(self, path):
         self.source = path
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
 
-    def capture_fit(self, model, x=None, y=None, batch_size=None, sample_weight=None):
+    def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
         import tensorflow as tf
 
         if getattr(model, "optimizer", None) is None:
@@ -166,29 +166,17 @@ class _ScriptCapture:
             )
         raise _StopScript
 
+    def capture_step(self, step, args, kwargs):
+        """The script's training step (an ``autodist.function`` or a ``tf.function``): trace it and stop."""
+        self.item = trace_step(step, args, kwargs, self.model_name, self.source,
+                               xla=hooks.step_options(step).get("jit_compile") or False, collective_only=True)
+        raise _StopScript
+
     @contextlib.contextmanager
-    def hooks(self):
-        """Install the ``keras.Model.fit`` hook and mark this capture active; undo both on exit."""
-        global _active
-        import keras
-
-        session = self
-
-        def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
-            return session.capture_fit(model, x, y, batch_size, sample_weight)
-
-        owned = "fit" in vars(keras.Model)
-        original = vars(keras.Model).get("fit")
-        keras.Model.fit = fit
-        _active = self
-        try:
+    def installed(self):
+        """Send ``keras.Model.fit`` and the training step's calls here; undo both on exit."""
+        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step):
             yield
-        finally:
-            _active = None
-            if owned:
-                keras.Model.fit = original
-            else:
-                del keras.Model.fit
 
 
 def _script_line(exc, path):
@@ -207,8 +195,9 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     Parameters
     ----------
     path : str or path-like
-        A script that trains with ``model.fit`` or calls a step decorated
-        with :func:`function`.
+        A script that trains with ``model.fit``, or calls a ``tf.function``
+        training step (tape gradients, ``apply_gradients``) or a step
+        decorated with :func:`function`.
     args : sequence of str
         The script's command-line arguments (``sys.argv[1:]``).
     timeout_s : float or None
@@ -229,12 +218,9 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     if not os.path.isfile(path):
         raise CaptureError("no such script", source=path)
     session = _ScriptCapture(path)
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [path, *map(str, args)]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
-        with session.hooks(), _time_limit(timeout_s):
-            runpy.run_path(path, run_name="__main__")
+        with session.installed(), _time_limit(timeout_s):
+            hooks.run_script(path, args)
     except _StopScript:
         pass
     except _TimedOut:
@@ -249,11 +235,10 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
         line = _script_line(exc, path)
         where = f"{path}:{line}" if line else path
         raise CaptureError(f"script raised {first_line(exc)}", source=where) from None
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
     if session.item is None:
         raise CaptureError(
-            "script finished without training (no model.fit call and no autodist.function step)",
+            "script finished without training (no model.fit call, and no tf.function step that calls "
+            "optimizer.apply_gradients or is marked with autodist.function)",
             source=path,
         )
     return session.item

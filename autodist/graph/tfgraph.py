@@ -100,6 +100,14 @@ def op_infos(graph):
     return infos
 
 
+def variable_name(var):
+    """The name a GraphItem and a plan give a live variable: a Keras variable's path, a ``tf.Variable``'s name."""
+    path = getattr(var, "path", None)
+    if path is not None:
+        return path
+    return var.name[:-2] if var.name.endswith(":0") else var.name
+
+
 def variable_facts(var):
     """Name, shape, dtype, bytes and trainable flag of a live ``tf.Variable``."""
     shape = var.shape.as_list()
@@ -107,7 +115,7 @@ def variable_facts(var):
     for d in shape:
         n *= d
     return {
-        "name": var.name[:-2] if var.name.endswith(":0") else var.name,
+        "name": variable_name(var),
         "shape": shape,
         "dtype": var.dtype.name,
         "bytes": n * var.dtype.size,

@@ -181,13 +181,14 @@ def precision_facts():
 
 
 def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None, step="function",
-               xla=False):
+               xla=False, collective_only=False):
     """Trace ``traced`` (a tf.function) on ``args``/``kwargs`` and build its GraphItem.
 
     ``optimizer`` and ``input_shapes`` override what is found from the
     function itself (``model.fit`` knows them better); ``step`` says how the
     script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`);
-    ``xla`` whether the step runs compiled by XLA.
+    ``xla`` whether the step runs compiled by XLA; ``collective_only``
+    whether the runtime runs it on collective ops only (a script's custom loop).
     """
     import tensorflow as tf
 
@@ -216,6 +217,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         precision=precision,
         dtype_policy=policy,
         xla=bool(xla),
+        collective_only=collective_only,
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 

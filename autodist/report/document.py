@@ -284,6 +284,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "started_from": stats.get("start"),
             "seed": data["provenance"]["seed"],
             "budget_s": budget_s,
+            "left_out": stats.get("left_out"),
         },
         "compare": None if other_plan is None else _compare(data, other_plan, batch),
         "provenance": data["provenance"],

@@ -51,6 +51,8 @@ def main():
                         "and save them there after every epoch (model.fit's ModelCheckpoint)")
     parser.add_argument("--custom-loop", action="store_true",
                         help="train with a custom loop whose step is an @autodist.function instead of model.fit")
+    parser.add_argument("--tf-function-loop", action="store_true",
+                        help="train with a custom loop whose step is a plain @tf.function (found without autodist)")
     args = parser.parse_args()
     try:
         x, y = make_data(args.steps, args.batch_size, args.seed)
@@ -62,8 +64,10 @@ def main():
         if os.path.exists(args.checkpoint):
             model.load_weights(args.checkpoint)
         callbacks.append(keras.callbacks.ModelCheckpoint(args.checkpoint, save_weights_only=True))
-    if args.custom_loop:
-        train_custom_loop(model, x, y, args.batch_size)
+    if args.custom_loop or args.tf_function_loop:
+        import tensorflow as tf
+
+        train_custom_loop(model, x, y, args.batch_size, autodist.function if args.custom_loop else tf.function)
     else:
         model.fit(x, y, batch_size=args.batch_size, epochs=1, shuffle=False, verbose=2, callbacks=callbacks)
     if args.save_weights and autodist.is_chief():
@@ -84,9 +88,12 @@ def make_train_step(model):
     return train_step
 
 
-def train_custom_loop(model, x, y, batch_size):
-    """The same training as ``model.fit(..., shuffle=False)``, one epoch, written as a custom loop."""
-    train_step = autodist.function(make_train_step(model))
+def train_custom_loop(model, x, y, batch_size, decorator):
+    """The same training as ``model.fit(..., shuffle=False)``, one epoch, written as a custom loop.
+
+    ``decorator`` makes the step: ``autodist.function`` or ``tf.function``.
+    """
+    train_step = decorator(make_train_step(model))
     for start in range(0, len(x), batch_size):
         loss = train_step(x[start:start + batch_size], y[start:start + batch_size])
         print(f"step {start // batch_size + 1}: loss {float(loss):.4f}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import runpy
 import sys
 
 from autodist.errors import LaunchError
@@ -55,19 +54,15 @@ def connect(cluster, job, index, cpus=1, join_timeout=JOIN_TIMEOUT_S):
 
 def run_script(script, args=()):
     """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would."""
+    from autodist import hooks
+
     if not os.path.isfile(script):
         raise LaunchError("no such training script", source=script)
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+    hooks.run_script(script, args)
 
 
 class RefusedSteps:
-    """``autodist.function`` steps under a one-client plan: refused, naming why (not trained undistributed)."""
+    """Custom-loop steps under a one-client plan: refused, naming why (not trained undistributed)."""
 
     first = True
 
@@ -75,7 +70,7 @@ class RefusedSteps:
         self.reason = reason
 
     def call_step(self, step, args, kwargs):
-        raise LaunchError(f"custom training loops (autodist.function) run only under plans that allreduce every "
+        raise LaunchError(f"custom training loops run only under plans that allreduce every "
                           f"variable, one device per replica, and this plan does not: {self.reason}; "
                           "train with model.fit, or make such a plan (autodist plan --allreduce-only)",
                           field="strategy.sync")

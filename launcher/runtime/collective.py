@@ -120,7 +120,9 @@ class CollectiveGroup:
         """
         import tensorflow as tf
 
-        names = [v.path for v in variables]
+        from autodist.graph.tfgraph import variable_name
+
+        names = [variable_name(v) for v in variables]
         unknown = [n for n in names if n not in self.bucket_of]
         if unknown:
             raise LaunchError(f"variable {unknown[0]!r} of the step is not allreduced by the plan "
@@ -244,13 +246,12 @@ class CollectiveGroup:
     @contextlib.contextmanager
     def _summing_gradients(self, share, checksum):
         """While tracing the step: the outermost ``optimizer.apply`` receives summed gradients."""
-        from keras.src.optimizers.base_optimizer import BaseOptimizer
+        from autodist import hooks
 
-        original = BaseOptimizer.apply
         seen = {"applied": False, "depth": 0}
         group = self
 
-        def apply(optimizer, grads, trainable_variables=None):
+        def apply(original, optimizer, grads, trainable_variables):
             if seen["depth"]:  # a wrapper optimizer (loss scaling) calling its inner one
                 return original(optimizer, grads, trainable_variables)
             variables = list(trainable_variables) if trainable_variables is not None else optimizer._trainable_variables
@@ -261,11 +262,8 @@ class CollectiveGroup:
             finally:
                 seen["depth"] -= 1
 
-        BaseOptimizer.apply = apply
-        try:
+        with hooks.optimizer_apply(apply):
             yield seen
-        finally:
-            BaseOptimizer.apply = original
 
     # -- what was built ------------------------------------------------------------
     def collective_ops(self):

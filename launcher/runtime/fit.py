@@ -1,12 +1,14 @@
 """``model.fit`` under a plan: an explicit context that routes fit to the runtime.
 
 Inside :class:`PlacedFit`, ``keras.Model.fit`` trains through a
-:class:`~launcher.runtime.trainer.PlacedTrainer`; the original method is
-restored on exit.  Outside it nothing is patched.
+:class:`~launcher.runtime.trainer.PlacedTrainer` (the hook is
+:func:`autodist.hooks.keras_fit`); the original method is restored on exit.
+Outside it nothing is patched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -89,26 +91,22 @@ class PlacedFit:
         self.plan_path = plan_path
         self.report_path = report_path
         self.out = out or sys.stdout
-        self._original = None
         self.fits = 0
+        self._hooks = None
 
     def __enter__(self):
-        import keras
-
-        self._original = keras.Model.fit
-        context = self
+        from autodist import hooks
 
         def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, shuffle=True,
                 initial_epoch=0, **kwargs):
-            return context.fit(model, x, y, batch_size, epochs, callbacks, shuffle, initial_epoch, kwargs)
+            return self.fit(model, x, y, batch_size, epochs, callbacks, shuffle, initial_epoch, kwargs)
 
-        keras.Model.fit = fit
+        self._hooks = contextlib.ExitStack()
+        self._hooks.enter_context(hooks.keras_fit(fit))
         return self
 
     def __exit__(self, *exc):
-        import keras
-
-        keras.Model.fit = self._original
+        self._hooks.close()
         return False
 
     def fit(self, model, x, y, batch_size, epochs, callbacks, shuffle, initial_epoch, extra):

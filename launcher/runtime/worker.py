@@ -3,9 +3,10 @@
 Inside :class:`CollectiveRun`, ``keras.Model.fit`` is Keras' own fit with the
 model's ``train_step`` run on this replica's slice of each batch and its
 gradients summed over the replicas (see :mod:`launcher.runtime.collective`);
-``autodist.function`` steps of a custom loop get the same treatment.  Both
-are restored on exit.  The first replica prints progress; every one can write
-a JSON record of what it ran.
+the training step of a custom loop (a ``tf.function`` that applies gradients,
+or an ``autodist.function``) gets the same treatment.  The hooks are
+:mod:`autodist.hooks`' and are removed on exit.  The first replica prints
+progress; every one can write a JSON record of what it ran.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", 
 
 
 class CollectiveRun:
-    """Context manager: ``model.fit`` and ``autodist.function`` steps run as this process's replica.
+    """Context manager: ``model.fit`` and custom-loop steps run as this process's replica.
 
     Parameters
     ----------
@@ -46,45 +47,37 @@ class CollectiveRun:
         self.out = out or sys.stdout
         self.reporter = StepReporter(group.layout.predicted_step_time, None, self.out if self.first else _Discard())
         self.steps = 0
-        self._traced = {}  # id of an autodist.function step -> its tf.function
+        self._traced = {}  # id of a custom loop's step -> (the step, its replica's tf.function)
         self._original_fit = None
         self._stack = None
 
     def __enter__(self):
-        import keras
-
+        from autodist import hooks
         from autodist.graph.script import steps_run_by
 
-        self._original_fit = keras.Model.fit
-        run = self
-
-        def fit(model, *args, **kwargs):
-            return run.fit(model, *args, **kwargs)
-
-        keras.Model.fit = fit
         self._stack = contextlib.ExitStack()
+        self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
         self._stack.enter_context(steps_run_by(self))
         return self
 
     def __exit__(self, *exc):
-        import keras
-
-        keras.Model.fit = self._original_fit
         self._stack.close()
         return False
 
     # -- custom loops ----------------------------------------------------------------
     def call_step(self, step, args, kwargs):
-        """One call of an ``autodist.function`` step: traced once, first call checks data and broadcasts weights."""
+        """One call of a custom loop's step: traced once, first call checks data and broadcasts weights."""
         import tensorflow as tf
 
-        traced = self._traced.get(id(step))
+        from autodist.hooks import step_options
+
+        traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
             check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
-            traced = tf.function(self.group.replica_step(step.python_function), **step.options)
+            traced = tf.function(self.group.replica_step(step.python_function), **step_options(step))
             traced.get_concrete_function(*args, **kwargs)
             self.group.broadcast_from_first(self.group.variables.values())
-            self._traced[id(step)] = traced
+            self._traced[id(step)] = (step, traced)
         start = time.perf_counter()
         with _batch_mismatch_is_a_launch_error():
             out = traced(*args, **kwargs)
@@ -126,7 +119,7 @@ class CollectiveRun:
         import tensorflow as tf
 
         own = canonical_device(tf.config.list_logical_devices(self.group.device_type)[0].name)
-        tf_devices = {name: canonical_device(v.value.device) for name, v in sorted(self.group.variables.items())}
+        tf_devices = {name: canonical_device(_device_of(v)) for name, v in sorted(self.group.variables.items())}
         planned = self.group.layout.replica_devices[self.group.rank]
         return {
             "plan": str(self.plan_path),
@@ -143,7 +136,8 @@ class CollectiveRun:
     def finish(self, report_path=None):
         """Print the summary (first replica) and write the record; a run that trained nothing is an error."""
         if not self.steps:
-            raise LaunchError("the script ended without calling model.fit or an autodist.function step, "
+            raise LaunchError("the script ended without calling model.fit or a training step (a tf.function "
+                              "that calls optimizer.apply_gradients, or an autodist.function), "
                               "so nothing ran with the plan")
         if self.first:
             self.reporter.summary(self.plan_path)
@@ -199,6 +193,13 @@ def _progress_callback(run, rows):
             run._count(logs or {}, time.perf_counter() - self.start, rows)
 
     return Progress()
+
+
+def _device_of(variable):
+    """The device of a Keras variable or a ``tf.Variable``."""
+    import keras
+
+    return (variable.value if isinstance(variable, keras.Variable) else variable).device
 
 
 class _Discard:

@@ -1,0 +1,170 @@
+"""The hooks capture, profiling and the runtime install in TensorFlow and Keras, and running a user's script.
+
+Every hook is a context manager: it is installed on entry and what it
+replaced is restored on exit, however the block ends.  Importing this module
+patches nothing.
+
+- :func:`patched`: one attribute replaced (the way every hook here is made);
+- :func:`keras_fit`: ``keras.Model.fit`` calls go to a handler;
+- :func:`optimizer_apply`: Keras optimizers' ``apply`` (behind
+  ``apply_gradients``) goes to a handler;
+- :func:`training_steps`: calls of the script's training step (an
+  ``autodist.function``, or any ``tf.function`` of the script's own code
+  whose trace applies gradients with a Keras optimizer) go to a handler;
+- :func:`run_script`: a script run as ``python script args`` would run it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import runpy
+import sys
+
+# Top-level packages whose tf.functions are never the script's training step
+# (Keras' own train function, the runtime's replica steps).
+_FRAMEWORK_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "autodist", "launcher", "cost_models",
+                                 "placement"})
+
+# The handler of training-step calls while :func:`training_steps` is active (None outside).
+_step_handler = None
+
+
+@contextlib.contextmanager
+def patched(owner, name, replacement):
+    """Inside: ``owner.name`` is ``replacement``; yields what ``owner.name`` was.
+
+    On exit the attribute is put back as it was: restored where ``owner``
+    held it itself, removed again where it was inherited.
+    """
+    owned = name in vars(owner)
+    own_value = vars(owner).get(name)
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield original
+    finally:
+        if owned:
+            setattr(owner, name, own_value)
+        else:
+            delattr(owner, name)
+
+
+@contextlib.contextmanager
+def keras_fit(handler):
+    """Inside: ``model.fit(*args, **kwargs)`` is ``handler(model, *args, **kwargs)``; yields Keras' own fit."""
+    import keras
+
+    def fit(model, *args, **kwargs):
+        return handler(model, *args, **kwargs)
+
+    with patched(keras.Model, "fit", fit) as original:
+        yield original
+
+
+@contextlib.contextmanager
+def optimizer_apply(handler):
+    """Inside: a Keras optimizer's ``apply(grads, variables)`` is ``handler(original, optimizer, grads, variables)``.
+
+    ``apply_gradients`` calls ``apply``, so both are covered; ``original`` is
+    Keras' own ``apply``.
+    """
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+
+    original = BaseOptimizer.apply
+
+    def apply(optimizer, grads, trainable_variables=None):
+        return handler(original, optimizer, grads, trainable_variables)
+
+    with patched(BaseOptimizer, "apply", apply):
+        yield
+
+
+def _tf_function_type():
+    import tensorflow as tf
+
+    return type(tf.function(lambda: None))
+
+
+def _is_script_code(fn):
+    """Whether a tf.function's python function is the script's code, not TensorFlow's, Keras' or autodist's."""
+    module = getattr(getattr(fn, "python_function", None), "__module__", None) or ""
+    return module.partition(".")[0] not in _FRAMEWORK_PACKAGES
+
+
+def applies_gradients(fn, args, kwargs):
+    """Whether tracing ``fn`` (a tf.function) on ``args`` calls a Keras optimizer's ``apply``.
+
+    The trace is tf.function's own (cached for these arguments).
+    """
+    seen = []
+
+    def record(original, optimizer, grads, variables):
+        seen.append(optimizer)
+        return original(optimizer, grads, variables)
+
+    with optimizer_apply(record):
+        fn.get_concrete_function(*args, **kwargs)
+    return bool(seen)
+
+
+def step_options(step):
+    """The ``tf.function`` options of a training step (an ``autodist.function`` or a ``tf.function``)."""
+    options = getattr(step, "options", None)
+    if options is not None:
+        return dict(options)
+    jit = getattr(step, "_jit_compile", None)
+    return {} if jit is None else {"jit_compile": jit}
+
+
+@contextlib.contextmanager
+def training_steps(handler):
+    """Inside: every call of the script's training step is ``handler(step, args, kwargs)``.
+
+    A training step is an ``autodist.function`` (it asks :func:`step_handler`
+    itself), or a ``tf.function`` of the script's own code, called outside
+    any other traced function, whose trace calls a Keras optimizer's
+    ``apply``: a ``GradientTape`` step that ends in ``apply_gradients``.  Each
+    tf.function is checked once, on its first call; others run as they would.
+    """
+    global _step_handler
+    kind = _tf_function_type()
+    checked = {}  # id of a tf.function -> (the function, is it a training step)
+
+    def call(fn, *args, **kwargs):
+        import tensorflow as tf
+
+        if tf.inside_function() or not _is_script_code(fn):
+            return original(fn, *args, **kwargs)
+        if id(fn) not in checked:
+            checked[id(fn)] = (fn, applies_gradients(fn, args, kwargs))
+        if checked[id(fn)][1]:
+            return handler(fn, args, kwargs)
+        return original(fn, *args, **kwargs)
+
+    previous = _step_handler
+    with patched(kind, "__call__", call) as original:
+        _step_handler = handler
+        try:
+            yield
+        finally:
+            _step_handler = previous
+
+
+def step_handler():
+    """The handler of training-step calls while :func:`training_steps` is active, else None."""
+    return _step_handler
+
+
+def run_script(path, args=()):
+    """Run the script at ``path`` as ``__main__`` with ``sys.argv[1:]`` = ``args``, as ``python path args`` would.
+
+    ``sys.argv`` and ``sys.path`` (the script's folder first) are restored after.
+    """
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [path, *map(str, args)]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
