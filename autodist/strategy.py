@@ -22,6 +22,10 @@ from autodist.errors import InputError, PlacementError
 
 SYNC_METHODS = ("ps", "allreduce")
 ALLREDUCE_ALGORITHMS = ("ring", "hierarchical", "master")
+# Wire formats of an allreduced gradient: as computed, or cast to 16 bits before the
+# collective and back after (Horovod's Compression.fp16); 2 bytes per element on the wire.
+COMPRESSIONS = ("none", "fp16", "bf16")
+WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,10 @@ class VarSync:
     inside each node over NVLink/PCIe, allreduce between nodes over the NIC,
     all-gather inside) or ``master`` (reduce to one GPU per node, allreduce
     between those, broadcast inside); gradients of the same ``bucket`` are
-    fused into one collective.
+    fused into one collective.  ``compression`` (``none``, ``fp16`` or
+    ``bf16``) is the gradient's dtype on the wire: the runtime casts it before
+    the collective and back after; variables of one bucket that differ in it
+    go as separate collectives.
     """
 
     method: str
@@ -43,6 +50,7 @@ class VarSync:
     axis: int = 0
     algorithm: str = "ring"
     bucket: int = 0
+    compression: str = "none"
 
     @property
     def shards(self):
@@ -62,11 +70,23 @@ def _sync_problems(sync, ps_count):
             yield "ps_tasks", f"must name 1 or more PS tasks from 0 to {ps_count - 1}, got {list(sync.ps_tasks)}"
         if not _is_index(sync.axis):
             yield "axis", f"must be an integer >= 0, got {sync.axis!r}"
+        if sync.compression != "none":
+            yield "compression", f"applies to allreduced gradients only, got {sync.compression!r} for a PS variable"
     else:
         if sync.algorithm not in ALLREDUCE_ALGORITHMS:
             yield "algorithm", f"unknown allreduce algorithm {sync.algorithm!r} (one of {', '.join(ALLREDUCE_ALGORITHMS)})"
         if not _is_index(sync.bucket):
             yield "bucket", f"must be an integer >= 0, got {sync.bucket!r}"
+        if sync.compression not in COMPRESSIONS:
+            yield "compression", f"unknown compression {sync.compression!r} (one of {', '.join(COMPRESSIONS)})"
+
+
+def _sync_dict(sync):
+    """One VarSync as plain data; ``compression`` only where it is not ``none`` (older plans stay byte-identical)."""
+    out = {**asdict(sync), "ps_tasks": list(sync.ps_tasks)}
+    if sync.compression == "none":
+        del out["compression"]
+    return out
 
 
 @dataclass
@@ -135,9 +155,7 @@ class Strategy:
         return {
             "replicas": [list(r) for r in self.replicas],
             "ps_devices": list(self.ps_devices),
-            "sync": {
-                name: {**asdict(s), "ps_tasks": list(s.ps_tasks)} for name, s in sorted(self.sync.items())
-            },
+            "sync": {name: _sync_dict(s) for name, s in sorted(self.sync.items())},
             "group_slots": dict(sorted(self.group_slots.items())),
         }
 

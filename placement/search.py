@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import simanneal
 
+from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
 from placement.bounds import lower_bound
 from placement.simulator import Simulator
@@ -156,7 +157,8 @@ class PlacementAnnealer(simanneal.Annealer):
         return best, best_sim
 
 
-def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False):
+def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False,
+             allow_compression=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
     Parameters
@@ -175,6 +177,8 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         Search only strategies that allreduce every variable, one device per
         replica (what a custom training loop can run on, see
         :mod:`launcher.runtime.collective`).
+    allow_compression : bool
+        Let buckets send their gradients as fp16 or bf16 (lossy: opt in).
 
     Returns
     -------
@@ -186,7 +190,8 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     if allreduce_only:
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     start = min(candidates, key=lambda c: _rank(c.simulation))
-    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only)
+    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only,
+                          compressions=COMPRESSIONS if allow_compression else ("none",))
     annealer = PlacementAnnealer(
         start.strategy,
         simulator,
@@ -207,6 +212,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         work=simulator.work,
         start=start.name,
         allreduce_only=allreduce_only,
+        allow_compression=allow_compression,
         accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

@@ -12,7 +12,10 @@ What one step does, as simulated:
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
    once the bucket's last gradient is ready, on collective ops (NCCL) when
    the plan allreduces everything, else summed by the runtime's ordinary
-   ops over gRPC (``CommModel.graph_allreduce_phases``).  PS, as the
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  A bucket
+   compressed to fp16/bf16 moves 2 bytes per element, after a cast on the
+   replica devices (an elementwise pass over memory) that delays the
+   collective, and a cast back that delays the update.  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
@@ -77,6 +80,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models import Phase, gradient_bytes
+from cost_models.comm import cast_seconds, wire_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
 from placement.grouping import group_ops
@@ -271,11 +275,17 @@ class _SyncRun:
                 on_done(end)
 
     # -- allreduce ---------------------------------------------------------
-    def allreduce(self, algorithm, bucket, slot, names, devices):
-        """One fused collective once the bucket's last gradient is ready, then the updates."""
+    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none"):
+        """One fused collective once the bucket's last gradient is ready, then the updates.
+
+        A compressed bucket moves its wire bytes; its cast before the
+        collective and back after runs on the slowest replica device.
+        """
         sim = self.sim
-        nbytes = sum(sim.dense_bytes[v] for v in names)
-        ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        dense = sum(sim.dense_bytes[v] for v in names)
+        nbytes = dense if compression == "none" else sum(sim.compressed_bytes[v] for v in names)
+        cast = sim.cast_seconds(devices, dense, nbytes)
+        ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
         collective_ops = self.strategy.allreduces_everything()
         phases = sim._phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
@@ -284,8 +294,8 @@ class _SyncRun:
         self.submit(
             ready,
             phases,
-            f"allreduce {algorithm} bucket {bucket}",
-            lambda t: self._apply(t, names, slot, f"update bucket {bucket}"),
+            f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else ""),
+            lambda t: self._apply(t + cast, names, slot, f"update bucket {bucket}"),
             atomic=True,
         )
 
@@ -388,6 +398,7 @@ class Simulator:
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
         self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
         self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
+        self.compressed_bytes = {v.name: wire_bytes(v, "fp16") for v in self.variables}
         slot_bytes = {}
         for s in graph_item.slot_variables():
             slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
@@ -405,6 +416,7 @@ class Simulator:
         self._schedules = {}
         self._phases = {}
         self._affine = {}
+        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
         self.work = 0  # events processed so far: a machine-independent effort count
 
     # -- costs -----------------------------------------------------------
@@ -437,6 +449,14 @@ class Simulator:
         rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
         total = sum(self.dense_bytes.values()) or 1
         return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
+
+    def cast_seconds(self, devices, dense_bytes, wire):
+        """One way of a compressed bucket's cast on the slowest of ``devices`` (0 when nothing is cast)."""
+        if wire == dense_bytes:
+            return 0.0
+        if devices not in self._slowest_memory:
+            self._slowest_memory[devices] = min(self.resource_spec.device(d).memory_bandwidth for d in devices)
+        return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
 
     def _phase_list(self, key, make, count=1):
         """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
@@ -583,19 +603,19 @@ class Simulator:
         var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
-        buckets = {}  # (algorithm, bucket, slot) -> variables
+        buckets = {}  # (algorithm, bucket, slot, compression) -> variables
         ps_vars = []
         for name in sorted(strategy.sync):
             s = strategy.sync[name]
             if s.method == "allreduce":
-                buckets.setdefault((s.algorithm, s.bucket, var_slot[name]), []).append(name)
+                buckets.setdefault((s.algorithm, s.bucket, var_slot[name], s.compression), []).append(name)
             else:
                 ps_vars.append(name)
         slot_devices = {}
-        for (algorithm, bucket, slot), names in sorted(buckets.items()):
+        for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
             if slot not in slot_devices:
                 slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
-            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot])
+            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot], compression)
         for name in ps_vars:
             run.parameter_server(name, var_slot[name])
         run.drain()

@@ -13,6 +13,8 @@ Each move changes one decision and returns a short label (for statistics):
   (taking its algorithm);
 - ``group``: an op group unit to another device of its replica (model
   parallelism; only when replicas span several devices);
+- ``compression``: a whole fusion bucket to another wire format (none,
+  fp16, bf16; only when the caller allows compression);
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
@@ -22,6 +24,8 @@ by step time processes the same batches.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from placement.baselines import ps_candidates, ready_order
@@ -48,9 +52,12 @@ class StrategySpace:
         The only source of randomness (seeded by the caller).
     allow_ps : bool
         False keeps every variable allreduced (no move puts one on a PS).
+    compressions : tuple of str
+        The wire formats a bucket may take (``autodist.strategy.COMPRESSIONS``);
+        one (the default, ``none``) disables the ``compression`` move.
     """
 
-    def __init__(self, simulator, rng, allow_ps=True):
+    def __init__(self, simulator, rng, allow_ps=True, compressions=("none",)):
         self.rng = rng
         self.variables = sorted(simulator.dense_bytes)
         self.ready_order = ready_order(simulator)
@@ -59,6 +66,7 @@ class StrategySpace:
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
         self.units = list(simulator.groups.units)
         self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
+        self.compressions = tuple(compressions)
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -66,6 +74,8 @@ class StrategySpace:
             moves += ["shard", "partition"]
         if self.candidates:
             moves.append("ps_count")
+        if len(self.compressions) > 1:
+            moves.append("compression")
         if len(strategy.replicas[0]) > 1 and self.units:
             moves.append("group")
         return moves
@@ -143,6 +153,16 @@ class StrategySpace:
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
                 strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket)
+
+    def _compression(self, strategy):
+        name = self._pick(strategy, "allreduce")
+        if name is None:
+            return
+        s = strategy.sync[name]
+        compression = self.rng.choice([c for c in self.compressions if c != s.compression])
+        for other, x in strategy.sync.items():
+            if x.method == "allreduce" and (x.algorithm, x.bucket, x.compression) == (s.algorithm, s.bucket, s.compression):
+                strategy.sync[other] = replace(x, compression=compression)
 
     def _bucket(self, strategy):
         name = self._pick(strategy, "allreduce")

@@ -63,6 +63,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
     from autodist.api import make_plan
+    from autodist.cli.job_options import search_allowances
     from autodist.cli.plan_cmd import summary
     from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
@@ -83,7 +84,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
               "searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model),
-                     precision=args.precision)
+                     precision=args.precision, **search_allowances(args))
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output

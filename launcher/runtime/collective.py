@@ -27,6 +27,7 @@ import contextlib
 import numpy as np
 
 from autodist.errors import LaunchError
+from autodist.strategy import WIRE_DTYPES
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
 BATCH_MISMATCH = ("the replicas built different global batches; the script must make the same data, "
@@ -112,11 +113,14 @@ class CollectiveGroup:
 
     # -- gradients -----------------------------------------------------------------
     def sum_gradients(self, grads, variables, share, checksum):
-        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and dtype.
+        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and wire dtype.
 
-        Collectives run one after the other in bucket order, the same on
-        every replica.  The first one also carries ``checksum`` (of the global
-        batch); its sum must be the replica count times this replica's checksum.
+        A bucket the plan compresses goes as float16 or bfloat16 (cast after
+        the ``share`` scaling, cast back to each gradient's dtype after the
+        sum).  Collectives run one after the other in bucket order, the same
+        on every replica.  One of them (the first summed in 32 bits or more,
+        else the first) also carries ``checksum`` (of the global batch); its
+        sum must be the replica count times this replica's checksum.
         """
         import tensorflow as tf
 
@@ -129,27 +133,44 @@ class CollectiveGroup:
         groups = {}
         for i, (g, name) in enumerate(zip(grads, names)):
             if g is not None:
-                groups.setdefault((self.bucket_of[name], tf.as_dtype(g.dtype).name), []).append(i)
+                groups.setdefault((self.bucket_of[name], self._wire_dtype(name, g.dtype).name), []).append(i)
+        order = sorted(groups.items())
+        # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
+        carrier = next((k for k, ((_, wire), _) in enumerate(order) if tf.as_dtype(wire).size > 2), 0)
         previous = []
-        for k, ((bucket, dtype), members) in enumerate(sorted(groups.items())):
+        for k, ((bucket, wire), members) in enumerate(order):
             with tf.control_dependencies(previous):
-                parts = [tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in members]
-                flat = tf.concat(parts, axis=0) * tf.cast(share, parts[0].dtype)
-                if k == 0:
+                parts = []
+                for i in members:
+                    g = tf.reshape(tf.convert_to_tensor(grads[i]), [-1])
+                    parts.append(tf.cast(g * tf.cast(share, g.dtype), wire))
+                flat = tf.concat(parts, axis=0)
+                if k == carrier:
                     flat = tf.concat([flat, tf.reshape(tf.cast(checksum, flat.dtype), [1])], axis=0)
                 summed = self.all_sum(flat, name=f"bucket{bucket}_allreduce")
-                if k == 0:
+                if k == carrier:
                     summed = self._checked(summed, checksum)
             previous = [summed]
             sizes = [int(np.prod(variables[i].shape)) for i in members]
             for i, piece in zip(members, tf.split(summed, sizes)):
-                out[i] = tf.reshape(piece, variables[i].shape)
+                out[i] = tf.cast(tf.reshape(piece, variables[i].shape), grads[i].dtype)
                 self.variables[names[i]] = variables[i]
             self.collectives.append({
-                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket, "dtype": dtype,
+                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket,
+                "compression": self.layout.variables[names[members[0]]].compression,
                 "variables": [names[i] for i in members], "elements": int(sum(sizes)),
             })
         return out
+
+    def _wire_dtype(self, name, dtype):
+        """The dtype variable ``name``'s gradient (of ``dtype``) is summed in: 16 bits where the plan compresses it."""
+        import tensorflow as tf
+
+        dtype = tf.as_dtype(dtype)
+        compression = self.layout.variables[name].compression
+        if compression == "none" or not dtype.is_floating or dtype.size <= 2:
+            return dtype
+        return tf.as_dtype(WIRE_DTYPES[compression])
 
     def _checked(self, summed, checksum):
         """``summed`` without its last element, once that element (the summed checksums) matches this replica's."""
@@ -280,7 +301,8 @@ class CollectiveGroup:
                 "group_size": int(tf.get_static_value(op.inputs[1])),
                 "communication_hint": op.get_attr("communication_hint").decode(),
                 "bucket": record["bucket"],
-                "dtype": record["dtype"],
+                "dtype": op.get_attr("T").name,  # what the collective really sums
+                "compression": record["compression"],
                 "elements": record["elements"],
                 "variables": record["variables"],
             }

@@ -31,6 +31,7 @@ class VariablePlacement:
     axis: int = 0
     algorithm: str = "ring"
     bucket: int = 0
+    compression: str = "none"
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class RunLayout:
                 axis=sync.axis,
                 algorithm=sync.algorithm,
                 bucket=sync.bucket,
+                compression=sync.compression,
             )
         return cls(
             replica_devices=tuple(slots[0] for slots in replica_slots),
@@ -80,12 +82,12 @@ class RunLayout:
         )
 
     def buckets(self):
-        """Allreduce buckets in order: list of (bucket, algorithm, [variable names])."""
+        """Allreduce buckets in order: list of (bucket, algorithm, [variable names]), one per wire format."""
         groups = {}
         for v in self.variables.values():
             if v.method == "allreduce":
-                groups.setdefault((v.bucket, v.algorithm), []).append(v.name)
-        return [(b, alg, names) for (b, alg), names in sorted(groups.items())]
+                groups.setdefault((v.bucket, v.algorithm, v.compression), []).append(v.name)
+        return [(b, alg, names) for (b, alg, _), names in sorted(groups.items())]
 
     def ps_variables(self):
         return [v for v in self.variables.values() if v.method == "ps"]

@@ -207,7 +207,8 @@ class PlacedTrainer:
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
                     flat.append(tf.concat([tf.reshape(grads[r][index[nm]], [-1]) for nm in names], axis=0))
-            sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm)
+            sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm,
+                             self.layout.variables[names[0]].compression)
             sizes = [int(np.prod(self.copies[nm][0].shape)) for nm in names]
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
