@@ -12,7 +12,8 @@ def add_job_arguments(parser):
                        help="compute precision to plan for: fp32, tf32 (float32 on TF32 tensor cores), "
                             "fp16 or bf16 (Keras mixed precision)")
     group.add_argument("--micro-batches", type=_positive_int, metavar="N",
-                       help="accumulate the gradients of N micro-batches before each update")
+                       help="cut each replica's share of a step's batch into N micro-batches and accumulate "
+                            "their gradients before one update")
     allowed = parser.add_argument_group("changes the search may make to the job (default: none)")
     allowed.add_argument("--allow-compression", action="store_true",
                          help="let allreduce buckets send their gradients as fp16 or bf16 (half the bytes, "

@@ -74,9 +74,6 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     check_search_size(resource_spec, args.budget)
-    if (args.micro_batches or 1) > 1:
-        raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
-                         "run with one micro-batch", field="--micro-batches")
     graph_item = graph_item or graph_of(args.script, args.script_args)
     custom_loop = graph_item.job.step == "function"
     if custom_loop:
@@ -84,7 +81,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
               "searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model),
-                     precision=args.precision, **search_allowances(args))
+                     precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args))
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output
@@ -126,6 +123,10 @@ def run(args):
             from autodist.resource_spec import cluster_from_args
 
             check_plan_cluster(plan, cluster_from_args(args), args.plan)
+        planned = int(plan.graph.get("micro_batches") or 1)
+        if args.micro_batches and args.micro_batches != planned:
+            raise InputError(f"{args.plan} was made for {planned} micro-batches per step; plan again with "
+                             f"--micro-batches {args.micro_batches}", field="--micro-batches")
         if args.replan:
             plan, plan_path = _replanned(args, plan)
     else:

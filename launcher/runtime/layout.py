@@ -52,6 +52,7 @@ class RunLayout:
     replica_slots: tuple = ()
     group_slots: dict = field(default_factory=dict)
     batch_size: int = 0  # the global batch the plan was made for (0: not known)
+    micro_batches: int = 1  # parts each replica's slice of a step is cut into, their gradients accumulated
 
     @classmethod
     def from_plan(cls, plan):
@@ -79,6 +80,7 @@ class RunLayout:
             replica_slots=replica_slots,
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
+            micro_batches=int(plan.graph.get("micro_batches") or 1),
         )
 
     def buckets(self):

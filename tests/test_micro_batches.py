@@ -1,0 +1,100 @@
+"""Gradient accumulation in the runtime: each replica's slice of a step is cut into micro-batches whose gradients
+are summed before one synchronisation and one update, so training equals single-process training on the full batch.
+
+The job is benchmarks/models/run_small_mlp.py (real Keras, real TensorFlow); the one-client runtime trains in this
+process, the collective runtime as two local replica processes (`autodist run --plan`).
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from autodist.graph.item import GraphItem
+from autodist.plan import Plan
+from autodist.resource_spec import load_cluster
+from autodist.strategy import Strategy, VarSync
+from tests.test_run import BATCH, CLUSTER, REPLICAS, SCRIPT, STEPS, reference_weights, small_job  # noqa: F401
+
+CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def _assert_same_weights(trained, reference):
+    assert sorted(trained) == sorted(reference)
+    for name, expected in reference.items():
+        np.testing.assert_allclose(trained[name], expected, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def _hybrid_layout(model, micro_batches):
+    """Two replicas on this CPU: the embedding in two PS shards (sparse gradients), the rest allreduced."""
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+
+    variables = {}
+    for w in model.trainable_weights:
+        method = "ps" if w.path.startswith("embedding") else "allreduce"
+        variables[w.path] = VariablePlacement(w.path, method, (CPU, CPU))
+    return RunLayout((CPU, CPU), ("n0", "n1"), variables, predicted_step_time=1e-3, micro_batches=micro_batches)
+
+
+@pytest.mark.parametrize("micro_batches", [2, 3])  # 3 cuts each replica's 8 rows unevenly: 2, 3 and 3
+def test_one_client_accumulation_trains_like_plain_keras_on_the_full_batch(micro_batches, reference_weights):  # noqa: F811
+    from run_small_mlp import build_model, make_data
+
+    from launcher.runtime.trainer import PlacedTrainer
+
+    model = build_model(0)
+    trainer = PlacedTrainer(model, _hybrid_layout(model, micro_batches))
+    x, y = make_data(STEPS, BATCH, seed=0)
+    for start in range(0, len(x), BATCH):
+        trainer.step(x[start:start + BATCH], y[start:start + BATCH])
+    _assert_same_weights(trainer.placed_values(), reference_weights)
+    # Every replica ran forward and backward once per micro-batch: one loss op each.
+    graph = trainer._traced_step().get_concrete_function(x[:BATCH], y[:BATCH]).graph
+    losses = [op for op in graph.get_operations() if op.type == "SparseSoftmaxCrossEntropyWithLogits"]
+    assert len(losses) == 2 * micro_batches
+
+
+@pytest.fixture(scope="module")
+def accumulating_plan(small_job, tmp_path_factory):  # noqa: F811
+    """An allreduce plan for two replica processes whose job accumulates 2 micro-batches per step."""
+    from autodist.api import with_job_options
+    from cost_models import CostModel
+    from placement import simulate
+
+    job = with_job_options(GraphItem.from_dict(small_job.to_dict()), micro_batches=2)
+    spec = load_cluster(preset=CLUSTER)
+    strategy = Strategy(replicas=REPLICAS, sync={v.name: VarSync("allreduce", bucket=i % 2)
+                                                 for i, v in enumerate(job.trainable_variables())})
+    cost_model = CostModel.default()
+    plan = Plan.from_strategy(job, spec, strategy, simulate(job, spec, strategy, cost_model), cost_model.id, 0)
+    path = str(tmp_path_factory.mktemp("micro") / "plan.json")
+    plan.save(path)
+    return path
+
+
+def _autodist_run(plan_path, *options, script_args=()):
+    return subprocess.run([sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan_path, *options, "--",
+                           "--steps", str(STEPS), "--batch-size", str(BATCH), *script_args],
+                          capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.slow
+def test_two_replica_processes_accumulate_and_train_like_one(accumulating_plan, reference_weights, tmp_path):  # noqa: F811
+    report, weights = str(tmp_path / "report.json"), str(tmp_path / "weights.npz")
+    done = _autodist_run(accumulating_plan, "--micro-batches", "2", "--report", report,
+                         script_args=("--save-weights", weights))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with open(report) as fh:
+        record = json.load(fh)
+    assert [r["micro_batches"] for r in record["replicas"]] == [2, 2]
+    assert all(r["steps"] == STEPS for r in record["replicas"])
+    _assert_same_weights(dict(np.load(weights)), reference_weights)
+
+
+def test_a_micro_batch_count_other_than_the_plans_is_one_line_exit_2(accumulating_plan):
+    done = _autodist_run(accumulating_plan, "--micro-batches", "3")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "--micro-batches" in done.stderr and "made for 2 micro-batches" in done.stderr
