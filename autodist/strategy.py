@@ -9,6 +9,9 @@ A strategy says, with logical device names only:
 - ``ps_devices``: the device of each parameter-server task (usually a node's
   CPU); PS task ``k`` is ``ps_devices[k]``.
 - ``sync``: per trainable variable, how its gradient is synchronised.
+- ``micro_batches``: the parts each replica cuts its slice of a step's batch
+  into, accumulating their gradients before one synchronisation (None: as the
+  job says, ``JobInfo.micro_batches``).
 
 Search (placement/) produces strategies; the plan (autodist.plan) and the
 launcher consume them.  Nothing here runs anything.
@@ -97,6 +100,7 @@ class Strategy:
     sync: dict
     ps_devices: list = field(default_factory=list)
     group_slots: dict = field(default_factory=dict)
+    micro_batches: int | None = None
 
     def allreduces_everything(self):
         """Every variable allreduced and every replica on one device: the plans that run on collective ops."""
@@ -149,15 +153,20 @@ class Strategy:
         for group, slot in sorted(self.group_slots.items()):
             if any(not 0 <= slot < len(replica) for replica in self.replicas):
                 yield f"strategy.group_slots.{group}", f"slot {slot} outside its replica"
+        if self.micro_batches is not None and not (_is_index(self.micro_batches) and self.micro_batches >= 1):
+            yield "strategy.micro_batches", f"must be an integer >= 1, got {self.micro_batches!r}"
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self):
-        return {
+        out = {
             "replicas": [list(r) for r in self.replicas],
             "ps_devices": list(self.ps_devices),
             "sync": {name: _sync_dict(s) for name, s in sorted(self.sync.items())},
             "group_slots": dict(sorted(self.group_slots.items())),
         }
+        if self.micro_batches is not None:  # absent: as the job says (older plans stay byte-identical)
+            out["micro_batches"] = self.micro_batches
+        return out
 
     @classmethod
     def from_dict(cls, data, where="<strategy>"):
@@ -171,6 +180,7 @@ class Strategy:
                 sync=sync,
                 ps_devices=list(data.get("ps_devices", [])),
                 group_slots=dict(data.get("group_slots", {})),
+                micro_batches=data.get("micro_batches"),
             )
         except (KeyError, TypeError) as exc:
             raise InputError(f"malformed strategy ({exc})", source=where, field="strategy") from None

@@ -158,7 +158,7 @@ class PlacementAnnealer(simanneal.Annealer):
 
 
 def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False,
-             allow_compression=False):
+             allow_compression=False, allow_micro_batches=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
     Parameters
@@ -179,6 +179,9 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         :mod:`launcher.runtime.collective`).
     allow_compression : bool
         Let buckets send their gradients as fp16 or bf16 (lossy: opt in).
+    allow_micro_batches : bool
+        Let the search change how many micro-batches each step accumulates
+        (the global batch stays; memory and overlap change).
 
     Returns
     -------
@@ -191,7 +194,8 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     start = min(candidates, key=lambda c: _rank(c.simulation))
     space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only,
-                          compressions=COMPRESSIONS if allow_compression else ("none",))
+                          compressions=COMPRESSIONS if allow_compression else ("none",),
+                          allow_micro_batches=allow_micro_batches)
     annealer = PlacementAnnealer(
         start.strategy,
         simulator,
@@ -213,6 +217,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         start=start.name,
         allreduce_only=allreduce_only,
         allow_compression=allow_compression,
+        allow_micro_batches=allow_micro_batches,
         accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

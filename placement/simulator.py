@@ -40,10 +40,12 @@ GPU a share is the op's time.
 Optimizer-update ops are charged to their variable (its own and its slots'
 update ops) plus a byte-proportional share of unattributed update ops.
 
-Gradient accumulation: a job of ``m`` micro-batches (``JobInfo.micro_batches``)
-runs its forward and backward ``m`` times, one after another, then
-synchronises and updates once; gradients become ready during the last
-micro-batch.
+Gradient accumulation: a step of ``m`` micro-batches (``Strategy.micro_batches``,
+else ``JobInfo.micro_batches``) cuts each replica's rows into ``m`` parts, as
+the runtime does, and runs forward and backward on each, one after another,
+then synchronises and updates once: every op of a part takes ``1/m`` of its
+time on the whole slice (time linear in rows), so compute takes as long as
+one pass, but gradients become ready only during the last part.
 
 Memory (:meth:`Simulator.memory`): parameters and optimizer slots where they
 live, plus the peak of the live tensors of the ops each device runs
@@ -512,20 +514,25 @@ class Simulator:
         return fit
 
     # -- compute ---------------------------------------------------------
-    def _schedule(self, replica, slots, trace):
+    def micro_batches_of(self, strategy):
+        """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
+        return strategy.micro_batches or self.micro_batches
+
+    def _schedule(self, replica, slots, trace, micro_batches=None):
+        micro_batches = micro_batches or self.micro_batches
         devices = [self.resource_spec.device(d) for d in replica]
         if len(replica) == 1:
-            key = (self._model_key(devices[0]),)
+            key = (self._model_key(devices[0]), micro_batches)
         else:
-            key = (tuple(replica), slots)
+            key = (tuple(replica), slots, micro_batches)
         cached = self._schedules.get(key)
         if cached is not None and (cached.events or not trace):
             return cached
-        schedule = self._run_compute(replica, devices, slots, trace)
+        schedule = self._run_compute(replica, devices, slots, trace, micro_batches)
         self._schedules[key] = schedule
         return schedule
 
-    def _run_compute(self, replica, devices, slots, trace):
+    def _run_compute(self, replica, devices, slots, trace, micro_batches):
         groups = self.groups.groups
         n = len(groups)
         costs = [self.device_costs(d)[0] for d in devices]
@@ -566,14 +573,14 @@ class Simulator:
                     heapq.heappush(heap, (ready_at[h], h))
         self.work += n
         one = max(end, default=0.0)
-        earlier = (self.micro_batches - 1) * one  # the micro-batches before the last one
-        gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
+        m = micro_batches
+        earlier = (m - 1) * one / m  # the micro-batches before the last one
+        gradient_ready = {v: earlier + end[g] / m for v, g in self.groups.gradient_group.items()}
         if earlier:
-            free = {slot: earlier + t for slot, t in free.items()}
-            busy = {slot: t * self.micro_batches for slot, t in busy.items()}
-            events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
-            events += [(f"micro-batches 1-{self.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
-        return _Schedule(earlier + one, free, busy, gradient_ready, events)
+            free = {slot: earlier + t / m for slot, t in free.items()}
+            events = [(name, kind, where, earlier + a / m, earlier + b / m) for name, kind, where, a, b in events]
+            events += [(f"micro-batches 1-{m - 1}", "compute", d, 0.0, earlier) for d in replica]
+        return _Schedule(earlier + one / m, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------
     def simulate(self, strategy, trace=False, overlap=True):
@@ -597,7 +604,7 @@ class Simulator:
         slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
         classes = {}
         for replica in strategy.replicas:
-            schedule = self._schedule(list(replica), slots, trace)
+            schedule = self._schedule(list(replica), slots, trace, self.micro_batches_of(strategy))
             classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
         classes = list(classes.values())
         var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
@@ -651,7 +658,7 @@ class Simulator:
 
         A replica device holds, for allreduce variables of its groups, the
         variable and its optimizer slots (and an accumulation buffer when
-        the job accumulates micro-batches); for PS variables, its local copy
+        the step accumulates micro-batches); for PS variables, its local copy
         of what it reads; and the peak of the live tensors of the ops of its
         groups (gradients included, until their update).  A PS device holds
         its shards of the variables and of their slots.
@@ -676,7 +683,7 @@ class Simulator:
             for slot, dev in enumerate(replica):
                 live, reserve = self._slot_peak(slots, slot)
                 memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
-                if self.micro_batches > 1:
+                if self.micro_batches_of(strategy) > 1:
                     memory[dev] += accumulated.get(slot, 0)
                 if self.resource_spec.device(dev).kind == "GPU":
                     memory[dev] += reserve

@@ -15,6 +15,9 @@ Each move changes one decision and returns a short label (for statistics):
   parallelism; only when replicas span several devices);
 - ``compression``: a whole fusion bucket to another wire format (none,
   fp16, bf16; only when the caller allows compression);
+- ``micro_batches``: twice or half the micro-batches each replica cuts its
+  slice of the batch into (only when the caller allows it; at least one row
+  per micro-batch);
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
@@ -38,6 +41,7 @@ def copy_strategy(strategy):
         sync=dict(strategy.sync),
         ps_devices=list(strategy.ps_devices),
         group_slots=dict(strategy.group_slots),
+        micro_batches=strategy.micro_batches,
     )
 
 
@@ -55,9 +59,11 @@ class StrategySpace:
     compressions : tuple of str
         The wire formats a bucket may take (``autodist.strategy.COMPRESSIONS``);
         one (the default, ``none``) disables the ``compression`` move.
+    allow_micro_batches : bool
+        Let the ``micro_batches`` move change the gradient accumulation.
     """
 
-    def __init__(self, simulator, rng, allow_ps=True, compressions=("none",)):
+    def __init__(self, simulator, rng, allow_ps=True, compressions=("none",), allow_micro_batches=False):
         self.rng = rng
         self.variables = sorted(simulator.dense_bytes)
         self.ready_order = ready_order(simulator)
@@ -67,6 +73,8 @@ class StrategySpace:
         self.units = list(simulator.groups.units)
         self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
         self.compressions = tuple(compressions)
+        self.batch_rows = simulator.graph_item.job.batch_size if allow_micro_batches else 0
+        self.job_micro_batches = simulator.micro_batches
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -76,6 +84,8 @@ class StrategySpace:
             moves.append("ps_count")
         if len(self.compressions) > 1:
             moves.append("compression")
+        if self.batch_rows // len(strategy.replicas) >= 2:
+            moves.append("micro_batches")
         if len(strategy.replicas[0]) > 1 and self.units:
             moves.append("group")
         return moves
@@ -163,6 +173,12 @@ class StrategySpace:
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket, x.compression) == (s.algorithm, s.bucket, s.compression):
                 strategy.sync[other] = replace(x, compression=compression)
+
+    def _micro_batches(self, strategy):
+        current = strategy.micro_batches or self.job_micro_batches
+        rows = self.batch_rows // len(strategy.replicas)
+        options = sorted({min(max(m, 1), rows) for m in (current // 2, current * 2)} - {current})
+        strategy.micro_batches = self.rng.choice(options)
 
     def _bucket(self, strategy):
         name = self._pick(strategy, "allreduce")

@@ -6,6 +6,7 @@ process, the collective runtime as two local replica processes (`autodist run --
 """
 
 import json
+import random
 import subprocess
 import sys
 
@@ -19,6 +20,64 @@ from autodist.strategy import Strategy, VarSync
 from tests.test_run import BATCH, CLUSTER, REPLICAS, SCRIPT, STEPS, reference_weights, small_job  # noqa: F401
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+# -- strategy field, pricing and search move ---------------------------------------------
+
+
+def test_the_strategys_micro_batches_round_trip_and_bad_counts_name_the_field(mlp_graph):
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    names = {v.name for v in mlp_graph.trainable_variables()}
+    strategy = Strategy(replicas=[[d.name] for d in spec.devices()], sync={n: VarSync("allreduce") for n in names})
+    assert "micro_batches" not in strategy.to_dict()  # as the job says: older plans stay byte-identical
+    strategy.micro_batches = 4
+    data = json.loads(json.dumps(strategy.to_dict()))
+    assert data["micro_batches"] == 4 and Strategy.from_dict(data).micro_batches == 4
+    for bad in (0, -2, 1.5, True):
+        strategy.micro_batches = bad
+        problems = dict(strategy.problems({d.name for d in spec.devices()}, names))
+        assert "must be an integer >= 1" in problems["strategy.micro_batches"]
+
+
+def test_the_strategys_count_overrides_the_jobs_in_the_simulator(mlp_graph):
+    from cost_models import CostModel
+    from placement import Simulator, baselines
+
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    sim = Simulator(mlp_graph, spec, CostModel.default())
+    strategy = baselines.data_parallel(sim)
+    one = sim.simulate(strategy, trace=True)
+    strategy.micro_batches = 4
+    four = sim.simulate(strategy, trace=True)
+    assert four.compute_time == pytest.approx(one.compute_time)
+    assert any(e[0] == "micro-batches 1-3" for e in four.events)
+    device = strategy.replicas[0][0]
+    assert four.memory[device] - one.memory[device] == mlp_graph.parameter_bytes()  # the accumulation buffer
+    # Cached schedules are per count: going back gives the one-micro-batch step again.
+    strategy.micro_batches = None
+    assert sim.simulate(strategy).step_time == one.step_time
+
+
+def test_the_micro_batch_move_only_when_allowed_doubles_or_halves_within_the_rows(mlp_graph):
+    from cost_models import CostModel
+    from placement import Simulator, baselines
+    from placement.space import StrategySpace, copy_strategy
+
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    sim = Simulator(mlp_graph, spec, CostModel.default())
+    strategy = baselines.data_parallel(sim)
+    assert "micro_batches" not in StrategySpace(sim, random.Random(0)).applicable(strategy)
+    space = StrategySpace(sim, random.Random(0), allow_micro_batches=True)
+    assert "micro_batches" in space.applicable(strategy)
+    rows = mlp_graph.job.batch_size // len(strategy.replicas)
+    seen = set()
+    for _ in range(40):
+        before = strategy.micro_batches or 1
+        space._micro_batches(strategy)
+        assert strategy.micro_batches in (before * 2, before // 2, rows) and 1 <= strategy.micro_batches <= rows
+        seen.add(strategy.micro_batches)
+    assert len(seen) > 2
+    assert copy_strategy(strategy).micro_batches == strategy.micro_batches
 
 
 def _assert_same_weights(trained, reference):
@@ -98,3 +157,12 @@ def test_a_micro_batch_count_other_than_the_plans_is_one_line_exit_2(accumulatin
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "--micro-batches" in done.stderr and "made for 2 micro-batches" in done.stderr
+
+
+def test_the_runtime_takes_the_strategys_count_over_the_jobs(accumulating_plan):
+    from launcher.runtime.layout import RunLayout
+
+    plan = Plan.load(accumulating_plan)
+    assert RunLayout.from_plan(plan).micro_batches == 2  # the job's
+    plan.strategy.micro_batches = 4
+    assert RunLayout.from_plan(plan).micro_batches == 4

@@ -18,6 +18,9 @@ def add_job_arguments(parser):
     allowed.add_argument("--allow-compression", action="store_true",
                          help="let allreduce buckets send their gradients as fp16 or bf16 (half the bytes, "
                               "rounded gradients)")
+    allowed.add_argument("--allow-micro-batches", action="store_true",
+                         help="let the search change how many micro-batches each step accumulates (same global "
+                              "batch and weights; less memory, later gradients)")
 
 
 def _positive_int(text):
@@ -39,4 +42,5 @@ def job_options(args):
 
 def search_allowances(args):
     """The changes to the job the search may make, as keyword arguments of ``autodist.api.make_plan``."""
-    return {"allow_compression": bool(getattr(args, "allow_compression", False))}
+    return {"allow_compression": bool(getattr(args, "allow_compression", False)),
+            "allow_micro_batches": bool(getattr(args, "allow_micro_batches", False))}
