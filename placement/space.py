@@ -18,12 +18,16 @@ Each move changes one decision and returns a short label (for statistics):
 - ``micro_batches``: twice or half the micro-batches each replica cuts its
   slice of the batch into (only when the caller allows it; at least one row
   per micro-batch);
+- ``replicas``: the replica count one up or down, halved, doubled, one or
+  every compute device (one-device replicas only; the replicas are the first
+  compute devices in cluster order, so nodes fill one after another);
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
 
-The replicas themselves are fixed during a search: every candidate compared
-by step time processes the same batches.
+The replica count changes the work each replica does; the search compares
+candidates by ``SimResult.time_per_batch``, which the simulator makes
+comparable across replica counts.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ class StrategySpace:
         self.compressions = tuple(compressions)
         self.batch_rows = simulator.graph_item.job.batch_size if allow_micro_batches else 0
         self.job_micro_batches = simulator.micro_batches
+        self.compute_devices = [d.name for d in simulator.resource_spec.compute_devices()]
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -84,6 +89,8 @@ class StrategySpace:
             moves.append("ps_count")
         if len(self.compressions) > 1:
             moves.append("compression")
+        if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas):
+            moves.append("replicas")
         if self.batch_rows // len(strategy.replicas) >= 2:
             moves.append("micro_batches")
         if len(strategy.replicas[0]) > 1 and self.units:
@@ -173,6 +180,14 @@ class StrategySpace:
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket, x.compression) == (s.algorithm, s.bucket, s.compression):
                 strategy.sync[other] = replace(x, compression=compression)
+
+    def _replicas(self, strategy):
+        count, most = len(strategy.replicas), len(self.compute_devices)
+        steps = (count - 1, count + 1, count // 2, 2 * count, 1, most)  # both ends too: one replica syncs nothing
+        new = self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count}))
+        strategy.replicas = [[d] for d in self.compute_devices[:new]]
+        if strategy.micro_batches:  # every replica keeps a row per micro-batch
+            strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // new))
 
     def _micro_batches(self, strategy):
         current = strategy.micro_batches or self.job_micro_batches

@@ -7,8 +7,6 @@ process, the collective runtime as two local replica processes (`autodist run --
 
 import json
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +15,8 @@ from autodist.graph.item import GraphItem
 from autodist.plan import Plan
 from autodist.resource_spec import load_cluster
 from autodist.strategy import Strategy, VarSync
-from tests.test_run import BATCH, CLUSTER, REPLICAS, SCRIPT, STEPS, reference_weights, small_job  # noqa: F401
+from tests.plan_runs import run_plan, save_plan
+from tests.test_run import BATCH, CLUSTER, REPLICAS, STEPS, reference_weights, small_job  # noqa: F401
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 
@@ -119,41 +118,24 @@ def test_one_client_accumulation_trains_like_plain_keras_on_the_full_batch(micro
 def accumulating_plan(small_job, tmp_path_factory):  # noqa: F811
     """An allreduce plan for two replica processes whose job accumulates 2 micro-batches per step."""
     from autodist.api import with_job_options
-    from cost_models import CostModel
-    from placement import simulate
 
     job = with_job_options(GraphItem.from_dict(small_job.to_dict()), micro_batches=2)
-    spec = load_cluster(preset=CLUSTER)
     strategy = Strategy(replicas=REPLICAS, sync={v.name: VarSync("allreduce", bucket=i % 2)
                                                  for i, v in enumerate(job.trainable_variables())})
-    cost_model = CostModel.default()
-    plan = Plan.from_strategy(job, spec, strategy, simulate(job, spec, strategy, cost_model), cost_model.id, 0)
-    path = str(tmp_path_factory.mktemp("micro") / "plan.json")
-    plan.save(path)
-    return path
-
-
-def _autodist_run(plan_path, *options, script_args=()):
-    return subprocess.run([sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan_path, *options, "--",
-                           "--steps", str(STEPS), "--batch-size", str(BATCH), *script_args],
-                          capture_output=True, text=True, timeout=400)
+    return save_plan(job, load_cluster(preset=CLUSTER), strategy, tmp_path_factory.mktemp("micro") / "plan.json")
 
 
 @pytest.mark.slow
 def test_two_replica_processes_accumulate_and_train_like_one(accumulating_plan, reference_weights, tmp_path):  # noqa: F811
-    report, weights = str(tmp_path / "report.json"), str(tmp_path / "weights.npz")
-    done = _autodist_run(accumulating_plan, "--micro-batches", "2", "--report", report,
-                         script_args=("--save-weights", weights))
+    done, record, weights = run_plan(accumulating_plan, str(tmp_path), "--micro-batches", "2")
     assert done.returncode == 0, done.stderr[-3000:]
-    with open(report) as fh:
-        record = json.load(fh)
     assert [r["micro_batches"] for r in record["replicas"]] == [2, 2]
     assert all(r["steps"] == STEPS for r in record["replicas"])
-    _assert_same_weights(dict(np.load(weights)), reference_weights)
+    _assert_same_weights(weights, reference_weights)
 
 
-def test_a_micro_batch_count_other_than_the_plans_is_one_line_exit_2(accumulating_plan):
-    done = _autodist_run(accumulating_plan, "--micro-batches", "3")
+def test_a_micro_batch_count_other_than_the_plans_is_one_line_exit_2(accumulating_plan, tmp_path):
+    done, _, _ = run_plan(accumulating_plan, str(tmp_path), "--micro-batches", "3")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "--micro-batches" in done.stderr and "made for 2 micro-batches" in done.stderr
