@@ -223,3 +223,14 @@ def test_a_compressed_collective_plan_trains_two_processes_like_one(small_job, r
             assert sorted(collective["variables"]) == members
             assert collective["elements"] == sum(sizes[n] for n in members)
     _assert_close_to(weights, reference_weights, {s.compression for s in sync.values()})
+
+
+def test_the_lower_bound_holds_for_compressed_plans(embedding_graph, cost_model):
+    from placement import Simulator, lower_bound
+
+    spec = load_cluster(preset=NETWORK_BOUND)
+    sim = Simulator(embedding_graph, spec, cost_model)
+    for compression in COMPRESSIONS:
+        strategy = _allreduce_all(embedding_graph, _replicas(spec), compression)
+        bound = lower_bound(embedding_graph, spec, cost_model, replicas=strategy.replicas, simulator=sim)
+        assert bound <= sim.simulate(strategy).step_time
