@@ -141,10 +141,14 @@ def test_a_micro_batch_count_other_than_the_plans_is_one_line_exit_2(accumulatin
     assert "--micro-batches" in done.stderr and "made for 2 micro-batches" in done.stderr
 
 
-def test_the_runtime_takes_the_strategys_count_over_the_jobs(accumulating_plan):
+def test_the_runtime_and_the_report_take_the_strategys_count_over_the_jobs(accumulating_plan):
+    from autodist.report.document import build_report
     from launcher.runtime.layout import RunLayout
 
     plan = Plan.load(accumulating_plan)
-    assert RunLayout.from_plan(plan).micro_batches == 2  # the job's
-    plan.strategy.micro_batches = 4
-    assert RunLayout.from_plan(plan).micro_batches == 4
+    assert RunLayout.from_plan(plan).micro_batches == plan.micro_batches == 2  # the job's
+    data = json.loads(plan.to_json())
+    data["strategy"]["micro_batches"] = 4
+    plan = Plan.from_dict(data)
+    assert RunLayout.from_plan(plan).micro_batches == plan.micro_batches == 4
+    assert build_report(plan)["costs"]["micro_batches"] == 4

@@ -107,7 +107,6 @@ def run(args):
     from autodist.io import check_output_file
     from autodist.plan import Plan
     from launcher.local import Terminated, run_local
-    from launcher.runtime.layout import planned_micro_batches
 
     _parse_rest(args)
     for path, option in ((args.report, "--report"), (None if args.plan else args.output, "-o")):
@@ -124,9 +123,8 @@ def run(args):
             from autodist.resource_spec import cluster_from_args
 
             check_plan_cluster(plan, cluster_from_args(args), args.plan)
-        planned = planned_micro_batches(plan)
-        if args.micro_batches and args.micro_batches != planned:
-            raise InputError(f"{args.plan} was made for {planned} micro-batches per step; plan again with "
+        if args.micro_batches and args.micro_batches != plan.micro_batches:
+            raise InputError(f"{args.plan} was made for {plan.micro_batches} micro-batches per step; plan again with "
                              f"--micro-batches {args.micro_batches}", field="--micro-batches")
         if args.replan:
             plan, plan_path = _replanned(args, plan)

@@ -93,8 +93,8 @@ def _costs(data, spec):
             basis = "measured" if name in model.learned_devices else "assumed"
         devices.append({"model": name, "kind": kind, "basis": basis})
     summary = data["graph"]
-    return {"precision": summary.get("precision") or "fp32", "micro_batches": summary.get("micro_batches", 1),
-            "devices": devices}
+    micro_batches = data["strategy"].get("micro_batches") or summary.get("micro_batches", 1)  # as Plan.micro_batches
+    return {"precision": summary.get("precision") or "fp32", "micro_batches": micro_batches, "devices": devices}
 
 
 def _baselines(data, candidates, batch_size, replicas, spec):

@@ -17,11 +17,6 @@ def canonical_device(device):
     return tf.DeviceSpec.from_string(device).to_string()
 
 
-def planned_micro_batches(plan):
-    """The micro-batches a step of ``plan`` accumulates: its strategy's count, else its job's."""
-    return int(plan.strategy.micro_batches or plan.graph.get("micro_batches") or 1)
-
-
 @dataclass(frozen=True)
 class VariablePlacement:
     """One trainable variable.
@@ -85,7 +80,7 @@ class RunLayout:
             replica_slots=replica_slots,
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
-            micro_batches=planned_micro_batches(plan),
+            micro_batches=plan.micro_batches,
         )
 
     def buckets(self):
