@@ -61,7 +61,8 @@ def cluster_of(cluster):
 
 
 def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
-              precision=None, micro_batches=None, cost_model=None):
+              precision=None, micro_batches=None, cost_model=None, allow_compression=False,
+              allow_micro_batches=False):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -85,6 +86,10 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         :func:`with_job_options`).
     cost_model : cost_models.CostModel, optional
         The cost model to plan with (default: the shipped one).
+    allow_compression : bool
+        Let the search send allreduce buckets as fp16 or bf16 (rounds the gradients).
+    allow_micro_batches : bool
+        Let the search change the micro-batches each step accumulates (the global batch stays).
 
     Returns
     -------
@@ -99,5 +104,6 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     resource_spec = cluster_of(cluster)
     cost_model = cost_model or CostModel.default()
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
-                      allreduce_only=allreduce_only)
+                      allreduce_only=allreduce_only, allow_compression=allow_compression,
+                      allow_micro_batches=allow_micro_batches)
     return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)

@@ -357,6 +357,11 @@ class Plan:
     def graph(self):
         return self._data["graph"]
 
+    @property
+    def micro_batches(self):
+        """The micro-batches each step accumulates: the strategy's count, else the job's."""
+        return int(self.strategy.micro_batches or self.graph.get("micro_batches") or 1)
+
     def tasks_of(self, job):
         return [t for t in self.tasks if t["job"] == job]
 

@@ -9,6 +9,9 @@ A strategy says, with logical device names only:
 - ``ps_devices``: the device of each parameter-server task (usually a node's
   CPU); PS task ``k`` is ``ps_devices[k]``.
 - ``sync``: per trainable variable, how its gradient is synchronised.
+- ``micro_batches``: the parts each replica cuts its slice of a step's batch
+  into, accumulating their gradients before one synchronisation (None: as the
+  job says, ``JobInfo.micro_batches``).
 
 Search (placement/) produces strategies; the plan (autodist.plan) and the
 launcher consume them.  Nothing here runs anything.
@@ -22,6 +25,10 @@ from autodist.errors import InputError, PlacementError
 
 SYNC_METHODS = ("ps", "allreduce")
 ALLREDUCE_ALGORITHMS = ("ring", "hierarchical", "master")
+# Wire formats of an allreduced gradient: as computed, or cast to 16 bits before the
+# collective and back after (Horovod's Compression.fp16); 2 bytes per element on the wire.
+COMPRESSIONS = ("none", "fp16", "bf16")
+WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,10 @@ class VarSync:
     inside each node over NVLink/PCIe, allreduce between nodes over the NIC,
     all-gather inside) or ``master`` (reduce to one GPU per node, allreduce
     between those, broadcast inside); gradients of the same ``bucket`` are
-    fused into one collective.
+    fused into one collective.  ``compression`` (``none``, ``fp16`` or
+    ``bf16``) is the gradient's dtype on the wire: the runtime casts it before
+    the collective and back after; variables of one bucket that differ in it
+    go as separate collectives.
     """
 
     method: str
@@ -43,6 +53,7 @@ class VarSync:
     axis: int = 0
     algorithm: str = "ring"
     bucket: int = 0
+    compression: str = "none"
 
     @property
     def shards(self):
@@ -62,11 +73,23 @@ def _sync_problems(sync, ps_count):
             yield "ps_tasks", f"must name 1 or more PS tasks from 0 to {ps_count - 1}, got {list(sync.ps_tasks)}"
         if not _is_index(sync.axis):
             yield "axis", f"must be an integer >= 0, got {sync.axis!r}"
+        if sync.compression != "none":
+            yield "compression", f"applies to allreduced gradients only, got {sync.compression!r} for a PS variable"
     else:
         if sync.algorithm not in ALLREDUCE_ALGORITHMS:
             yield "algorithm", f"unknown allreduce algorithm {sync.algorithm!r} (one of {', '.join(ALLREDUCE_ALGORITHMS)})"
         if not _is_index(sync.bucket):
             yield "bucket", f"must be an integer >= 0, got {sync.bucket!r}"
+        if sync.compression not in COMPRESSIONS:
+            yield "compression", f"unknown compression {sync.compression!r} (one of {', '.join(COMPRESSIONS)})"
+
+
+def _sync_dict(sync):
+    """One VarSync as plain data; ``compression`` only where it is not ``none`` (older plans stay byte-identical)."""
+    out = {**asdict(sync), "ps_tasks": list(sync.ps_tasks)}
+    if sync.compression == "none":
+        del out["compression"]
+    return out
 
 
 @dataclass
@@ -77,6 +100,7 @@ class Strategy:
     sync: dict
     ps_devices: list = field(default_factory=list)
     group_slots: dict = field(default_factory=dict)
+    micro_batches: int | None = None
 
     def allreduces_everything(self):
         """Every variable allreduced and every replica on one device: the plans that run on collective ops."""
@@ -129,17 +153,20 @@ class Strategy:
         for group, slot in sorted(self.group_slots.items()):
             if any(not 0 <= slot < len(replica) for replica in self.replicas):
                 yield f"strategy.group_slots.{group}", f"slot {slot} outside its replica"
+        if self.micro_batches is not None and not (_is_index(self.micro_batches) and self.micro_batches >= 1):
+            yield "strategy.micro_batches", f"must be an integer >= 1, got {self.micro_batches!r}"
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self):
-        return {
+        out = {
             "replicas": [list(r) for r in self.replicas],
             "ps_devices": list(self.ps_devices),
-            "sync": {
-                name: {**asdict(s), "ps_tasks": list(s.ps_tasks)} for name, s in sorted(self.sync.items())
-            },
+            "sync": {name: _sync_dict(s) for name, s in sorted(self.sync.items())},
             "group_slots": dict(sorted(self.group_slots.items())),
         }
+        if self.micro_batches is not None:  # absent: as the job says (older plans stay byte-identical)
+            out["micro_batches"] = self.micro_batches
+        return out
 
     @classmethod
     def from_dict(cls, data, where="<strategy>"):
@@ -153,6 +180,7 @@ class Strategy:
                 sync=sync,
                 ps_devices=list(data.get("ps_devices", [])),
                 group_slots=dict(data.get("group_slots", {})),
+                micro_batches=data.get("micro_batches"),
             )
         except (KeyError, TypeError) as exc:
             raise InputError(f"malformed strategy ({exc})", source=where, field="strategy") from None

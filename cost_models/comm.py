@@ -21,6 +21,8 @@ Two transports, as the runtime uses them (README, "How a plan runs"):
 
 from __future__ import annotations
 
+import math
+
 from cost_models.types import Phase
 from autodist.errors import InputError
 from autodist.resource_spec.spec import receive_link, send_link
@@ -93,6 +95,26 @@ def gradient_bytes(variable):
         row_bytes = variable.bytes // rows
         return int(min(variable.rows_touched, rows) * (row_bytes + 8))
     return int(variable.bytes)
+
+
+# Bytes per element of a gradient compressed on the wire (fp16 or bf16, Horovod's Compression.fp16).
+COMPRESSED_ITEMSIZE = 2
+
+
+def wire_bytes(variable, compression="none"):
+    """Bytes of ``variable``'s dense gradient on the wire: its own dtype, or 2 bytes per element when compressed.
+
+    A gradient already at 2 bytes or fewer per element is sent as it is.
+    """
+    if compression == "none":
+        return int(variable.bytes)
+    elements = math.prod(int(d) for d in variable.shape)
+    return min(int(variable.bytes), elements * COMPRESSED_ITEMSIZE)
+
+
+def cast_seconds(from_bytes, to_bytes, memory_bandwidth):
+    """An elementwise cast on a device of ``memory_bandwidth`` (bytes/s): it streams its input and output once."""
+    return (from_bytes + to_bytes) / memory_bandwidth
 
 
 class CommModel:

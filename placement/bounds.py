@@ -12,8 +12,8 @@ simulator's own cost terms so that a simulated step never falls below it:
   ancestors, which that device runs first) plus the fastest way to
   synchronise and apply that gradient alone and uncontended: the best
   allreduce algorithm over the replicas, on collective ops or on the
-  runtime's ordinary ops, then the update on a replica
-  device, or a PS push and pull of one shard, over any worker-PS path, for
+  runtime's ordinary ops, of its bytes as fp16/bf16 compression sends them,
+  then the update on a replica device, or a PS push and pull of one shard, over any worker-PS path, for
   up to one shard per PS device, with the server's share of the update.
   Transfer time is affine in bytes (latency plus bytes over bandwidth), so
   the fastest PS path is bounded from below by the smallest intercept plus
@@ -99,7 +99,7 @@ def lower_bound(graph_item, resource_spec, cost_model, replicas=None, group_slot
         replica_updates = [sim.device_costs(resource_spec.device(r[0]))[1] for r in replicas[:1]]
         replica_updates += [sim.device_costs(d)[1] for d in models.values()]
         server_updates = [sim.device_costs(resource_spec.device(p))[1] for p in servers]
-        for name, nbytes in sim.dense_bytes.items():
+        for name, nbytes in sim.compressed_bytes.items():
             slot = group_slots.get(sim.var_unit[name], 0)
             devices = tuple(r[slot] for r in replicas)
             allreduce = min(

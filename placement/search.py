@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import simanneal
 
+from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
 from placement.bounds import lower_bound
 from placement.simulator import Simulator
@@ -156,7 +157,8 @@ class PlacementAnnealer(simanneal.Annealer):
         return best, best_sim
 
 
-def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False):
+def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False,
+             allow_compression=False, allow_micro_batches=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
     Parameters
@@ -176,6 +178,11 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         replica; always so for a job whose ``why_collective_only()`` says why
         (a custom training loop, see :mod:`launcher.runtime.collective`), and
         the result's ``stats["left_out"]`` says it.
+    allow_compression : bool
+        Let buckets send their gradients as fp16 or bf16 (lossy: opt in).
+    allow_micro_batches : bool
+        Let the search change how many micro-batches each step accumulates
+        (the global batch stays; memory and overlap change).
 
     Returns
     -------
@@ -189,7 +196,9 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     if allreduce_only:
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     start = min(candidates, key=lambda c: _rank(c.simulation))
-    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only)
+    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only,
+                          compressions=COMPRESSIONS if allow_compression else ("none",),
+                          allow_micro_batches=allow_micro_batches)
     annealer = PlacementAnnealer(
         start.strategy,
         simulator,
@@ -211,6 +220,8 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
         start=start.name,
         allreduce_only=allreduce_only,
         left_out=f"PS and hybrid plans: {collective_only}" if collective_only else None,
+        allow_compression=allow_compression,
+        allow_micro_batches=allow_micro_batches,
         accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

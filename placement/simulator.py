@@ -12,7 +12,10 @@ What one step does, as simulated:
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
    once the bucket's last gradient is ready, on collective ops (NCCL) when
    the plan allreduces everything, else summed by the runtime's ordinary
-   ops over gRPC (``CommModel.graph_allreduce_phases``).  PS, as the
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  A bucket
+   compressed to fp16/bf16 moves 2 bytes per element, after a cast on the
+   replica devices (an elementwise pass over memory) that delays the
+   collective, and a cast back that delays the update.  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
@@ -37,10 +40,15 @@ GPU a share is the op's time.
 Optimizer-update ops are charged to their variable (its own and its slots'
 update ops) plus a byte-proportional share of unattributed update ops.
 
-Gradient accumulation: a job of ``m`` micro-batches (``JobInfo.micro_batches``)
-runs its forward and backward ``m`` times, one after another, then
-synchronises and updates once; gradients become ready during the last
-micro-batch.
+Batch: the job's batch is the global batch of a step.  A strategy of ``R``
+replicas and ``m`` micro-batches (``Strategy.micro_batches``, else
+``JobInfo.micro_batches``) runs, as the runtime does, each replica's slice
+cut into ``m`` parts, forward and backward on each, one after another, then
+synchronises and updates once.  It is priced by the simulator of one such
+part (:meth:`Simulator.at_replicas`: the step re-scaled to
+``ceil(batch / R / m)`` samples, autodist.graph.rebatch), whose compute runs
+``m`` times; gradients become ready only during the last part, and the live
+tensors are a part's.
 
 Memory (:meth:`Simulator.memory`): parameters and optimizer slots where they
 live, plus the peak of the live tensors of the ops each device runs
@@ -77,6 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models import Phase, gradient_bytes
+from cost_models.comm import cast_seconds, wire_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
 from autodist.graph.rebatch import at_batch, replica_batch
@@ -271,11 +280,17 @@ class _SyncRun:
                 on_done(end)
 
     # -- allreduce ---------------------------------------------------------
-    def allreduce(self, algorithm, bucket, slot, names, devices):
-        """One fused collective once the bucket's last gradient is ready, then the updates."""
+    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none"):
+        """One fused collective once the bucket's last gradient is ready, then the updates.
+
+        A compressed bucket moves its wire bytes; its cast before the
+        collective and back after runs on the slowest replica device.
+        """
         sim = self.sim
-        nbytes = sum(sim.dense_bytes[v] for v in names)
-        ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        dense = sum(sim.dense_bytes[v] for v in names)
+        nbytes = dense if compression == "none" else sum(sim.compressed_bytes[v] for v in names)
+        cast = sim.cast_seconds(devices, dense, nbytes)
+        ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
         collective_ops = self.strategy.allreduces_everything()
         phases = sim._phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
@@ -284,8 +299,8 @@ class _SyncRun:
         self.submit(
             ready,
             phases,
-            f"allreduce {algorithm} bucket {bucket}",
-            lambda t: self._apply(t, names, slot, f"update bucket {bucket}"),
+            f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else ""),
+            lambda t: self._apply(t + cast, names, slot, f"update bucket {bucket}"),
             atomic=True,
         )
 
@@ -396,6 +411,7 @@ class Simulator:
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
         self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
         self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
+        self.compressed_bytes = {v.name: wire_bytes(v, "fp16") for v in self.variables}
         slot_bytes = {}
         for s in graph_item.slot_variables():
             slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
@@ -413,17 +429,19 @@ class Simulator:
         self._schedules = {}
         self._phases = {}
         self._affine = {}
+        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
         self.work = 0  # events processed so far: a machine-independent effort count
 
-    def at_replicas(self, replicas):
-        """The simulator of one replica's share of the global batch over ``replicas`` replicas (cached).
+    def at_replicas(self, replicas, micro_batches=None):
+        """The simulator of one micro-batch of one replica's share of the global batch (cached).
 
         It prices the step at ``autodist.graph.rebatch.replica_batch`` samples
+        (``replicas`` replicas, ``micro_batches`` parts, by default the job's)
         and shares this simulator's grouping and cost model; it is this
-        simulator itself where the share is the whole captured batch.
+        simulator itself where the part is the whole captured batch.
         """
         whole = self._whole
-        batch = replica_batch(whole.graph_item.job.batch_size, replicas, whole.micro_batches)
+        batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
         if batch == whole.graph_item.job.batch_size:
             return whole
         if batch not in whole._shares:
@@ -461,6 +479,14 @@ class Simulator:
         rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
         total = sum(self.dense_bytes.values()) or 1
         return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
+
+    def cast_seconds(self, devices, dense_bytes, wire):
+        """One way of a compressed bucket's cast on the slowest of ``devices`` (0 when nothing is cast)."""
+        if wire == dense_bytes:
+            return 0.0
+        if devices not in self._slowest_memory:
+            self._slowest_memory[devices] = min(self.resource_spec.device(d).memory_bandwidth for d in devices)
+        return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
 
     def _phase_list(self, key, make, count=1):
         """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
@@ -516,20 +542,25 @@ class Simulator:
         return fit
 
     # -- compute ---------------------------------------------------------
-    def _schedule(self, replica, slots, trace):
+    def micro_batches_of(self, strategy):
+        """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
+        return strategy.micro_batches or self.micro_batches
+
+    def _schedule(self, replica, slots, trace, micro_batches=None):
+        micro_batches = micro_batches or self.micro_batches
         devices = [self.resource_spec.device(d) for d in replica]
         if len(replica) == 1:
-            key = (self._model_key(devices[0]),)
+            key = (self._model_key(devices[0]), micro_batches)
         else:
-            key = (tuple(replica), slots)
+            key = (tuple(replica), slots, micro_batches)
         cached = self._schedules.get(key)
         if cached is not None and (cached.events or not trace):
             return cached
-        schedule = self._run_compute(replica, devices, slots, trace)
+        schedule = self._run_compute(replica, devices, slots, trace, micro_batches)
         self._schedules[key] = schedule
         return schedule
 
-    def _run_compute(self, replica, devices, slots, trace):
+    def _run_compute(self, replica, devices, slots, trace, micro_batches):
         groups = self.groups.groups
         n = len(groups)
         costs = [self.device_costs(d)[0] for d in devices]
@@ -569,14 +600,15 @@ class Simulator:
                 if remaining[h] == 0:
                     heapq.heappush(heap, (ready_at[h], h))
         self._whole.work += n
-        one = max(end, default=0.0)
-        earlier = (self.micro_batches - 1) * one  # the micro-batches before the last one
+        one = max(end, default=0.0)  # one micro-batch (this simulator's step is one part)
+        m = micro_batches
+        earlier = (m - 1) * one  # the micro-batches before the last one
         gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
         if earlier:
             free = {slot: earlier + t for slot, t in free.items()}
-            busy = {slot: t * self.micro_batches for slot, t in busy.items()}
+            busy = {slot: t * m for slot, t in busy.items()}
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
-            events += [(f"micro-batches 1-{self.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
+            events += [(f"micro-batches 1-{m - 1}", "compute", d, 0.0, earlier) for d in replica]
         return _Schedule(earlier + one, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------
@@ -596,7 +628,7 @@ class Simulator:
         -------
         SimResult
         """
-        share = self.at_replicas(len(strategy.replicas))
+        share = self.at_replicas(len(strategy.replicas), self.micro_batches_of(strategy))
         if share is not self:
             return share.simulate(strategy, trace, overlap)
         spec = self.resource_spec
@@ -604,25 +636,25 @@ class Simulator:
         slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
         classes = {}
         for replica in strategy.replicas:
-            schedule = self._schedule(list(replica), slots, trace)
+            schedule = self._schedule(list(replica), slots, trace, self.micro_batches_of(strategy))
             classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
         classes = list(classes.values())
         var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
-        buckets = {}  # (algorithm, bucket, slot) -> variables
+        buckets = {}  # (algorithm, bucket, slot, compression) -> variables
         ps_vars = []
         for name in sorted(strategy.sync):
             s = strategy.sync[name]
             if s.method == "allreduce":
-                buckets.setdefault((s.algorithm, s.bucket, var_slot[name]), []).append(name)
+                buckets.setdefault((s.algorithm, s.bucket, var_slot[name], s.compression), []).append(name)
             else:
                 ps_vars.append(name)
         slot_devices = {}
-        for (algorithm, bucket, slot), names in sorted(buckets.items()):
+        for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
             if slot not in slot_devices:
                 slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
-            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot])
+            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot], compression)
         for name in ps_vars:
             run.parameter_server(name, var_slot[name])
         run.drain()
@@ -674,12 +706,12 @@ class Simulator:
 
         A replica device holds, for allreduce variables of its groups, the
         variable and its optimizer slots (and an accumulation buffer when
-        the job accumulates micro-batches); for PS variables, its local copy
+        the step accumulates micro-batches); for PS variables, its local copy
         of what it reads; and the peak of the live tensors of the ops of its
         groups (gradients included, until their update).  A PS device holds
         its shards of the variables and of their slots.
         """
-        share = self.at_replicas(len(strategy.replicas))
+        share = self.at_replicas(len(strategy.replicas), self.micro_batches_of(strategy))
         if share is not self:
             return share.memory(strategy, slots)
         if slots is None:
@@ -702,7 +734,7 @@ class Simulator:
             for slot, dev in enumerate(replica):
                 live, reserve = self._slot_peak(slots, slot)
                 memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
-                if self.micro_batches > 1:
+                if self.micro_batches_of(strategy) > 1:
                     memory[dev] += accumulated.get(slot, 0)
                 if self.resource_spec.device(dev).kind == "GPU":
                     memory[dev] += reserve

@@ -13,15 +13,26 @@ Each move changes one decision and returns a short label (for statistics):
   (taking its algorithm);
 - ``group``: an op group unit to another device of its replica (model
   parallelism; only when replicas span several devices);
+- ``compression``: a whole fusion bucket to another wire format (none,
+  fp16, bf16; only when the caller allows compression);
+- ``micro_batches``: twice or half the micro-batches each replica cuts its
+  slice of the batch into (only when the caller allows it; at least one row
+  per micro-batch);
+- ``replicas``: the replica count one up or down, halved, doubled, one or
+  every compute device (one-device replicas only; the replicas are the first
+  compute devices in cluster order, so nodes fill one after another);
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
 
-The replicas themselves are fixed during a search: every candidate compared
-by step time processes the same batches.
+The replica count changes the work each replica does; the search compares
+candidates by ``SimResult.time_per_batch``, which the simulator makes
+comparable across replica counts.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from placement.baselines import ps_candidates, ready_order
@@ -34,6 +45,7 @@ def copy_strategy(strategy):
         sync=dict(strategy.sync),
         ps_devices=list(strategy.ps_devices),
         group_slots=dict(strategy.group_slots),
+        micro_batches=strategy.micro_batches,
     )
 
 
@@ -48,9 +60,14 @@ class StrategySpace:
         The only source of randomness (seeded by the caller).
     allow_ps : bool
         False keeps every variable allreduced (no move puts one on a PS).
+    compressions : tuple of str
+        The wire formats a bucket may take (``autodist.strategy.COMPRESSIONS``);
+        one (the default, ``none``) disables the ``compression`` move.
+    allow_micro_batches : bool
+        Let the ``micro_batches`` move change the gradient accumulation.
     """
 
-    def __init__(self, simulator, rng, allow_ps=True):
+    def __init__(self, simulator, rng, allow_ps=True, compressions=("none",), allow_micro_batches=False):
         self.rng = rng
         self.variables = sorted(simulator.dense_bytes)
         self.ready_order = ready_order(simulator)
@@ -59,6 +76,10 @@ class StrategySpace:
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
         self.units = list(simulator.groups.units)
         self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
+        self.compressions = tuple(compressions)
+        self.batch_rows = simulator.graph_item.job.batch_size if allow_micro_batches else 0
+        self.job_micro_batches = simulator.micro_batches
+        self.compute_devices = [d.name for d in simulator.resource_spec.compute_devices()]
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -66,6 +87,12 @@ class StrategySpace:
             moves += ["shard", "partition"]
         if self.candidates:
             moves.append("ps_count")
+        if len(self.compressions) > 1:
+            moves.append("compression")
+        if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas):
+            moves.append("replicas")
+        if self.batch_rows // len(strategy.replicas) >= 2:
+            moves.append("micro_batches")
         if len(strategy.replicas[0]) > 1 and self.units:
             moves.append("group")
         return moves
@@ -143,6 +170,30 @@ class StrategySpace:
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
                 strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket)
+
+    def _compression(self, strategy):
+        name = self._pick(strategy, "allreduce")
+        if name is None:
+            return
+        s = strategy.sync[name]
+        compression = self.rng.choice([c for c in self.compressions if c != s.compression])
+        for other, x in strategy.sync.items():
+            if x.method == "allreduce" and (x.algorithm, x.bucket, x.compression) == (s.algorithm, s.bucket, s.compression):
+                strategy.sync[other] = replace(x, compression=compression)
+
+    def _replicas(self, strategy):
+        count, most = len(strategy.replicas), len(self.compute_devices)
+        steps = (count - 1, count + 1, count // 2, 2 * count, 1, most)  # both ends too: one replica syncs nothing
+        new = self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count}))
+        strategy.replicas = [[d] for d in self.compute_devices[:new]]
+        if strategy.micro_batches:  # every replica keeps a row per micro-batch
+            strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // new))
+
+    def _micro_batches(self, strategy):
+        current = strategy.micro_batches or self.job_micro_batches
+        rows = self.batch_rows // len(strategy.replicas)
+        options = sorted({min(max(m, 1), rows) for m in (current // 2, current * 2)} - {current})
+        strategy.micro_batches = self.rng.choice(options)
 
     def _bucket(self, strategy):
         name = self._pick(strategy, "allreduce")

@@ -112,23 +112,24 @@ def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
 
 
 def test_gradient_accumulation_splits_the_global_batch_and_syncs_once(mlp_graph):
+    # As the runtime runs it: m micro-batches of 1/m of each replica's rows, one synchronisation.
     spec = load_cluster(preset="cpu-2s-25g:2")
     model = CostModel.default()
 
-    def run(micro_batches):
+    def run(micro_batches, overlap=False):
         item = with_job_options(_copy(mlp_graph), micro_batches=micro_batches)
         sim = Simulator(item, spec, model)
-        result = sim.simulate(baselines.data_parallel(sim), overlap=False)
-        share = sim.at_replicas(result.replicas)
-        return result, share.graph_item.job.batch_size
+        result = sim.simulate(baselines.data_parallel(sim), overlap=overlap)
+        return result, sim.at_replicas(result.replicas).graph_item.job.batch_size
 
-    one, one_batch = run(1)
-    four, four_batch = run(4)
+    (one, one_batch), (four, four_batch) = run(1), run(4)
     assert one.replicas == 2 and (one_batch, four_batch) == (8, 2)  # 16 samples over 2 replicas, then 4 parts
     assert four.step_time - four.compute_time == pytest.approx(one.step_time - one.compute_time)
     assert one.step_time > one.compute_time
     # Four runs of a quarter of the slice: the same work, plus each run's fixed costs.
     assert one.compute_time < four.compute_time < 4 * one.compute_time
+    # With overlap, gradients become ready only during the last micro-batch: less of the sync is hidden.
+    assert run(4, True)[0].step_time - four.compute_time >= run(1, True)[0].step_time - one.compute_time - 1e-12
 
 
 def test_accumulation_keeps_a_gradient_buffer(mlp_graph):

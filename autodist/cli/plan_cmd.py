@@ -49,7 +49,7 @@ def run(args):
     from autodist.api import make_plan
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
-    from autodist.cli.job_options import job_options
+    from autodist.cli.job_options import job_options, search_allowances
     from autodist.cli.options import check_search_size
     from autodist.io import check_output_file
     from autodist.resource_spec import cluster_from_args
@@ -71,7 +71,7 @@ def run(args):
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      allreduce_only=args.allreduce_only, cost_model=load_cost_model(args.cost_model),
-                     **job_options(args))
+                     **job_options(args), **search_allowances(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}")

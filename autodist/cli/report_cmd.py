@@ -75,7 +75,7 @@ def _from_job(args):
     from placement import optimize
 
     from autodist.api import graph_of, with_job_options
-    from autodist.cli.job_options import job_options
+    from autodist.cli.job_options import job_options, search_allowances
     from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
     from autodist.plan import Plan
@@ -87,7 +87,8 @@ def _from_job(args):
     check_search_size(spec, args.budget, prog="placement")
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = load_cost_model(args.cost_model)
-    result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress())
+    result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+                      **search_allowances(args))
     plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
     return plan, graph_item, result, cost_model
 

@@ -63,6 +63,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
     from autodist.api import make_plan
+    from autodist.cli.job_options import search_allowances
     from autodist.cli.plan_cmd import summary
     from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
@@ -73,16 +74,13 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     check_search_size(resource_spec, args.budget)
-    if (args.micro_batches or 1) > 1:
-        raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
-                         "run with one micro-batch", field="--micro-batches")
     graph_item = graph_item or graph_of(args.script, args.script_args)
     collective_only = graph_item.job.why_collective_only()
     if collective_only:
         print(f"autodist: {collective_only}: searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
                      cost_model=load_cost_model(args.cost_model),
-                     precision=args.precision)
+                     precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args))
     plan.save(args.output)
     print(f"{args.output}: {summary(plan)}", flush=True)
     return plan, args.output
@@ -124,6 +122,9 @@ def run(args):
             from autodist.resource_spec import cluster_from_args
 
             check_plan_cluster(plan, cluster_from_args(args), args.plan)
+        if args.micro_batches and args.micro_batches != plan.micro_batches:
+            raise InputError(f"{args.plan} was made for {plan.micro_batches} micro-batches per step; plan again with "
+                             f"--micro-batches {args.micro_batches}", field="--micro-batches")
         if args.replan:
             plan, plan_path = _replanned(args, plan)
     else:

@@ -82,7 +82,7 @@ def _memory(peak, spec):
     return {"peak_bytes": peak, "limit_bytes": limit, "fits": all(peak[d] <= limit[d] for d in peak)}
 
 
-def _costs(data, spec):
+def _costs(data, spec, micro_batches):
     """The job's precision and accumulation, and how each device model's costs were obtained."""
     from cost_models import CostModel
     from cost_models.gpu import architecture_of
@@ -95,9 +95,7 @@ def _costs(data, spec):
         else:
             basis = "measured" if name in model.learned_devices else "assumed"
         devices.append({"model": name, "kind": kind, "basis": basis})
-    summary = data["graph"]
-    return {"precision": summary.get("precision") or "fp32", "micro_batches": summary.get("micro_batches", 1),
-            "devices": devices}
+    return {"precision": data["graph"].get("precision") or "fp32", "micro_batches": micro_batches, "devices": devices}
 
 
 def _exposed(simulation):
@@ -267,7 +265,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "speedup_over_best_baseline": _ratio(best[1], step),
             "memory": _memory(prediction["memory"], plan.resource_spec),
         },
-        "costs": _costs(data, plan.resource_spec),
+        "costs": _costs(data, plan.resource_spec, plan.micro_batches),
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,

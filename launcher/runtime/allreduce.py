@@ -13,6 +13,8 @@ sums.  Plans that allreduce everything run on real collective ops instead
 
 from __future__ import annotations
 
+from autodist.strategy import WIRE_DTYPES
+
 
 def _chunk_sizes(length, parts):
     return [length * (i + 1) // parts - length * i // parts for i in range(parts)]
@@ -97,8 +99,34 @@ def hierarchical_allreduce(tensors, devices, nodes):
     return out
 
 
-def allreduce(tensors, devices, nodes, algorithm):
-    """Dispatch to the planned algorithm (``ring``, ``master`` or ``hierarchical``)."""
+def allreduce(tensors, devices, nodes, algorithm, compression="none"):
+    """Dispatch to the planned algorithm (``ring``, ``master`` or ``hierarchical``).
+
+    A ``compression`` other than ``none`` sums float tensors wider than 16
+    bits as float16 or bfloat16: each replica casts its tensor before the
+    algorithm and the sum back after, on its own device.
+    """
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(tensors[0].dtype)
+    if compression == "none" or not dtype.is_floating or dtype.size <= 2:
+        return _dispatch(tensors, devices, nodes, algorithm)
+    wire = tf.as_dtype(WIRE_DTYPES[compression])
+    sums = _dispatch(_cast_on(tensors, devices, wire, "compress"), devices, nodes, algorithm)
+    return _cast_on(sums, devices, dtype, "decompress")
+
+
+def _cast_on(tensors, devices, dtype, name):
+    import tensorflow as tf
+
+    out = []
+    for t, dev in zip(tensors, devices):
+        with tf.device(dev):
+            out.append(tf.cast(t, dtype, name=name))
+    return out
+
+
+def _dispatch(tensors, devices, nodes, algorithm):
     if algorithm == "master":
         return master_allreduce(tensors, devices)
     if algorithm == "hierarchical":

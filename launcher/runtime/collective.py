@@ -27,6 +27,7 @@ import contextlib
 import numpy as np
 
 from autodist.errors import LaunchError
+from autodist.strategy import WIRE_DTYPES
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
 BATCH_MISMATCH = ("the replicas built different global batches; the script must make the same data, "
@@ -91,6 +92,7 @@ class CollectiveGroup:
         self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
         self._next_key = 1
         self.collectives = []  # what the traced steps built: one record per collective
+        self.micro_batches_per_step = 1  # the traced step's calls of the script's step (applies deferred + 1)
         self.variables = {}  # path -> variable, every variable whose gradient went through a collective
 
     @property
@@ -112,11 +114,14 @@ class CollectiveGroup:
 
     # -- gradients -----------------------------------------------------------------
     def sum_gradients(self, grads, variables, share, checksum):
-        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and dtype.
+        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and wire dtype.
 
-        Collectives run one after the other in bucket order, the same on
-        every replica.  The first one also carries ``checksum`` (of the global
-        batch); its sum must be the replica count times this replica's checksum.
+        A bucket the plan compresses goes as float16 or bfloat16 (cast after
+        the ``share`` scaling, cast back to each gradient's dtype after the
+        sum).  Collectives run one after the other in bucket order, the same
+        on every replica.  One of them (the first summed in 32 bits or more,
+        else the first) also carries ``checksum`` (of the global batch); its
+        sum must be the replica count times this replica's checksum.
         """
         import tensorflow as tf
 
@@ -131,27 +136,44 @@ class CollectiveGroup:
         groups = {}
         for i, (g, name) in enumerate(zip(grads, names)):
             if g is not None:
-                groups.setdefault((self.bucket_of[name], tf.as_dtype(g.dtype).name), []).append(i)
+                groups.setdefault((self.bucket_of[name], self._wire_dtype(name, g.dtype).name), []).append(i)
+        order = sorted(groups.items())
+        # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
+        carrier = next((k for k, ((_, wire), _) in enumerate(order) if tf.as_dtype(wire).size > 2), 0)
         previous = []
-        for k, ((bucket, dtype), members) in enumerate(sorted(groups.items())):
+        for k, ((bucket, wire), members) in enumerate(order):
             with tf.control_dependencies(previous):
-                parts = [tf.reshape(tf.convert_to_tensor(grads[i]), [-1]) for i in members]
-                flat = tf.concat(parts, axis=0) * tf.cast(share, parts[0].dtype)
-                if k == 0:
+                parts = []
+                for i in members:
+                    g = tf.reshape(tf.convert_to_tensor(grads[i]), [-1])
+                    parts.append(tf.cast(g * tf.cast(share, g.dtype), wire))
+                flat = tf.concat(parts, axis=0)
+                if k == carrier:
                     flat = tf.concat([flat, tf.reshape(tf.cast(checksum, flat.dtype), [1])], axis=0)
                 summed = self.all_sum(flat, name=f"bucket{bucket}_allreduce")
-                if k == 0:
+                if k == carrier:
                     summed = self._checked(summed, checksum)
             previous = [summed]
             sizes = [int(np.prod(variables[i].shape)) for i in members]
             for i, piece in zip(members, tf.split(summed, sizes)):
-                out[i] = tf.reshape(piece, variables[i].shape)
+                out[i] = tf.cast(tf.reshape(piece, variables[i].shape), grads[i].dtype)
                 self.variables[names[i]] = variables[i]
             self.collectives.append({
-                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket, "dtype": dtype,
+                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket,
+                "compression": self.layout.variables[names[members[0]]].compression,
                 "variables": [names[i] for i in members], "elements": int(sum(sizes)),
             })
         return out
+
+    def _wire_dtype(self, name, dtype):
+        """The dtype variable ``name``'s gradient (of ``dtype``) is summed in: 16 bits where the plan compresses it."""
+        import tensorflow as tf
+
+        dtype = tf.as_dtype(dtype)
+        compression = self.layout.variables[name].compression
+        if compression == "none" or not dtype.is_floating or dtype.size <= 2:
+            return dtype
+        return tf.as_dtype(WIRE_DTYPES[compression])
 
     def _checked(self, summed, checksum):
         """``summed`` without its last element, once that element (the summed checksums) matches this replica's."""
@@ -201,9 +223,16 @@ class CollectiveGroup:
         The returned function is meant to be traced (inside ``tf.function``).
         Every argument that is a tensor or array with the batch's leading
         dimension is sliced; ``optimizer.apply`` / ``apply_gradients`` called
-        inside ``func`` get the summed gradients.
+        inside ``func`` get the summed gradients.  With ``m`` micro-batches
+        (``layout.micro_batches``) the slice is cut into ``m`` parts and
+        ``func`` runs on each in turn: the first ``m - 1`` applies only
+        accumulate their gradients (weighted by the part's share of the
+        slice), the last one sums the accumulated gradients over the replicas
+        and applies them; float outputs are the parts' weighted mean.
         """
         import tensorflow as tf
+
+        parts = self.layout.micro_batches
 
         def step(*args, **kwargs):
             batch = [t for t in tf.nest.flatten((args, kwargs)) if _is_batched(t)]
@@ -215,16 +244,23 @@ class CollectiveGroup:
             lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
             share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
 
-            def cut(t):
-                return t[lo:hi] if _is_batched(t) and t.shape[0] == rows else t
+            def cut(start, stop):
+                return lambda t: t[start:stop] if _is_batched(t) and t.shape[0] == rows else t
 
-            args, kwargs = tf.nest.map_structure(cut, (args, kwargs))
+            outs, weights = [], []
             with self._summing_gradients(share, checksum) as seen:
-                out = func(*args, **kwargs)
+                for k in range(parts):
+                    start, stop = lo + (hi - lo) * k // parts, lo + (hi - lo) * (k + 1) // parts
+                    weights.append(1.0 if parts == 1 else tf.math.divide_no_nan(tf.cast(stop - start, tf.float64),
+                                                                                 tf.cast(hi - lo, tf.float64)))
+                    seen["weight"], seen["last"] = weights[-1], k == parts - 1
+                    part_args, part_kwargs = tf.nest.map_structure(cut(start, stop), (args, kwargs))
+                    outs.append(func(*part_args, **part_kwargs))
             if not seen["applied"]:
                 raise LaunchError("the training step never called optimizer.apply or apply_gradients, so its "
                                   "gradients cannot be summed over the replicas", field="step")
-            return self._averaged(out, share)
+            self.micro_batches_per_step = seen["deferred"] + 1
+            return self._averaged(_weighted_mean(outs, weights), share)
 
         return step
 
@@ -245,17 +281,26 @@ class CollectiveGroup:
 
     @contextlib.contextmanager
     def _summing_gradients(self, share, checksum):
-        """While tracing the step: the outermost ``optimizer.apply`` receives summed gradients."""
+        """While tracing the step: the outermost ``optimizer.apply`` receives summed gradients.
+
+        ``seen["weight"]`` scales the gradients of the current micro-batch;
+        unless ``seen["last"]``, they are kept (``seen["pending"]``) instead
+        of applied.
+        """
         from autodist import hooks
 
-        seen = {"applied": False, "depth": 0}
+        seen = {"applied": False, "depth": 0, "deferred": 0, "weight": 1.0, "last": True, "pending": None}
         group = self
 
         def apply(original, optimizer, grads, trainable_variables):
             if seen["depth"]:  # a wrapper optimizer (loss scaling) calling its inner one
                 return original(optimizer, grads, trainable_variables)
             variables = list(trainable_variables) if trainable_variables is not None else optimizer._trainable_variables
-            grads = group.sum_gradients(list(grads), variables, share, checksum)
+            grads = _accumulated(seen["pending"], grads, seen["weight"])
+            if not seen["last"]:  # an earlier micro-batch: keep its gradients for the last one's apply
+                seen["pending"], seen["deferred"] = grads, seen["deferred"] + 1
+                return None
+            grads = group.sum_gradients(grads, variables, share, checksum)
             seen["applied"], seen["depth"] = True, seen["depth"] + 1
             try:
                 return original(optimizer, grads, trainable_variables)
@@ -278,13 +323,45 @@ class CollectiveGroup:
                 "group_size": int(tf.get_static_value(op.inputs[1])),
                 "communication_hint": op.get_attr("communication_hint").decode(),
                 "bucket": record["bucket"],
-                "dtype": record["dtype"],
+                "dtype": op.get_attr("T").name,  # what the collective really sums
+                "compression": record["compression"],
                 "elements": record["elements"],
                 "variables": record["variables"],
             }
             if entry not in out:
                 out.append(entry)
         return out
+
+
+def _accumulated(pending, grads, weight):
+    """``pending`` (None: nothing yet) plus ``grads`` times ``weight``, as dense tensors (None stays None)."""
+    import tensorflow as tf
+
+    if pending is None and isinstance(weight, float) and weight == 1.0:
+        return list(grads)  # one micro-batch: the gradients as they are
+    out = []
+    for i, g in enumerate(grads):
+        if g is not None:
+            g = tf.convert_to_tensor(g)
+            g = g * tf.cast(weight, g.dtype)
+            if pending is not None and pending[i] is not None:
+                g = pending[i] + g
+        out.append(g)
+    return out
+
+
+def _weighted_mean(outs, weights):
+    """The micro-batches' step outputs: float tensors weighted by ``weights`` and summed, the rest the last's."""
+    import tensorflow as tf
+
+    if len(outs) == 1:
+        return outs[0]
+    flats = [tf.nest.flatten(out) for out in outs]
+    last = list(flats[-1])
+    for i, t in enumerate(last):
+        if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating:
+            last[i] = tf.add_n([tf.cast(w, t.dtype) * flat[i] for flat, w in zip(flats, weights)])
+    return tf.nest.pack_sequence_as(outs[-1], last)
 
 
 def _is_batched(t):

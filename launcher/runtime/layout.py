@@ -31,6 +31,7 @@ class VariablePlacement:
     axis: int = 0
     algorithm: str = "ring"
     bucket: int = 0
+    compression: str = "none"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class RunLayout:
     replica_slots: tuple = ()
     group_slots: dict = field(default_factory=dict)
     batch_size: int = 0  # the global batch the plan was made for (0: not known)
+    micro_batches: int = 1  # parts each replica's slice of a step is cut into, their gradients accumulated
 
     @classmethod
     def from_plan(cls, plan):
@@ -67,6 +69,7 @@ class RunLayout:
                 axis=sync.axis,
                 algorithm=sync.algorithm,
                 bucket=sync.bucket,
+                compression=sync.compression,
             )
         return cls(
             replica_devices=tuple(slots[0] for slots in replica_slots),
@@ -77,15 +80,16 @@ class RunLayout:
             replica_slots=replica_slots,
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
+            micro_batches=plan.micro_batches,
         )
 
     def buckets(self):
-        """Allreduce buckets in order: list of (bucket, algorithm, [variable names])."""
+        """Allreduce buckets in order: list of (bucket, algorithm, [variable names]), one per wire format."""
         groups = {}
         for v in self.variables.values():
             if v.method == "allreduce":
-                groups.setdefault((v.bucket, v.algorithm), []).append(v.name)
-        return [(b, alg, names) for (b, alg), names in sorted(groups.items())]
+                groups.setdefault((v.bucket, v.algorithm, v.compression), []).append(v.name)
+        return [(b, alg, names) for (b, alg, _), names in sorted(groups.items())]
 
     def ps_variables(self):
         return [v for v in self.variables.values() if v.method == "ps"]

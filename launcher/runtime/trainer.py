@@ -192,6 +192,26 @@ class PlacedTrainer:
         out = [g if name in self.shards else tf.convert_to_tensor(g[0]) for name, g in zip(self._names, grads)]
         return loss, out, new_state
 
+    def _accumulated_gradients(self, x, y, lo, hi, n, replica):
+        """:meth:`_replica_gradients` of rows ``lo:hi`` cut into the layout's micro-batches, one after the other,
+        summed (each loss is already scaled by its rows' share of the global batch).  The model's state
+        (batch-norm statistics) is the last micro-batch's."""
+        import tensorflow as tf
+
+        parts = self.layout.micro_batches
+        runs = [self._replica_gradients(x, y, lo + (hi - lo) * k // parts, lo + (hi - lo) * (k + 1) // parts, n,
+                                        replica) for k in range(parts)]
+        if parts == 1:
+            return runs[0]
+        grads = []
+        for i, name in enumerate(self._names):
+            if name in self.shards:
+                grads.append([_sum_gradients([run[1][i][k] for run in runs], "accumulate")
+                              for k in range(len(self.shards[name]))])
+            else:
+                grads.append(tf.add_n([run[1][i] for run in runs], name="accumulate"))
+        return tf.add_n([run[0] for run in runs]), grads, runs[-1][2]
+
     def _sum_allreduce(self, grads):
         """Replace, per replica, allreduce gradients by their sum across replicas."""
         import tensorflow as tf
@@ -207,7 +227,8 @@ class PlacedTrainer:
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
                     flat.append(tf.concat([tf.reshape(grads[r][index[nm]], [-1]) for nm in names], axis=0))
-            sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm)
+            sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm,
+                             self.layout.variables[names[0]].compression)
             sizes = [int(np.prod(self.copies[nm][0].shape)) for nm in names]
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
@@ -242,7 +263,7 @@ class PlacedTrainer:
         for r, dev in enumerate(self.devices):
             lo, hi = n * r // count, n * (r + 1) // count
             with tf.device(dev):
-                loss, g, state = self._replica_gradients(x, y, lo, hi, n, r)
+                loss, g, state = self._accumulated_gradients(x, y, lo, hi, n, r)
             losses.append(loss)
             grads.append(g)
             states.append(state)

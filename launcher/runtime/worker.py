@@ -130,6 +130,7 @@ class CollectiveRun:
             "tf_devices": tf_devices,
             "variable_devices": {name: [planned if device == own else device] for name, device in tf_devices.items()},
             "collectives": self.group.collective_ops(),
+            "micro_batches": self.group.micro_batches_per_step,
             "transfers": [],
         }
 
