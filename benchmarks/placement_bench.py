@@ -79,7 +79,8 @@ def run_cell(graph, preset, cost_model, budget_s, seed):
         "search_s": round(result.stats["seconds"], 2),
         "moves_tried": result.stats["moves_tried"],
         "moves_accepted": result.stats["moves_accepted"],
-        "stopped_by_clock": result.stats["stopped_by_clock"],
+        "acceptance_start": result.stats["acceptance_start"],
+        "acceptance_end": result.stats["acceptance_end"],
         "sync_methods": dict(sorted(methods.items())),
         "ps_tasks": len(result.strategy.ps_devices),
     }

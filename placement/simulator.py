@@ -74,21 +74,8 @@ import bisect
 import heapq
 from dataclasses import dataclass, field
 
-import numpy as np
+from placement.problem import Problem, model_key
 
-from cost_models import Phase, gradient_bytes
-from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
-from cost_models.step_table import step_table
-from placement.grouping import group_ops
-
-# Work units charged per simulate() call besides its events: the fixed
-# bookkeeping (buckets, memory) costs about as much as this many events.
-PER_SIMULATION_WORK = 20
-# Work units charged when a transfer or collective is first priced by the
-# CommModel (a path lookup costs about as much as this many events).
-MISS_WORK = 10
-_PROBE_BYTES = 1 << 30
-_CHECK_BYTES = 12_345_679
 
 
 @dataclass
@@ -226,6 +213,7 @@ class _SyncRun:
 
     def __init__(self, sim, strategy, classes, trace, overlap):
         self.sim = sim
+        self.problem = sim.problem
         self.strategy = strategy
         self.classes = classes
         self.trace = trace
@@ -261,7 +249,6 @@ class _SyncRun:
             end = t
             for latency, occupancy, used in phases[index:last]:
                 start, end = links.occupy(used, end + latency, occupancy)
-                sim.work += 1
                 if self.trace:
                     self.events.append((label, "sync", "+".join(used) or "local", start, end))
             if last < len(phases):
@@ -273,13 +260,13 @@ class _SyncRun:
     # -- allreduce ---------------------------------------------------------
     def allreduce(self, algorithm, bucket, slot, names, devices):
         """One fused collective once the bucket's last gradient is ready, then the updates."""
-        sim = self.sim
-        nbytes = sum(sim.dense_bytes[v] for v in names)
+        problem = self.sim.problem
+        nbytes = sum(problem.dense_bytes[v] for v in names)
         ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
         collective_ops = self.strategy.allreduces_everything()
-        phases = sim._phase_list(
+        phases = problem.phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
-            lambda: sim.allreduce_phases(devices, algorithm, nbytes, collective_ops),
+            lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         )
         self.submit(
             ready,
@@ -291,7 +278,7 @@ class _SyncRun:
 
     def _apply(self, t, names, slot, label):
         for c, (_, members) in enumerate(self.classes):
-            costs = self.sim.device_costs(self.sim.resource_spec.device(members[0][slot]))[1]
+            costs = self.problem.device_costs(self.problem.resource_spec.device(members[0][slot]))[1]
             start = max(t, self.upd_free[(c, slot)])
             stop = start + sum(costs[v] for v in names)
             self.upd_free[(c, slot)] = stop
@@ -304,7 +291,7 @@ class _SyncRun:
     def _workers(self, c, slot):
         """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
         if (c, slot) not in self.worker_groups:
-            spec = self.sim.resource_spec
+            spec = self.problem.resource_spec
             by_node = {}
             for r in self.classes[c][1]:
                 by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
@@ -315,9 +302,9 @@ class _SyncRun:
         """Every task sums its replicas' gradient of each shard and pushes it once; the PS updates
         the shard; every task pulls it once and copies it to its other replicas."""
         s = self.strategy.sync[name]
-        nbytes = -(-self.sim.sparse_bytes[name] // s.shards)
+        nbytes = -(-self.problem.sparse_bytes[name] // s.shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
-        sparse = name in self.sim.sparse_gradients
+        sparse = name in self.problem.sparse_gradients
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
         for i, task in enumerate(s.ps_tasks):
             ps_device = self.strategy.ps_devices[task]
@@ -330,18 +317,18 @@ class _SyncRun:
                 self.submit(self.ready(self.classes[c][0], name), phases, f"push {label}", pushed)
 
     def _ps_transfer(self, src, dst, nbytes):
-        sim = self.sim
-        return sim._phase_list(("ps", src, dst, nbytes), lambda: sim.comm.ps_phases(src, dst, nbytes))
+        problem = self.problem
+        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.comm.ps_phases(src, dst, nbytes))
 
     def _local_copies(self, devs, nbytes, inward):
         """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
         if len(devs) < 2:
             return []
-        sim, hub, other = self.sim, devs[0], devs[1]
+        problem, hub, other = self.problem, devs[0], devs[1]
         src, dst = (other, hub) if inward else (hub, other)
         copies = len(devs) - 1
-        return sim._phase_list(("local", src, dst, nbytes, copies),
-                               lambda: sim.comm.transfer_phases(src, dst, nbytes), copies)
+        return problem.phase_list(("local", src, dst, nbytes, copies),
+                                  lambda: problem.comm.transfer_phases(src, dst, nbytes), copies)
 
     def _after_pushes(self, pending, name, label, ps_device, shards, nbytes, targets):
         """The callback that, at the last push of a shard, updates it and starts the pulls."""
@@ -351,7 +338,7 @@ class _SyncRun:
             left[0] -= 1
             if left[0]:
                 return
-            cost = self.sim.device_costs(self.sim.resource_spec.device(ps_device))[1][name] / shards
+            cost = self.problem.device_costs(self.problem.resource_spec.device(ps_device))[1][name] / shards
             start = max(t, self.ps_free.get(ps_device, 0.0))
             stop = start + cost
             self.ps_free[ps_device] = stop
@@ -366,136 +353,22 @@ class _SyncRun:
 
 
 class Simulator:
-    """Simulates strategies of one job on one cluster, caching what it can.
+    """Evaluates strategies of one :class:`~placement.problem.Problem`, caching compute schedules.
 
     Parameters
     ----------
-    graph_item : autodist.graph.item.GraphItem
-    resource_spec : autodist.resource_spec.ResourceSpec
-    cost_model : cost_models.CostModel
-    groups : placement.grouping.GroupGraph, optional
-        Precomputed grouping of ``graph_item``.
+    problem : placement.problem.Problem
     """
 
-    def __init__(self, graph_item, resource_spec, cost_model, groups=None):
-        self.graph_item = graph_item
-        self.resource_spec = resource_spec
-        self.cost_model = cost_model
-        self.groups = groups if groups is not None else group_ops(graph_item)
-        self.comm = cost_model.comm_model(resource_spec)
-        self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
-        self.variables = [v for v in graph_item.trainable_variables()]
-        self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
-        self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
-        self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
-        slot_bytes = {}
-        for s in graph_item.slot_variables():
-            slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
-        self.slot_bytes = {v.name: slot_bytes.get(v.name, 0) for v in self.variables}
-        self.var_unit = {v.name: self.groups.unit_of_variable(v.name) for v in self.variables}
-        self._preds = self.groups.predecessors()
-        self._unit_index = {u: i for i, u in enumerate(self.groups.units)}
-        self._group_unit = [self._unit_index[g.unit] for g in self.groups.groups]
-        self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
-        self.precision = getattr(graph_item.job, "precision", "") or "fp32"
-        self._table = None
-        self._op_group = None
-        self._live = {}
-        self._costs = {}
+    def __init__(self, problem):
+        self.problem = problem
         self._schedules = {}
-        self._phases = {}
-        self._affine = {}
-        self.work = 0  # events processed so far: a machine-independent effort count
-
-    # -- costs -----------------------------------------------------------
-    @staticmethod
-    def _model_key(device):
-        return (device.kind, device.model)
-
-    def device_costs(self, device):
-        """(group seconds list, update seconds per variable) on ``device``'s model."""
-        key = self._model_key(device)
-        if key not in self._costs:
-            op_costs = self.cost_model.op_costs(self.graph_item, device)
-            seconds = {name: c.step_seconds for name, c in op_costs.items()}
-            group_seconds = [sum(seconds.get(o, 0.0) for o in g.ops) for g in self.groups.groups]
-            self._costs[key] = (group_seconds, self._update_costs(seconds))
-        return self._costs[key]
-
-    def _update_costs(self, seconds):
-        variables = self.graph_item.variables
-        own = {}
-        attributed = set()
-        for v in self.variables:
-            names = set(v.update_ops)
-            for slot in v.slots:
-                if slot in variables:
-                    names.update(variables[slot].update_ops)
-            names &= set(self.groups.update_ops)
-            attributed |= names
-            own[v.name] = sum(seconds.get(o, 0.0) for o in sorted(names))
-        rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
-        total = sum(self.dense_bytes.values()) or 1
-        return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
-
-    def _phase_list(self, key, make, count=1):
-        """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
-
-        The CommModel's per-tensor overhead (TensorFlow's fixed software
-        cost per tensor, at the endpoints) is taken out of the first phase
-        as latency that occupies no link; ``count`` identical transfers
-        issued together pay it once and occupy the links back to back.
-        """
-        stages = self._phases.get(key)
-        if stages is None:
-            self.work += MISS_WORK
-            stages = []
-            for i, phase in enumerate(make()):
-                latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
-                stages.append((latency, (phase.seconds - latency) * count, phase.links))
-            self._phases[key] = stages
-        return stages
-
-    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
-        """One allreduce as the runtime runs it, from a per-(devices, algorithm) affine fit when exact.
-
-        ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
-        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
-        The CommModel's phases are latency plus bytes over
-        bandwidth, so two probes give each phase's intercept and slope and a
-        new fusion-bucket size costs no walk over the devices.  A third probe
-        checks the fit; where it fails (e.g. unequal nodes, whose slowest
-        node changes with size), every size is asked of the CommModel.
-        """
-        key = (devices, algorithm, collective_ops)
-        if key not in self._affine:
-            self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
-        fit = self._affine[key]
-        if fit is None:
-            return self._priced_allreduce(nbytes, list(devices), algorithm, collective_ops)
-        return [Phase(a + b * nbytes, links) for a, b, links in fit]
-
-    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
-        if collective_ops:
-            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
-        return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
-
-    def _affine_fit(self, devices, algorithm, collective_ops):
-        zero, probe, check = (self._priced_allreduce(n, devices, algorithm, collective_ops)
-                              for n in (0, _PROBE_BYTES, _CHECK_BYTES))
-        if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
-            return None
-        fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
-        for (a, b, _), c in zip(fit, check):
-            if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
-                return None
-        return fit
 
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
-        devices = [self.resource_spec.device(d) for d in replica]
+        devices = [self.problem.resource_spec.device(d) for d in replica]
         if len(replica) == 1:
-            key = (self._model_key(devices[0]),)
+            key = (model_key(devices[0]),)
         else:
             key = (tuple(replica), slots)
         cached = self._schedules.get(key)
@@ -506,12 +379,12 @@ class Simulator:
         return schedule
 
     def _run_compute(self, replica, devices, slots, trace):
-        groups = self.groups.groups
+        groups = self.problem.groups.groups
         n = len(groups)
-        costs = [self.device_costs(d)[0] for d in devices]
-        slot_of = [slots[self._group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
-        remaining = [len(p) for p in self._preds]
-        succs = self.groups.successors()
+        costs = [self.problem.device_costs(d)[0] for d in devices]
+        slot_of = [slots[self.problem.group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
+        remaining = [len(p) for p in self.problem.preds]
+        succs = self.problem.groups.successors()
         ready_at = [0.0] * n
         end = [0.0] * n
         free = {}
@@ -534,7 +407,7 @@ class Simulator:
                 arrive = finish
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
-                    phases = self._phase_list(("xfer", src, dst, nbytes), lambda: self.comm.transfer_phases(src, dst, nbytes))
+                    phases = self.problem.phase_list(("xfer", src, dst, nbytes), lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
                     for latency, occupancy, used in phases:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
@@ -544,15 +417,14 @@ class Simulator:
                 remaining[h] -= 1
                 if remaining[h] == 0:
                     heapq.heappush(heap, (ready_at[h], h))
-        self.work += n
         one = max(end, default=0.0)
-        earlier = (self.micro_batches - 1) * one  # the micro-batches before the last one
-        gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
+        earlier = (self.problem.micro_batches - 1) * one  # the micro-batches before the last one
+        gradient_ready = {v: earlier + end[g] for v, g in self.problem.groups.gradient_group.items()}
         if earlier:
             free = {slot: earlier + t for slot, t in free.items()}
-            busy = {slot: t * self.micro_batches for slot, t in busy.items()}
+            busy = {slot: t * self.problem.micro_batches for slot, t in busy.items()}
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
-            events += [(f"micro-batches 1-{self.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
+            events += [(f"micro-batches 1-{self.problem.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
         return _Schedule(earlier + one, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------
@@ -572,15 +444,14 @@ class Simulator:
         -------
         SimResult
         """
-        spec = self.resource_spec
-        self.work += PER_SIMULATION_WORK + len(strategy.sync) + len(strategy.replicas)
-        slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
+        spec = self.problem.resource_spec
+        slots = tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
         classes = {}
         for replica in strategy.replicas:
             schedule = self._schedule(list(replica), slots, trace)
             classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
         classes = list(classes.values())
-        var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
+        var_slot = {v: strategy.group_slots.get(self.problem.var_unit[v], 0) for v in self.problem.dense_bytes}
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
         buckets = {}  # (algorithm, bucket, slot) -> variables
@@ -637,16 +508,16 @@ class Simulator:
         its shards of the variables and of their slots.
         """
         if slots is None:
-            slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
+            slots = tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
         persistent, accumulated, ps_bytes = {}, {}, {}
         for name, s in strategy.sync.items():
-            slot = strategy.group_slots.get(self.var_unit[name], 0)
+            slot = strategy.group_slots.get(self.problem.var_unit[name], 0)
             if s.method == "allreduce":
-                held = self.dense_bytes[name] + self.slot_bytes[name]
-                accumulated[slot] = accumulated.get(slot, 0) + self.dense_bytes[name]
+                held = self.problem.dense_bytes[name] + self.problem.slot_bytes[name]
+                accumulated[slot] = accumulated.get(slot, 0) + self.problem.dense_bytes[name]
             else:
-                held = self.sparse_bytes[name]
-                share = -(-(self.dense_bytes[name] + self.slot_bytes[name]) // s.shards)
+                held = self.problem.sparse_bytes[name]
+                share = -(-(self.problem.dense_bytes[name] + self.problem.slot_bytes[name]) // s.shards)
                 for task in s.ps_tasks:
                     dev = strategy.ps_devices[task]
                     ps_bytes[dev] = ps_bytes.get(dev, 0) + share
@@ -654,47 +525,15 @@ class Simulator:
         memory = {}
         for replica in strategy.replicas:
             for slot, dev in enumerate(replica):
-                live, reserve = self._slot_peak(slots, slot)
+                live, reserve = self.problem.slot_peak(slots, slot)
                 memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
-                if self.micro_batches > 1:
+                if self.problem.micro_batches > 1:
                     memory[dev] += accumulated.get(slot, 0)
-                if self.resource_spec.device(dev).kind == "GPU":
+                if self.problem.resource_spec.device(dev).kind == "GPU":
                     memory[dev] += reserve
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
-
-    def allocated_bytes(self):
-        """Bytes the ops of each group allocate in all (an upper bound of their live peak), and those of the updates."""
-        self.step_table()
-        nbytes = allocated_bytes(self._table, self.precision)
-        per_group = np.bincount(self._op_group[self._op_group >= 0], weights=nbytes[self._op_group >= 0],
-                                minlength=len(self.groups.groups))
-        return [int(b) for b in per_group], int(nbytes[self._op_group < 0].sum())
-
-    def step_table(self):
-        """The step table of the job (cost_models.step_table), built once."""
-        if self._table is None:
-            self._table = step_table(self.graph_item)
-            group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
-            self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
-        return self._table
-
-    def runtime_reserve(self, device):
-        """Bytes of ``device`` that the runtime holds besides the step's tensors (0 on a CPU)."""
-        return runtime_overhead_bytes(self.step_table()) if device.kind == "GPU" else 0
-
-    def _slot_peak(self, slots, slot):
-        """``(live tensor peak, GPU runtime reserve)`` of the device at ``slot`` of a replica whose units sit on
-        ``slots`` (cached)."""
-        key = (slots, slot)
-        if key not in self._live:
-            self.step_table()
-            # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
-            on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])[self._op_group]
-            self._live[key] = (live_peak(self._table, self.precision, on_slot),
-                               runtime_overhead_bytes(self._table, on_slot))
-        return self._live[key]
 
 
 def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
@@ -705,4 +544,4 @@ def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
     SimResult
         With its timeline, exportable by ``to_chrome_trace()``.
     """
-    return Simulator(graph_item, resource_spec, cost_model).simulate(strategy, trace=True, overlap=overlap)
+    return Simulator(Problem(graph_item, resource_spec, cost_model)).simulate(strategy, trace=True, overlap=overlap)

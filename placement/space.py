@@ -24,7 +24,6 @@ by step time processes the same batches.
 from __future__ import annotations
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
-from placement.baselines import ps_candidates, ready_order
 
 
 def copy_strategy(strategy):
@@ -42,7 +41,7 @@ class StrategySpace:
 
     Parameters
     ----------
-    simulator : placement.simulator.Simulator
+    problem : placement.problem.Problem
         For variable sizes, shapes and op group units.
     rng : random.Random
         The only source of randomness (seeded by the caller).
@@ -50,15 +49,15 @@ class StrategySpace:
         False keeps every variable allreduced (no move puts one on a PS).
     """
 
-    def __init__(self, simulator, rng, allow_ps=True):
+    def __init__(self, problem, rng, allow_ps=True):
         self.rng = rng
-        self.variables = sorted(simulator.dense_bytes)
-        self.ready_order = ready_order(simulator)
-        self.bytes = simulator.sparse_bytes
-        shapes = {v.name: v.shape for v in simulator.variables}
+        self.variables = sorted(problem.dense_bytes)
+        self.ready_order = problem.ready_order
+        self.bytes = problem.sparse_bytes
+        shapes = {v.name: v.shape for v in problem.variables}
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
-        self.units = list(simulator.groups.units)
-        self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
+        self.units = list(problem.groups.units)
+        self.candidates = list(problem.ps_candidates) if allow_ps else []
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]

@@ -22,7 +22,7 @@ from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
 from cost_models.memory import live_peak
 from cost_models.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
 from cost_models.step_table import step_table
-from placement import Simulator, baselines
+from placement import Problem, Simulator, baselines
 
 NO_KERNEL = ("Const", "Identity", "ReadVariableOp", "Reshape", "Shape", "NoOp", "Placeholder")
 
@@ -117,8 +117,8 @@ def test_gradient_accumulation_divides_sync_cost_per_sample(mlp_graph):
 
     def per_sample(micro_batches):
         item = with_job_options(_copy(mlp_graph), micro_batches=micro_batches)
-        sim = Simulator(item, spec, model)
-        run = sim.simulate(baselines.data_parallel(sim), overlap=False)
+        sim = Simulator(Problem(item, spec, model))
+        run = sim.simulate(baselines.data_parallel(sim.problem), overlap=False)
         samples = micro_batches * item.job.batch_size * run.replicas
         return run.compute_time / samples, (run.step_time - run.compute_time) / samples
 
@@ -132,9 +132,9 @@ def test_gradient_accumulation_divides_sync_cost_per_sample(mlp_graph):
 def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
     spec = load_cluster(preset="dgx-h100")
     model = CostModel.default()
-    sim_one = Simulator(mlp_graph, spec, model)
-    sim_four = Simulator(with_job_options(_copy(mlp_graph), micro_batches=4), spec, model)
-    strategy = baselines.data_parallel(sim_one)
+    sim_one = Simulator(Problem(mlp_graph, spec, model))
+    sim_four = Simulator(Problem(with_job_options(_copy(mlp_graph), micro_batches=4), spec, model))
+    strategy = baselines.data_parallel(sim_one.problem)
     device = strategy.replicas[0][0]
     extra = sim_four.memory(strategy)[device] - sim_one.memory(strategy)[device]
     assert extra == mlp_graph.parameter_bytes()

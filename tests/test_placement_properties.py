@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autodist.resource_spec import ResourceSpec, load_cluster
-from placement import Simulator, baselines, lower_bound, optimize
+from placement import Problem, Simulator, baselines, lower_bound, optimize
 from placement.grouping import group_ops
 from placement.space import StrategySpace, copy_strategy
 
@@ -28,14 +28,14 @@ def simulators(embedding_graph, mlp_graph, cost_model):
     for preset in PRESETS:
         spec = load_cluster(preset=preset)
         for graph in (embedding_graph, mlp_graph):
-            sims[(preset, graph.job.model_name)] = Simulator(graph, spec, cost_model)
+            sims[(preset, graph.job.model_name)] = Simulator(Problem(graph, spec, cost_model))
     return sims
 
 
 def random_strategy(sim, seed, moves, model_parallel):
     rng = random.Random(seed)
-    space = StrategySpace(sim, rng)
-    start = baselines.greedy_op_placer(sim) if model_parallel else rng.choice(list(baselines.BASELINES.values()))(sim)
+    space = StrategySpace(sim.problem, rng)
+    start = baselines.greedy_op_placer(sim.problem) if model_parallel else rng.choice(list(baselines.BASELINES.values()))(sim.problem)
     strategy = copy_strategy(start)
     for _ in range(moves):
         space.move(strategy)
@@ -52,16 +52,14 @@ def random_strategy(sim, seed, moves, model_parallel):
 def test_random_moves_keep_strategies_valid_and_above_the_bound(simulators, key, seed, moves, model_parallel):
     sim = simulators[key]
     strategy = random_strategy(sim, seed, moves, model_parallel)
-    strategy.validate(sim.graph_item, sim.resource_spec)
-    trainable = sorted(v.name for v in sim.graph_item.trainable_variables())
+    strategy.validate(sim.problem.graph_item, sim.problem.resource_spec)
+    trainable = sorted(v.name for v in sim.problem.graph_item.trainable_variables())
     assert sorted(strategy.sync) == trainable  # every variable assigned exactly once
     for name, s in strategy.sync.items():
         if s.method == "ps":
             assert len(set(s.ps_tasks)) == len(s.ps_tasks) <= len(strategy.ps_devices)
     result = sim.simulate(strategy)
-    bound = lower_bound(
-        sim.graph_item, sim.resource_spec, sim.cost_model, strategy.replicas, strategy.group_slots, simulator=sim
-    )
+    bound = lower_bound(sim.problem, strategy.replicas, strategy.group_slots)
     assert result.step_time >= bound * (1 - 1e-12)
     assert result.compute_time <= result.step_time
 
@@ -75,8 +73,8 @@ def test_search_plans_fit_memory_and_repeat_with_the_seed(embedding_graph, cost_
         spec = ResourceSpec.from_dict(spec.to_dict())
         for device in spec.gpus():
             device.memory_bytes = int((activations + embedding_graph.parameter_bytes()) * squeeze)
-    first = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
-    again = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
+    first = optimize(embedding_graph, spec, cost_model, seed=seed, moves=40)
+    again = optimize(embedding_graph, spec, cost_model, seed=seed, moves=40)
     assert first.strategy.to_dict() == again.strategy.to_dict()
     if any(c.simulation.fits for c in first.candidates):
         assert first.simulation.fits

@@ -64,7 +64,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.plan_cmd import summary
-    from autodist.cli.options import check_search_size
+    from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
     from cost_models.model import load_cost_model
@@ -72,7 +72,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     given = args.cluster or args.preset or args.from_kubernetes
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
-    check_search_size(resource_spec, args.budget)
+    check_search_size(resource_spec, **search_budget(args))
     if (args.micro_batches or 1) > 1:
         raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
                          "run with one micro-batch", field="--micro-batches")
@@ -81,7 +81,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     if custom_loop:
         print("autodist: the script trains with a custom loop (autodist.function), which runs on collective ops: "
               "searching plans that allreduce every variable", flush=True)
-    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      allreduce_only=custom_loop, cost_model=load_cost_model(args.cost_model),
                      precision=args.precision)
     plan.save(args.output)
