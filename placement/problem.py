@@ -72,6 +72,9 @@ class Problem:
         self.preds = self.groups.predecessors()
         self.unit_index = {u: i for i, u in enumerate(self.groups.units)}
         self.group_unit = [self.unit_index[g.unit] for g in self.groups.groups]
+        self.no_slots = (0,) * len(self.groups.units)
+        self.is_gpu = {d.name: d.kind == "GPU" for d in resource_spec.devices()}
+        self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
         self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         self._table = None

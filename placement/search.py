@@ -10,9 +10,11 @@ the first round, moves sampled around the start give the uphill deltas;
 the start temperature makes an uphill move of that sample accepted
 :data:`START_ACCEPTANCE` of the time on average, the end temperature
 :data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
-between them as the budget is spent.  A move that leaves the energy
-unchanged (a plateau) is accepted with probability ``T / T_start``, so the
-walk crosses plateaus early and stops drifting late.
+between them over the first ``1 - QUENCH`` of each round; the rest of the
+round is a descent at zero temperature (only improvements are accepted).
+A move that leaves the energy unchanged (a plateau) is accepted with
+probability ``T / T_start``, so the walk crosses plateaus early and stops
+drifting late.
 
 Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
 from the best baseline, the second from the next-best distinct baseline,
@@ -35,8 +37,9 @@ from placement.simulator import Simulator
 from placement.space import StrategySpace, copy_strategy
 
 SAMPLE_MOVES = 32
-START_ACCEPTANCE = 0.65
+START_ACCEPTANCE = 0.85
 END_ACCEPTANCE = 0.01
+QUENCH = 0.3
 ROUNDS = 3
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
@@ -144,7 +147,10 @@ class Annealer:
         self.t_end = min(self.t_start, temperature_for(uphill, END_ACCEPTANCE))
 
     def temperature(self, fraction):
-        return self.t_start * (self.t_end / self.t_start) ** fraction
+        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc)."""
+        if fraction >= 1.0 - QUENCH:
+            return 0.0
+        return self.t_start * (self.t_end / self.t_start) ** (fraction / (1.0 - QUENCH))
 
     def run(self, starts):
         """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first); return the best found."""
@@ -174,10 +180,14 @@ class Annealer:
             self.budget.made += 1
             energy = energy_of(simulation)
             delta = (energy - current_energy) / base
-            if delta == 0:
+            if delta < 0:
+                accepted = True
+            elif temperature == 0.0:
+                accepted = False
+            elif delta == 0:
                 accepted = self.rng.random() < temperature / self.t_start
             else:
-                accepted = delta < 0 or self.rng.random() < math.exp(-delta / temperature)
+                accepted = self.rng.random() < math.exp(-delta / temperature)
             self.history.append((fraction, accepted))
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1

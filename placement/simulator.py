@@ -159,6 +159,38 @@ class _Schedule:
     events: list
 
 
+# A phase on at least this many links (a collective over many devices) is
+# reserved once for its whole link set rather than link by link.
+WIDE_PHASE = 16
+
+
+def _first_free(lists, start, seconds):
+    """The earliest time at or after ``start`` when a window of ``seconds`` overlaps no interval of ``lists``."""
+    moved = True
+    while moved:
+        moved = False
+        for starts, ends in lists:
+            i = bisect.bisect_right(ends, start)  # the first interval ending after start
+            if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
+                start, moved = ends[i], True
+    return start
+
+
+def _insert(intervals, start, end):
+    """Add ``[start, end]`` to sorted, disjoint ``intervals`` (starts, ends), merging what it touches."""
+    starts, ends = intervals
+    i = bisect.bisect_left(starts, start)
+    if i > 0 and ends[i - 1] >= start:  # joins the interval before (or lies inside it)
+        i -= 1
+        start, end = starts[i], max(end, ends[i])
+        del starts[i], ends[i]
+    while i < len(starts) and starts[i] <= end:  # and the ones it reaches
+        end = max(end, ends[i])
+        del starts[i], ends[i]
+    starts.insert(i, start)
+    ends.insert(i, end)
+
+
 class _LinkQueue:
     """Occupation of link resources by phases, each at the earliest time all its links are free.
 
@@ -167,41 +199,86 @@ class _LinkQueue:
     so it may use a gap that an earlier reservation left (a transfer waiting
     for a busy receiver does not hold the sender's link idle meanwhile).
     Adjacent intervals are merged, which keeps a saturated link's list short.
+
+    A *wide* phase (:data:`WIDE_PHASE` links or more: a collective over many
+    devices) keeps one interval list for its whole link set, and every wide
+    link set a list of what narrow phases reserved on its links, so neither
+    kind walks a thousand links per reservation.  The windows found are the
+    same as link by link: a window is free on a link set exactly when it
+    overlaps no reservation of any phase sharing one of its links.
+
+    ``link_sets``: a cache of each wide link set's frozenset and of which
+    wide sets overlap, shared by the queues of one Simulator.
     """
 
-    def __init__(self):
-        self.intervals = {}  # link -> ([starts], [ends]), sorted, disjoint
-        self.busy = {}
+    def __init__(self, link_sets=None):
+        self.intervals = {}  # link -> ([starts], [ends]) of narrow phases, sorted, disjoint
+        self.wide = {}  # wide link tuple -> its own reservations
+        self.beneath = {}  # wide link tuple -> reservations of narrow phases on its links
+        self.wide_of_link = {}  # link -> wide link tuples holding it
+        self.link_sets = {} if link_sets is None else link_sets
+        self.narrow_busy = {}
+        self.wide_busy = {}
+
+    @property
+    def busy(self):
+        """Seconds each link is occupied."""
+        busy = dict(self.narrow_busy)
+        for links, seconds in self.wide_busy.items():
+            for link in links:
+                busy[link] = busy.get(link, 0.0) + seconds
+        return busy
 
     def occupy(self, links, ready, seconds):
-        start = ready
-        moved = True
-        while moved:
-            moved = False
+        """Reserve ``seconds`` on every link of ``links`` from the first window free on all; return (start, end).
+
+        A phase of no occupancy (all its time is latency) holds no link and waits for none.
+        """
+        if seconds <= 0:
             for link in links:
-                starts, ends = self.intervals.get(link, ((), ()))
-                i = bisect.bisect_right(ends, start)  # the first interval ending after start
-                if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
-                    start, moved = ends[i], True
+                self.narrow_busy.setdefault(link, 0.0)
+            return ready, ready
+        if len(links) >= WIDE_PHASE:
+            return self._occupy_wide(links, ready, seconds)
+        wide = {w: None for link in links for w in self.wide_of_link.get(link, ())}
+        lists = [self.intervals[link] for link in links if link in self.intervals]
+        start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds)
         end = start + seconds
         for link in links:
-            if end > start:
-                self._insert(link, start, end)
-            self.busy[link] = self.busy.get(link, 0.0) + seconds
+            _insert(self.intervals.setdefault(link, ([], [])), start, end)
+            self.narrow_busy[link] = self.narrow_busy.get(link, 0.0) + seconds
+        for w in wide:
+            _insert(self.beneath[w], start, end)
         return start, end
 
-    def _insert(self, link, start, end):
-        starts, ends = self.intervals.setdefault(link, ([], []))
-        i = bisect.bisect_left(starts, start)
-        if i > 0 and ends[i - 1] >= start:  # joins the interval before
-            i -= 1
-            start = starts[i]
-            del starts[i], ends[i]
-        while i < len(starts) and starts[i] <= end:  # and the ones it reaches
-            end = max(end, ends[i])
-            del starts[i], ends[i]
-        starts.insert(i, start)
-        ends.insert(i, end)
+    def _occupy_wide(self, links, ready, seconds):
+        if links not in self.wide:
+            self._open_wide(links)
+        lists = [self.wide[w] for w in self.link_sets[links][1] if w in self.wide] + [self.beneath[links]]
+        start = _first_free(lists, ready, seconds)
+        end = start + seconds
+        _insert(self.wide[links], start, end)
+        self.wide_busy[links] = self.wide_busy.get(links, 0.0) + seconds
+        return start, end
+
+    def _open_wide(self, links):
+        """Start the lists of a wide link set: its own, and what narrow phases already hold of its links."""
+        if links not in self.link_sets:
+            members = frozenset(links)
+            overlapping = {links}
+            for other, (other_members, other_overlapping) in self.link_sets.items():
+                if not members.isdisjoint(other_members):
+                    overlapping.add(other)
+                    other_overlapping.add(links)
+            self.link_sets[links] = (members, overlapping)
+        held = sorted((a, b) for link in links for a, b in zip(*self.intervals.get(link, ((), ()))))
+        beneath = ([], [])
+        for a, b in held:
+            _insert(beneath, a, b)
+        self.beneath[links] = beneath
+        self.wide[links] = ([], [])
+        for link in links:
+            self.wide_of_link.setdefault(link, []).append(links)
 
 
 class _SyncRun:
@@ -215,10 +292,11 @@ class _SyncRun:
         self.sim = sim
         self.problem = sim.problem
         self.strategy = strategy
+        self.collective_ops = strategy.allreduces_everything()
         self.classes = classes
         self.trace = trace
         self.overlap = overlap
-        self.links = _LinkQueue()
+        self.links = _LinkQueue(sim.link_sets)
         self.events = []
         self.finish = [max(schedule.end for schedule, _ in classes)]
         self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
@@ -263,7 +341,7 @@ class _SyncRun:
         problem = self.sim.problem
         nbytes = sum(problem.dense_bytes[v] for v in names)
         ready = max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
-        collective_ops = self.strategy.allreduces_everything()
+        collective_ops = self.collective_ops
         phases = problem.phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
             lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
@@ -363,6 +441,7 @@ class Simulator:
     def __init__(self, problem):
         self.problem = problem
         self._schedules = {}
+        self.link_sets = {}  # see _LinkQueue
 
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
@@ -389,7 +468,7 @@ class Simulator:
         end = [0.0] * n
         free = {}
         busy = {}
-        links = _LinkQueue()
+        links = _LinkQueue(self.link_sets)
         events = []
         heap = [(0.0, g) for g in range(n) if remaining[g] == 0]
         heapq.heapify(heap)
@@ -445,13 +524,13 @@ class Simulator:
         SimResult
         """
         spec = self.problem.resource_spec
-        slots = tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
+        slots = self._slots(strategy)
         classes = {}
         for replica in strategy.replicas:
             schedule = self._schedule(list(replica), slots, trace)
             classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
         classes = list(classes.values())
-        var_slot = {v: strategy.group_slots.get(self.problem.var_unit[v], 0) for v in self.problem.dense_bytes}
+        var_slot = self._var_slots(strategy)
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
         buckets = {}  # (algorithm, bucket, slot) -> variables
@@ -459,7 +538,7 @@ class Simulator:
         for name in sorted(strategy.sync):
             s = strategy.sync[name]
             if s.method == "allreduce":
-                buckets.setdefault((s.algorithm, s.bucket, var_slot[name]), []).append(name)
+                buckets.setdefault((s.algorithm, s.bucket, var_slot[name] if var_slot else 0), []).append(name)
             else:
                 ps_vars.append(name)
         slot_devices = {}
@@ -468,7 +547,7 @@ class Simulator:
                 slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
             run.allreduce(algorithm, bucket, slot, names, slot_devices[slot])
         for name in ps_vars:
-            run.parameter_server(name, var_slot[name])
+            run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
 
         compute_time = run.finish[0]
@@ -491,7 +570,7 @@ class Simulator:
             link_busy=run.links.busy,
             device_busy=busy,
             memory=memory,
-            memory_limit={d: spec.device(d).memory_bytes for d in memory},
+            memory_limit={d: self.problem.memory_bytes[d] for d in memory},
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
             replicas=len(strategy.replicas),
         )
@@ -507,33 +586,49 @@ class Simulator:
         groups (gradients included, until their update).  A PS device holds
         its shards of the variables and of their slots.
         """
+        problem = self.problem
         if slots is None:
-            slots = tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
+            slots = self._slots(strategy)
+        var_slot = self._var_slots(strategy)
         persistent, accumulated, ps_bytes = {}, {}, {}
         for name, s in strategy.sync.items():
-            slot = strategy.group_slots.get(self.problem.var_unit[name], 0)
+            slot = var_slot[name] if var_slot else 0
             if s.method == "allreduce":
-                held = self.problem.dense_bytes[name] + self.problem.slot_bytes[name]
-                accumulated[slot] = accumulated.get(slot, 0) + self.problem.dense_bytes[name]
+                held = problem.dense_bytes[name] + problem.slot_bytes[name]
+                accumulated[slot] = accumulated.get(slot, 0) + problem.dense_bytes[name]
             else:
-                held = self.problem.sparse_bytes[name]
-                share = -(-(self.problem.dense_bytes[name] + self.problem.slot_bytes[name]) // s.shards)
+                held = problem.sparse_bytes[name]
+                share = -(-(problem.dense_bytes[name] + problem.slot_bytes[name]) // s.shards)
                 for task in s.ps_tasks:
                     dev = strategy.ps_devices[task]
                     ps_bytes[dev] = ps_bytes.get(dev, 0) + share
             persistent[slot] = persistent.get(slot, 0) + held
+        # what a device at each slot holds, besides the GPU runtime reserve
+        held, reserves = [], []
+        for slot in range(max(len(r) for r in strategy.replicas)):
+            live, reserve = problem.slot_peak(slots, slot)
+            extra = accumulated.get(slot, 0) if problem.micro_batches > 1 else 0
+            held.append(live + persistent.get(slot, 0) + extra)
+            reserves.append(reserve)
         memory = {}
         for replica in strategy.replicas:
             for slot, dev in enumerate(replica):
-                live, reserve = self.problem.slot_peak(slots, slot)
-                memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
-                if self.problem.micro_batches > 1:
-                    memory[dev] += accumulated.get(slot, 0)
-                if self.problem.resource_spec.device(dev).kind == "GPU":
-                    memory[dev] += reserve
+                memory[dev] = memory.get(dev, 0) + held[slot] + (reserves[slot] if problem.is_gpu[dev] else 0)
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
+
+    def _slots(self, strategy):
+        """The slot of every op group unit, in unit order."""
+        if not strategy.group_slots:
+            return self.problem.no_slots
+        return tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
+
+    def _var_slots(self, strategy):
+        """The slot of every variable's unit, or None when every unit is on slot 0."""
+        if not strategy.group_slots:
+            return None
+        return {v: strategy.group_slots.get(unit, 0) for v, unit in self.problem.var_unit.items()}
 
 
 def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):

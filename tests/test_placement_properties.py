@@ -64,6 +64,72 @@ def test_random_moves_keep_strategies_valid_and_above_the_bound(simulators, key,
     assert result.compute_time <= result.step_time
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    preset=st.sampled_from(PRESETS + ["dgx-h100:4"]),
+    model=st.sampled_from(["embedding", "mlp"]),
+    seed=st.integers(0, 2**16),
+    moves=st.integers(1, 25),
+)
+def test_a_reused_simulator_equals_a_fresh_one_along_random_moves(simulators, mlp_graph, embedding_graph, cost_model,
+                                                                   preset, model, seed, moves):
+    """Incremental evaluation: a Simulator that evaluated every strategy of a random walk (its schedules, phase
+    lists and wide link sets cached) gives, at every step, what a new Simulator of a new Problem gives."""
+    graph = {"mlp": mlp_graph, "embedding": embedding_graph}[model]
+    spec = load_cluster(preset=preset)
+    reused = simulators.get((preset, model)) or Simulator(Problem(graph, spec, cost_model))
+    space = StrategySpace(reused.problem, random.Random(seed))
+    strategy = random.Random(seed).choice(list(baselines.BASELINES.values()))(reused.problem)
+    for _ in range(moves):
+        strategy = copy_strategy(strategy)
+        space.move(strategy)
+        fresh = Simulator(Problem(graph, spec, cost_model)).simulate(strategy)
+        assert reused.simulate(strategy).to_dict() == fresh.to_dict()
+
+
+def reference_occupy(intervals, links, ready, seconds):
+    """Link by link, the first window of ``seconds`` from ``ready`` free on every link of ``links``; every link
+    keeps the union of its reservations; a phase of no occupancy holds no link and waits for none."""
+    start = ready
+    if seconds == 0:
+        return start, start
+    while True:
+        blocking = [end for link in links for begin, end in intervals.get(link, ())
+                    if begin < start + seconds and end > start]
+        if not blocking:
+            break
+        start = max(blocking)
+    for link in links:
+        if seconds > 0:
+            merged = []
+            for begin, end in sorted(intervals.get(link, []) + [(start, start + seconds)]):
+                if merged and begin <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+                else:
+                    merged.append((begin, end))
+            intervals[link] = merged
+    return start, start + seconds
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 8), st.integers(0, 20)),
+                min_size=1, max_size=40))
+def test_wide_phases_find_the_windows_links_find(requests):
+    """The link queue's wide link sets (one interval list per collective) find the same windows as a queue that
+    keeps every link's intervals, whatever mix of wide and narrow phases arrives."""
+    from placement.simulator import WIDE_PHASE, _LinkQueue
+
+    link_sets = [tuple(f"l{i}" for i in range(k * 5, k * 5 + WIDE_PHASE)) for k in range(3)]  # overlapping wide sets
+    queue, reference = _LinkQueue(), {}
+    for kind, first, ready, seconds in requests:
+        links = link_sets[kind] if kind < 3 else (f"l{first}", f"l{(first * 7) % 41}")
+        links = tuple(dict.fromkeys(links))
+        assert queue.occupy(links, float(ready), float(seconds)) == reference_occupy(reference, links, ready, seconds)
+    busy = queue.busy
+    for link, spans in reference.items():
+        assert busy[link] == pytest.approx(sum(b - a for a, b in spans))
+
+
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(preset=st.sampled_from(PRESETS), seed=st.integers(0, 1000), squeeze=st.sampled_from([None, 0.9, 1.2]))
 def test_search_plans_fit_memory_and_repeat_with_the_seed(embedding_graph, cost_model, preset, seed, squeeze):
