@@ -74,6 +74,7 @@ class Problem:
         self.group_unit = [self.unit_index[g.unit] for g in self.groups.groups]
         self.no_slots = (0,) * len(self.groups.units)
         self.is_gpu = {d.name: d.kind == "GPU" for d in resource_spec.devices()}
+        self.device_model = {d.name: model_key(d) for d in resource_spec.devices()}
         self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
         self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"

@@ -72,10 +72,36 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from placement.problem import Problem, model_key
+from placement.problem import Problem
 
+
+
+class _Expanded(Mapping):
+    """A read-only dict built by ``build()`` on first use (a search reads only a step's times and memory)."""
+
+    def __init__(self, build):
+        self._build = build
+        self._items = None
+
+    def _all(self):
+        if self._items is None:
+            self._items = self._build()
+        return self._items
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def __repr__(self):
+        return repr(self._all())
 
 
 @dataclass
@@ -205,27 +231,33 @@ class _LinkQueue:
     link set a list of what narrow phases reserved on its links, so neither
     kind walks a thousand links per reservation.  The windows found are the
     same as link by link: a window is free on a link set exactly when it
-    overlaps no reservation of any phase sharing one of its links.
+    overlaps no reservation of any phase sharing one of its links.  Wide
+    link sets are known by the identity of their tuple (the cached phase
+    lists hand out the same tuple each time), which spares hashing a
+    thousand names per reservation.
 
-    ``link_sets``: a cache of each wide link set's frozenset and of which
-    wide sets overlap, shared by the queues of one Simulator.
+    ``link_sets``: a cache, shared by the queues of one Simulator, of each
+    wide link set: ``id -> (links, frozenset, ids of the wide sets it overlaps)``.
     """
 
     def __init__(self, link_sets=None):
         self.intervals = {}  # link -> ([starts], [ends]) of narrow phases, sorted, disjoint
-        self.wide = {}  # wide link tuple -> its own reservations
-        self.beneath = {}  # wide link tuple -> reservations of narrow phases on its links
-        self.wide_of_link = {}  # link -> wide link tuples holding it
-        self.link_sets = {} if link_sets is None else link_sets
+        self.wide = {}  # id of a wide link tuple -> its own reservations
+        self.beneath = {}  # id of a wide link tuple -> reservations of narrow phases on its links
+        # shared: id -> (links, frozenset, overlapping ids), and link -> ids of the wide tuples holding it
+        self.link_sets, self.wide_of_link = ({}, {}) if link_sets is None else link_sets
         self.narrow_busy = {}
-        self.wide_busy = {}
+        self.wide_busy = {}  # id of a wide link tuple -> seconds
 
     @property
     def busy(self):
+        return self.link_busy()
+
+    def link_busy(self):
         """Seconds each link is occupied."""
         busy = dict(self.narrow_busy)
-        for links, seconds in self.wide_busy.items():
-            for link in links:
+        for key, seconds in self.wide_busy.items():
+            for link in self.link_sets[key][0]:
                 busy[link] = busy.get(link, 0.0) + seconds
         return busy
 
@@ -240,7 +272,7 @@ class _LinkQueue:
             return ready, ready
         if len(links) >= WIDE_PHASE:
             return self._occupy_wide(links, ready, seconds)
-        wide = {w: None for link in links for w in self.wide_of_link.get(link, ())}
+        wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide}
         lists = [self.intervals[link] for link in links if link in self.intervals]
         start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds)
         end = start + seconds
@@ -252,33 +284,35 @@ class _LinkQueue:
         return start, end
 
     def _occupy_wide(self, links, ready, seconds):
-        if links not in self.wide:
+        key = id(links)
+        if key not in self.wide:
             self._open_wide(links)
-        lists = [self.wide[w] for w in self.link_sets[links][1] if w in self.wide] + [self.beneath[links]]
+        lists = [self.wide[w] for w in self.link_sets[key][2] if w in self.wide] + [self.beneath[key]]
         start = _first_free(lists, ready, seconds)
         end = start + seconds
-        _insert(self.wide[links], start, end)
-        self.wide_busy[links] = self.wide_busy.get(links, 0.0) + seconds
+        _insert(self.wide[key], start, end)
+        self.wide_busy[key] = self.wide_busy.get(key, 0.0) + seconds
         return start, end
 
     def _open_wide(self, links):
         """Start the lists of a wide link set: its own, and what narrow phases already hold of its links."""
-        if links not in self.link_sets:
+        key = id(links)
+        if key not in self.link_sets:
             members = frozenset(links)
-            overlapping = {links}
-            for other, (other_members, other_overlapping) in self.link_sets.items():
+            overlapping = {key}
+            for other, (_, other_members, other_overlapping) in self.link_sets.items():
                 if not members.isdisjoint(other_members):
                     overlapping.add(other)
-                    other_overlapping.add(links)
-            self.link_sets[links] = (members, overlapping)
-        held = sorted((a, b) for link in links for a, b in zip(*self.intervals.get(link, ((), ()))))
+                    other_overlapping.add(key)
+            self.link_sets[key] = (links, members, overlapping)
+            for link in links:
+                self.wide_of_link.setdefault(link, []).append(key)
+        members = self.link_sets[key][1]
         beneath = ([], [])
-        for a, b in held:
+        for a, b in sorted((a, b) for link, spans in self.intervals.items() if link in members for a, b in zip(*spans)):
             _insert(beneath, a, b)
-        self.beneath[links] = beneath
-        self.wide[links] = ([], [])
-        for link in links:
-            self.wide_of_link.setdefault(link, []).append(links)
+        self.beneath[key] = beneath
+        self.wide[key] = ([], [])
 
 
 class _SyncRun:
@@ -306,6 +340,16 @@ class _SyncRun:
         self.worker_groups = {}
         self.heap = []
         self.seq = 0
+
+    def device_busy(self):
+        """Seconds each device computes, updates or serves."""
+        busy = dict(self.busy)
+        for c, (schedule, members) in enumerate(self.classes):
+            for slot, seconds in schedule.slot_busy.items():
+                seconds += self.upd_busy.get((c, slot), 0.0)
+                for r in members:
+                    busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
+        return busy
 
     def ready(self, schedule, var):
         return schedule.gradient_ready[var] if self.overlap else schedule.end
@@ -441,18 +485,19 @@ class Simulator:
     def __init__(self, problem):
         self.problem = problem
         self._schedules = {}
-        self.link_sets = {}  # see _LinkQueue
+        self._classes = {}
+        self.link_sets = ({}, {})  # see _LinkQueue
 
     # -- compute ---------------------------------------------------------
     def _schedule(self, replica, slots, trace):
-        devices = [self.problem.resource_spec.device(d) for d in replica]
         if len(replica) == 1:
-            key = (model_key(devices[0]),)
+            key = (self.problem.device_model[replica[0]],)
         else:
             key = (tuple(replica), slots)
         cached = self._schedules.get(key)
         if cached is not None and (cached.events or not trace):
             return cached
+        devices = [self.problem.resource_spec.device(d) for d in replica]
         schedule = self._run_compute(replica, devices, slots, trace)
         self._schedules[key] = schedule
         return schedule
@@ -525,11 +570,7 @@ class Simulator:
         """
         spec = self.problem.resource_spec
         slots = self._slots(strategy)
-        classes = {}
-        for replica in strategy.replicas:
-            schedule = self._schedule(list(replica), slots, trace)
-            classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
-        classes = list(classes.values())
+        classes = self._replica_classes(strategy.replicas, slots, trace)
         var_slot = self._var_slots(strategy)
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
@@ -541,23 +582,14 @@ class Simulator:
                 buckets.setdefault((s.algorithm, s.bucket, var_slot[name] if var_slot else 0), []).append(name)
             else:
                 ps_vars.append(name)
-        slot_devices = {}
         for (algorithm, bucket, slot), names in sorted(buckets.items()):
-            if slot not in slot_devices:
-                slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
-            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot])
+            run.allreduce(algorithm, bucket, slot, names, self._slot_devices(strategy.replicas, slot))
         for name in ps_vars:
             run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
 
         compute_time = run.finish[0]
         step_time = max(max(run.finish), max(run.upd_free.values(), default=0.0), max(run.ps_free.values(), default=0.0))
-        busy = run.busy
-        for c, (schedule, members) in enumerate(classes):
-            for slot, seconds in schedule.slot_busy.items():
-                seconds += run.upd_busy.get((c, slot), 0.0)
-                for r in members:
-                    busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
         memory = self.memory(strategy, slots)
         events = run.events
         if trace:
@@ -567,8 +599,8 @@ class Simulator:
             step_time=step_time,
             compute_time=compute_time,
             exposed_comm_time=max(0.0, step_time - compute_time),
-            link_busy=run.links.busy,
-            device_busy=busy,
+            link_busy=_Expanded(run.links.link_busy),
+            device_busy=_Expanded(run.device_busy),
             memory=memory,
             memory_limit={d: self.problem.memory_bytes[d] for d in memory},
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
@@ -623,6 +655,28 @@ class Simulator:
         if not strategy.group_slots:
             return self.problem.no_slots
         return tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
+
+    def _replica_classes(self, replicas, slots, trace):
+        """``(schedule, replicas)`` pairs of the replicas with one compute schedule, cached per replica list."""
+        key = (id(replicas), slots, trace)
+        cached = self._classes.get(key)
+        if cached is None or cached[0] is not replicas:
+            classes = {}
+            for replica in replicas:
+                schedule = self._schedule(replica, slots, trace)
+                classes.setdefault(id(schedule), (schedule, []))[1].append(replica)
+            cached = (replicas, list(classes.values()))
+            self._classes[key] = cached
+        return cached[1]
+
+    def _slot_devices(self, replicas, slot):
+        """The device at ``slot`` of every replica (cached per replica list)."""
+        key = (id(replicas), "slot", slot)
+        cached = self._classes.get(key)
+        if cached is None or cached[0] is not replicas:
+            cached = (replicas, tuple(r[slot] for r in replicas))
+            self._classes[key] = cached
+        return cached[1]
 
     def _var_slots(self, strategy):
         """The slot of every variable's unit, or None when every unit is on slot 0."""
