@@ -265,16 +265,19 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     budget.reserve = time.perf_counter() - tracing
     space = StrategySpace(problem, random.Random(seed), allow_ps=not allreduce_only)
     annealer = Annealer(simulator, space, random.Random(seed + 1), budget, progress)
+    searching = time.perf_counter()
     if problem.dense_bytes:
         best = annealer.run(starts)[0]
     else:
         best = copy_strategy(starts[0])
+    searching = time.perf_counter() - searching
     final = simulator.simulate(best, trace=True)
     if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
         bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
     stats = annealer.stats()
     stats.update(
         seconds=time.perf_counter() - budget.started,
+        search_seconds=searching,
         budget_s=None if moves is not None else budget_s,
         moves=moves,
         start=min(candidates, key=lambda c: (_rank(c.simulation), c.name)).name,

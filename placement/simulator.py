@@ -642,10 +642,15 @@ class Simulator:
             extra = accumulated.get(slot, 0) if problem.micro_batches > 1 else 0
             held.append(live + persistent.get(slot, 0) + extra)
             reserves.append(reserve)
-        memory = {}
-        for replica in strategy.replicas:
-            for slot, dev in enumerate(replica):
-                memory[dev] = memory.get(dev, 0) + held[slot] + (reserves[slot] if problem.is_gpu[dev] else 0)
+        is_gpu = problem.is_gpu
+        if len(held) == 1:
+            on_gpu, on_cpu = held[0] + reserves[0], held[0]
+            memory = {r[0]: on_gpu if is_gpu[r[0]] else on_cpu for r in strategy.replicas}
+        else:
+            memory = {}
+            for replica in strategy.replicas:
+                for slot, dev in enumerate(replica):
+                    memory[dev] = memory.get(dev, 0) + held[slot] + (reserves[slot] if is_gpu[dev] else 0)
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
