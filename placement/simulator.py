@@ -54,7 +54,13 @@ is computed once per *replica class* and cached, keyed by the device models
 (one-device replicas) or the devices and group slots (model parallel).  A
 move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
-whose cost is a few events per variable and node.  The local sum of a
+whose cost is a few events per variable and node.  The replica classes, the
+devices of each slot and the wide link sets (see :class:`_LinkQueue`) are
+cached per Simulator too, and the busy seconds of every link and device
+are expanded only when read, so an evaluation inside a search costs in
+proportion to the transfers of the strategy, not to the cluster's devices.
+Contention couples every transfer to those queued before it, so the
+communication is simulated whole each time.  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
 arrive on its port, so the queue would serialise them anyway), and likewise
@@ -64,8 +70,9 @@ A phase occupies its links for its duration less TensorFlow's per-tensor
 overhead (``CommModel.per_tensor_overhead``), which is spent at the
 endpoints before the bytes move: concurrent RPCs of different workers pay
 it in parallel, so it delays a transfer without holding the link.
-Phase lists from the CommModel are cached too.  ``tests/test_simulator*``
-checks that the cached result equals a fresh simulation.
+Phase lists from the CommModel are cached too (in the Problem).
+``tests/test_simulator.py`` and ``tests/test_placement_properties.py`` check
+that the cached result equals a fresh simulation.
 """
 
 from __future__ import annotations
