@@ -119,7 +119,7 @@ class Annealer:
         self.budget = budget
         self.progress = progress
         self.evaluations = 0
-        self.history = []  # (budget fraction, accepted) per move
+        self.accepted = []  # per move made, whether it was accepted
         self.by_move = {}
         self.best = self.best_sim = None
         self.t_start = self.t_end = None
@@ -188,7 +188,7 @@ class Annealer:
                 accepted = self.rng.random() < temperature / self.t_start
             else:
                 accepted = self.rng.random() < math.exp(-delta / temperature)
-            self.history.append((fraction, accepted))
+            self.accepted.append(accepted)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
                 current, current_energy = candidate, energy
@@ -199,7 +199,7 @@ class Annealer:
 
     def stats(self):
         """Moves tried and accepted, and the acceptance over the first and the last tenth of the moves."""
-        accepted = [a for _, a in self.history]
+        accepted = self.accepted
         window = max(1, int(len(accepted) * ACCEPTANCE_WINDOW))
         return {
             "moves_tried": len(accepted),
@@ -214,11 +214,10 @@ class Annealer:
 
 
 def _starts(candidates):
-    """The candidates' strategies, best first, one per distinct simulated step."""
-    out, seen = [], set()
+    """The candidates' distinct strategies, best first (ties by name)."""
+    out = []
     for c in sorted(candidates, key=lambda c: (_rank(c.simulation), c.name)):
-        if _rank(c.simulation) not in seen:
-            seen.add(_rank(c.simulation))
+        if c.strategy not in out:
             out.append(c.strategy)
     return out
 

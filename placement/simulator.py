@@ -212,6 +212,10 @@ def _first_free(lists, start, seconds):
 def _insert(intervals, start, end):
     """Add ``[start, end]`` to sorted, disjoint ``intervals`` (starts, ends), merging what it touches."""
     starts, ends = intervals
+    if not ends or start > ends[-1]:  # after every interval: the usual case
+        starts.append(start)
+        ends.append(end)
+        return
     i = bisect.bisect_left(starts, start)
     if i > 0 and ends[i - 1] >= start:  # joins the interval before (or lies inside it)
         i -= 1
@@ -279,9 +283,9 @@ class _LinkQueue:
             return ready, ready
         if len(links) >= WIDE_PHASE:
             return self._occupy_wide(links, ready, seconds)
-        wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide}
+        wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide} if self.wide else ()
         lists = [self.intervals[link] for link in links if link in self.intervals]
-        start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds)
+        start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds) if lists or wide else ready
         end = start + seconds
         for link in links:
             _insert(self.intervals.setdefault(link, ([], [])), start, end)
