@@ -648,7 +648,7 @@ class Simulator:
             persistent[slot] = persistent.get(slot, 0) + held
         # what a device at each slot holds, besides the GPU runtime reserve
         held, reserves = [], []
-        for slot in range(max(len(r) for r in strategy.replicas)):
+        for slot in range(max(map(len, strategy.replicas))):
             live, reserve = problem.slot_peak(slots, slot)
             extra = accumulated.get(slot, 0) if problem.micro_batches > 1 else 0
             held.append(live + persistent.get(slot, 0) + extra)

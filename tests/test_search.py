@@ -135,3 +135,16 @@ def test_resnet50_on_4x8_a100_groups_overlap_and_beats_greedy_ps(resnet50_graph,
     best = min(c.simulation.step_time for c in result.candidates)
     assert result.lower_bound <= result.simulation.step_time <= best
     assert result.simulation.step_time < result.baseline("greedy-ps").simulation.step_time
+
+
+def test_the_plan_records_which_budget_the_search_had_and_its_moves(mlp_graph, cost_model):
+    from autodist.plan import Plan
+
+    spec = load_cluster(preset="dgx-h100:2")
+    by_clock = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
+    by_moves = optimize(mlp_graph, spec, cost_model, seed=0, moves=30)
+    clock = Plan.build(mlp_graph, spec, by_clock, cost_model.id, 0).provenance["search"]
+    assert clock == {"budget_s": 0.2, "moves": None, "moves_made": by_clock.stats["moves_tried"]}
+    assert Plan.build(mlp_graph, spec, by_moves, cost_model.id, 0).provenance["search"] == {
+        "budget_s": None, "moves": 30, "moves_made": 30}
+    assert by_moves.stats["evaluations"] > by_moves.stats["moves_tried"]  # the start and calibration samples too
