@@ -83,6 +83,7 @@ class Problem:
         self._live = {}
         self._costs = {}
         self._phases = {}
+        self._links = {}
         self._affine = {}
 
     # -- compute and update costs ------------------------------------------
@@ -120,13 +121,16 @@ class Problem:
         cost per tensor, at the endpoints) is taken out of the first phase
         as latency that occupies no link; ``count`` identical transfers
         issued together pay it once and occupy the links back to back.
+        Equal link tuples are handed out as one object (the simulator's link
+        queue knows wide link sets by identity).
         """
         stages = self._phases.get(key)
         if stages is None:
             stages = []
             for i, phase in enumerate(make()):
                 latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
-                stages.append((latency, (phase.seconds - latency) * count, phase.links))
+                links = self._links.setdefault(phase.links, phase.links)
+                stages.append((latency, (phase.seconds - latency) * count, links))
             self._phases[key] = stages
         return stages
 

@@ -260,10 +260,6 @@ class _LinkQueue:
         self.narrow_busy = {}
         self.wide_busy = {}  # id of a wide link tuple -> seconds
 
-    @property
-    def busy(self):
-        return self.link_busy()
-
     def link_busy(self):
         """Seconds each link is occupied."""
         busy = dict(self.narrow_busy)

@@ -125,7 +125,7 @@ def test_wide_phases_find_the_windows_links_find(requests):
         links = link_sets[kind] if kind < 3 else (f"l{first}", f"l{(first * 7) % 41}")
         links = tuple(dict.fromkeys(links))
         assert queue.occupy(links, float(ready), float(seconds)) == reference_occupy(reference, links, ready, seconds)
-    busy = queue.busy
+    busy = queue.link_busy()
     for link, spans in reference.items():
         assert busy[link] == pytest.approx(sum(b - a for a, b in spans))
 

@@ -184,7 +184,7 @@ def test_a_transfer_takes_a_gap_its_links_leave():
     assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile
     assert queue.occupy(("c/tx", "e/rx"), 1.0, 5.0) == (14.0, 19.0)  # no 5 s gap on c before 14
     assert queue.occupy(("f/tx", "b/rx"), 2.0, 0.0) == (2.0, 2.0)  # all latency: holds no link, waits for none
-    assert queue.busy == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
+    assert queue.link_busy() == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
 
 
 def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_model):
