@@ -273,8 +273,8 @@ class Plan:
 
     @classmethod
     def from_strategy(
-        cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None, candidates=(),
-        search=None,
+        cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None,
+        candidates=(), search=None,
     ):
         """A plan from a Strategy and a SimResult-like prediction (attributes or a dict).
 

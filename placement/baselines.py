@@ -154,7 +154,8 @@ def greedy_op_placer(problem):
             for p, nbytes in preds[g]:
                 arrive = end[p]
                 if slot_of_group[p] != slot:
-                    arrive += sum(ph.seconds for ph in problem.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes))
+                    phases = problem.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
+                    arrive += sum(ph.seconds for ph in phases)
                 ready = max(ready, arrive)
             return max(ready, free[slot]) + costs[slot][g]
 

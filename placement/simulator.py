@@ -279,7 +279,9 @@ class _LinkQueue:
             return ready, ready
         if len(links) >= WIDE_PHASE:
             return self._occupy_wide(links, ready, seconds)
-        wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide} if self.wide else ()
+        wide = ()
+        if self.wide:
+            wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide}
         lists = [self.intervals[link] for link in links if link in self.intervals]
         start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds) if lists or wide else ready
         end = start + seconds
@@ -538,7 +540,8 @@ class Simulator:
                 arrive = finish
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
-                    phases = self.problem.phase_list(("xfer", src, dst, nbytes), lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
+                    phases = self.problem.phase_list(("xfer", src, dst, nbytes),
+                                                     lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
                     for latency, occupancy, used in phases:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
@@ -555,7 +558,8 @@ class Simulator:
             free = {slot: earlier + t for slot, t in free.items()}
             busy = {slot: t * self.problem.micro_batches for slot, t in busy.items()}
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
-            events += [(f"micro-batches 1-{self.problem.micro_batches - 1}", "compute", d, 0.0, earlier) for d in replica]
+            label = f"micro-batches 1-{self.problem.micro_batches - 1}"
+            events += [(label, "compute", d, 0.0, earlier) for d in replica]
         return _Schedule(earlier + one, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------

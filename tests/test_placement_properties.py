@@ -35,7 +35,8 @@ def simulators(embedding_graph, mlp_graph, cost_model):
 def random_strategy(sim, seed, moves, model_parallel):
     rng = random.Random(seed)
     space = StrategySpace(sim.problem, rng)
-    start = baselines.greedy_op_placer(sim.problem) if model_parallel else rng.choice(list(baselines.BASELINES.values()))(sim.problem)
+    build = baselines.greedy_op_placer if model_parallel else rng.choice(list(baselines.BASELINES.values()))
+    start = build(sim.problem)
     strategy = copy_strategy(start)
     for _ in range(moves):
         space.move(strategy)

@@ -37,7 +37,7 @@ def footprint(graph_item):
 @pytest.mark.parametrize("preset", ["dgx-h100:2", "g4dn.12xlarge:2", "cpu-2s-25g:2"])
 def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_model, preset):
     spec = load_cluster(preset=preset)
-    result = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
+    result = optimize(embedding_graph, spec, cost_model, seed=1, moves=100)
     best = min(c.simulation.step_time for c in result.candidates)
     assert {c.name for c in result.candidates} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
     assert result.simulation.step_time <= best
@@ -49,9 +49,9 @@ def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_mode
 
 def test_allreduce_only_search_never_uses_a_parameter_server(embedding_graph, cost_model):
     spec = load_cluster(preset="cpu-2s-25g:2")
-    free = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
+    free = optimize(embedding_graph, spec, cost_model, seed=1, moves=100)
     assert "greedy-ps" in {c.name for c in free.candidates}
-    only = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2, allreduce_only=True)
+    only = optimize(embedding_graph, spec, cost_model, seed=1, moves=100, allreduce_only=True)
     assert only.strategy.allreduces_everything() and not only.strategy.ps_devices
     assert {c.name for c in only.candidates} == {"ring", "hierarchical"}
     assert only.stats["allreduce_only"] and not free.stats["allreduce_only"]
@@ -69,7 +69,7 @@ def test_same_seed_and_moves_same_plan(mlp_graph, cost_model):
 def test_progress_reports_fraction_and_best_time(mlp_graph, cost_model):
     spec = load_cluster(preset="dgx-h100:1")
     seen = []
-    result = optimize(mlp_graph, spec, cost_model, budget_s=0.2, progress=lambda f, t: seen.append((f, t)))
+    result = optimize(mlp_graph, spec, cost_model, moves=60, progress=lambda f, t: seen.append((f, t)))
     fractions = [f for f, _ in seen]
     assert len(seen) > 2 and fractions == sorted(fractions) and fractions[-1] == 1.0
     assert seen[-1][1] == pytest.approx(result.simulation.step_time)

@@ -105,7 +105,8 @@ def run(args):
         plan, graph_item, result = _from_job(args)
         plan_file = None
     other = Plan.load(args.compare) if args.compare else None
-    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=args.budget if result and args.moves is None else None)
+    budget_s = args.budget if result and args.moves is None else None
+    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s)
     if args.timeline:
         write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
     if args.format == "json":
