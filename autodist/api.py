@@ -62,7 +62,7 @@ def cluster_of(cluster):
 
 def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
               precision=None, micro_batches=None, cost_model=None, allow_compression=False,
-              allow_micro_batches=False):
+              allow_micro_batches=False, moves=None):
     """Search the best placement of a training job on a cluster.
 
     Parameters
@@ -70,9 +70,9 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     source : GraphItem, or path of a training script (.py), graph.json, GraphDef or SavedModel
     cluster : ResourceSpec, path of a cluster file, or a preset ``"NAME[:N]"``
     seed : int
-        Seed of the search; same inputs and seed give the same plan.
+        Seed of the search; with ``moves``, same inputs and seed give the same plan.
     budget_s : float
-        Search time budget in seconds.
+        Search budget in seconds of wall clock.
     progress : callable, optional
         Passed to ``placement.optimize``.
     script_args : sequence of str
@@ -90,6 +90,9 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
         Let the search send allreduce buckets as fp16 or bf16 (rounds the gradients).
     allow_micro_batches : bool
         Let the search change the micro-batches each step accumulates (the global batch stays).
+    moves : int, optional
+        Search exactly this many moves instead of ``budget_s``: the same
+        plan, byte for byte, on any machine.
 
     Returns
     -------
@@ -103,7 +106,7 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches)
     resource_spec = cluster_of(cluster)
     cost_model = cost_model or CostModel.default()
-    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
-                      allreduce_only=allreduce_only, allow_compression=allow_compression,
+    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, moves=moves,
+                      progress=progress, allreduce_only=allreduce_only, allow_compression=allow_compression,
                       allow_micro_batches=allow_micro_batches)
     return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)

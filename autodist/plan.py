@@ -229,6 +229,13 @@ def _graph_summary(graph_item):
     }
 
 
+def _search_provenance(stats):
+    """Which budget a search had (``budget_s`` seconds or ``moves``) and how many moves it made."""
+    if not stats:
+        return None
+    return {"budget_s": stats.get("budget_s"), "moves": stats.get("moves"), "moves_made": int(stats["moves_tried"])}
+
+
 class Plan:
     """A placement ready to run: tasks, device assignments, predictions, provenance.
 
@@ -261,16 +268,19 @@ class Plan:
             name=name,
             lower_bound=getattr(search_result, "lower_bound", None),
             candidates=getattr(search_result, "candidates", ()),
+            search=_search_provenance(getattr(search_result, "stats", None)),
         )
 
     @classmethod
     def from_strategy(
-        cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None, candidates=()
+        cls, graph_item, resource_spec, strategy, prediction, cost_model_id, seed, name=None, lower_bound=None,
+        candidates=(), search=None,
     ):
         """A plan from a Strategy and a SimResult-like prediction (attributes or a dict).
 
         PS devices that hold no variable get no task: they are dropped and the
-        others renumbered in order.
+        others renumbered in order.  ``search``: the search's budget and moves
+        made, recorded in the provenance.
         """
         from autodist import __version__
 
@@ -287,6 +297,7 @@ class Plan:
                 "graph_hash": graph_item.content_hash(),
                 "cluster_hash": resource_spec.content_hash(),
                 "seed": int(seed),
+                **({"search": search} if search else {}),
             },
             "graph": _graph_summary(graph_item),
             "tasks": tasks,

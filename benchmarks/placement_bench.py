@@ -2,11 +2,15 @@
 
 Captures each zoo model once (cached by ``benchmarks/zoo.py``), then for every (model, cluster) cell runs ``placement.optimize``
 and records each baseline's predicted step time, the annealed plan's, its
-throughput gain over greedy PS and over the best baseline, the gap to the
-lower bound and the search time; plus one search on a 1024-GPU cluster.
+throughput gain over the best baseline (and over greedy PS), the gap to the
+lower bound, the search time, moves per second and the acceptance at the
+start and the end of the search; then the spread of seeds 0-4 on ResNet-50
+on dgx-h100:4, and one search on a 1024-GPU cluster.  ``--scale`` instead
+compares a 60 s and a 600 s search at 1024 GPUs.
 
     python benchmarks/placement_bench.py            # full run, writes results
     python benchmarks/placement_bench.py --quick    # mlp only, 1 s budget, no write
+    python benchmarks/placement_bench.py --scale    # 60 s vs 600 s at 1024 GPUs, writes placement_scale.json
 
 Writes benchmarks/results/placement.json and placement.md.
 """
@@ -46,6 +50,8 @@ CLUSTERS = {
     "cpu-2s-25g:8": "8 CPU-only nodes (2x Xeon 8380), 25 GbE TCP",
 }
 LARGE = ("resnet50", "dgx-h100:128", "128 nodes of 8x H100 (1024 GPUs), InfiniBand NDR")
+SPREAD = ("resnet50", "dgx-h100:4")
+SEEDS = range(5)
 
 
 def run_cell(graph, preset, cost_model, budget_s, seed):
@@ -77,9 +83,11 @@ def run_cell(graph, preset, cost_model, budget_s, seed):
         "gain_over_best_baseline": round(best / ours - 1, 4),
         "gap_to_lower_bound": round(ours / result.lower_bound - 1, 4),
         "search_s": round(result.stats["seconds"], 2),
+        "moves_per_s": round(result.stats["moves_tried"] / max(result.stats["search_seconds"], 1e-9), 1),
         "moves_tried": result.stats["moves_tried"],
         "moves_accepted": result.stats["moves_accepted"],
-        "stopped_by_clock": result.stats["stopped_by_clock"],
+        "acceptance_start": result.stats["acceptance_start"],
+        "acceptance_end": result.stats["acceptance_end"],
         "sync_methods": dict(sorted(methods.items())),
         "ps_tasks": len(result.strategy.ps_devices),
     }
@@ -95,15 +103,17 @@ def markdown(report):
         "",
         "Predicted step times in ms; gain = throughput gain (baseline time / annealed time - 1).",
         "",
-        "| model | cluster | greedy-ps | ring | hierarchical | parallax | annealed | gain vs greedy | gain vs best | gap to bound | search s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | cluster | greedy-ps | ring | hierarchical | parallax | annealed | gain vs best | gain vs greedy "
+        "| gap to bound | search s | moves/s | acceptance start / end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in report["cells"]:
         b = c["baseline_ms"]
         lines.append(
             f"| {c['model']} | {c['cluster']} | {b['greedy-ps']:.3f} | {b['ring']:.3f} | {b['hierarchical']:.3f} "
-            f"| {b['parallax']:.3f} | {c['annealed_ms']:.3f} | {c['gain_over_greedy']:.1%} "
-            f"| {c['gain_over_best_baseline']:.1%} | {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} |"
+            f"| {b['parallax']:.3f} | {c['annealed_ms']:.3f} | {c['gain_over_best_baseline']:.1%} "
+            f"| {c['gain_over_greedy']:.1%} | {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} "
+            f"| {c['moves_per_s']:.0f} | {_share(c['acceptance_start'])} / {_share(c['acceptance_end'])} |"
         )
     s = report["summary"]
     lines += [
@@ -113,6 +123,13 @@ def markdown(report):
         f"Mean gain over the best baseline: {s['mean_gain_over_best_baseline']:.1%}.  ",
         f"Max search time: {s['max_search_s']:.1f} s; ResNet-50 on dgx-a100:4: {s['resnet50_4x8_search_s']} s (target <= 10).",
     ]
+    if report.get("spread"):
+        p = report["spread"]
+        lines += [
+            "",
+            f"Seeds 0-4, {p['model']} on {p['cluster']}: {', '.join(f'{t:.3f}' for t in p['annealed_ms'])} ms; "
+            f"spread {p['spread']:.2%} (target < 1%).",
+        ]
     if report.get("large"):
         g = report["large"]
         lines += [
@@ -124,6 +141,37 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
+def _share(value):
+    return "-" if value is None else f"{value:.0%}"
+
+
+def seed_spread(cost_model, budget_s):
+    """The annealed step of every seed of SEEDS on the SPREAD cell, and their spread (max / min - 1)."""
+    model, preset = SPREAD
+    graph = captured(model, MODELS[model])
+    times = [run_cell(graph, preset, cost_model, budget_s, seed)["annealed_ms"] for seed in SEEDS]
+    return {"model": model, "cluster": preset, "budget_s": budget_s, "seeds": list(SEEDS), "annealed_ms": times,
+            "spread": round(max(times) / min(times) - 1, 5)}
+
+
+def scale(cost_model, short_s, long_s, seed, argv):
+    """A ``short_s`` and a ``long_s`` search at 1024 GPUs: does the short one come within 1%?"""
+    model, preset, _ = LARGE
+    graph = captured(model, MODELS[model])
+    runs = {f"{budget:g}s": run_cell(graph, preset, cost_model, budget, seed) for budget in (short_s, long_s)}
+    short, long_ = (runs[f"{b:g}s"]["annealed_ms"] for b in (short_s, long_s))
+    report = {
+        "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/placement_bench.py", *argv]),
+        "machine": machine(),
+        "cost_model": cost_model.id,
+        "runs": runs,
+        "short_over_long": round(short / long_ - 1, 5),
+    }
+    print(f"1024 GPUs: {short_s:g} s -> {short:.3f} ms, {long_s:g} s -> {long_:.3f} ms "
+          f"({report['short_over_long']:+.2%}; target within 1%)")
+    return report
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=10.0, help="search budget per cell, seconds")
@@ -131,8 +179,15 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="mlp only, 1 s budget, results not written")
+    parser.add_argument("--scale", nargs=2, type=float, metavar=("SHORT_S", "LONG_S"),
+                        help="only compare searches of SHORT_S and LONG_S seconds at 1024 GPUs (the target: 60 600)")
     args = parser.parse_args(argv)
     from cost_models import CostModel
+
+    if args.scale:
+        report = scale(CostModel.default(), *args.scale, args.seed, argv or sys.argv[1:])
+        write_json_atomic(os.path.join(RESULTS, "placement_scale.json"), report)
+        return 0
 
     models = ["mlp"] if args.quick else args.models
     budget = 1.0 if args.quick else args.budget
@@ -153,12 +208,16 @@ def main(argv=None):
             report["cells"].append(cell)
             print(
                 f"{name:13s} {preset:17s} greedy {cell['baseline_ms']['greedy-ps']:9.3f} ms  "
-                f"annealed {cell['annealed_ms']:9.3f} ms  gain {cell['gain_over_greedy']:7.1%}  "
-                f"vs best {cell['gain_over_best_baseline']:6.1%}  bound gap {cell['gap_to_lower_bound']:6.1%}  "
-                f"{cell['search_s']:5.1f} s",
+                f"annealed {cell['annealed_ms']:9.3f} ms  vs best {cell['gain_over_best_baseline']:6.1%}  "
+                f"vs greedy {cell['gain_over_greedy']:7.1%}  bound gap {cell['gap_to_lower_bound']:6.1%}  "
+                f"{cell['search_s']:5.1f} s  {cell['moves_per_s']:6.0f} moves/s  "
+                f"acceptance {_share(cell['acceptance_start'])} -> {_share(cell['acceptance_end'])}",
                 flush=True,
             )
     if not args.quick:
+        report["spread"] = seed_spread(cost_model, budget)
+        print(f"seeds 0-4 on {SPREAD[0]} {SPREAD[1]}: {report['spread']['annealed_ms']} ms, "
+              f"spread {report['spread']['spread']:.2%}")
         model, preset, _ = LARGE
         t = time.perf_counter()
         report["large"] = run_cell(captured(model, MODELS[model]), preset, cost_model, args.large_budget, args.seed)
@@ -170,6 +229,8 @@ def main(argv=None):
         "mean_gain_over_greedy": round(sum(c["gain_over_greedy"] for c in cells) / len(cells), 4),
         "mean_gain_over_best_baseline": round(sum(c["gain_over_best_baseline"] for c in cells) / len(cells), 4),
         "cells_worse_than_best_baseline": sum(c["gain_over_best_baseline"] < 0 for c in cells),
+        "resnet50_dgx_h100_4_moves_per_s": next((c["moves_per_s"] for c in cells
+                                                   if c["model"] == "resnet50" and c["cluster"] == "dgx-h100:4"), None),
         "max_search_s": max(c["search_s"] for c in cells),
         "resnet50_4x8_search_s": resnet[0] if resnet else None,
     }

@@ -56,10 +56,10 @@ def compare(graph_item, preset):
     """Step time (s) of every compared baseline of ``graph_item`` on ``preset``."""
     from autodist.resource_spec import load_cluster
     from cost_models import CostModel
-    from placement import Simulator, baselines
+    from placement import Problem, Simulator, baselines
 
-    sim = Simulator(graph_item, load_cluster(preset=preset), CostModel.default())
-    return {name: sim.simulate(baselines.BASELINES[name](sim)).step_time for name in COMPARED}
+    sim = Simulator(Problem(graph_item, load_cluster(preset=preset), CostModel.default()))
+    return {name: sim.simulate(baselines.BASELINES[name](sim.problem)).step_time for name in COMPARED}
 
 
 def main(argv=None):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from autodist.errors import PlacementError
 from autodist.strategy import Strategy, VarSync
+from placement.problem import ps_candidates
 
 # Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD,
 # 64 MiB; horovod.readthedocs.io, "Tensor Fusion").
@@ -46,31 +47,14 @@ class Candidate:
     simulation: object
 
 
-def ps_candidates(resource_spec):
-    """Where PS tasks may live: each node's first CPU, else its first device."""
-    out = []
-    for node in resource_spec.nodes:
-        cpus = [d for d in node.devices if d.kind == "CPU"]
-        devices = cpus or node.devices
-        if devices:
-            out.append(devices[0].name)
-    return out
-
-
-def ready_order(simulator):
-    """Trainable variable names in the order their gradients become ready."""
-    gradient_group = simulator.groups.gradient_group
-    return sorted(simulator.dense_bytes, key=lambda v: (gradient_group[v], v))
-
-
-def fused_buckets(simulator, names, limit=FUSION_BYTES):
+def fused_buckets(problem, names, limit=FUSION_BYTES):
     """Bucket ids for ``names``: consecutive in ready order, at most ``limit`` bytes each."""
     chosen = set(names)
     buckets, bucket, filled = {}, 0, 0
-    for name in ready_order(simulator):
+    for name in problem.ready_order:
         if name not in chosen:
             continue
-        nbytes = simulator.dense_bytes[name]
+        nbytes = problem.dense_bytes[name]
         if filled and filled + nbytes > limit:
             bucket, filled = bucket + 1, 0
         buckets[name] = bucket
@@ -78,30 +62,30 @@ def fused_buckets(simulator, names, limit=FUSION_BYTES):
     return buckets
 
 
-def greedy_ps_tasks(simulator, names, tasks):
+def greedy_ps_tasks(problem, names, tasks):
     """Each variable, in variable order, to the PS task holding the fewest bytes."""
     load = [0] * tasks
     out = {}
-    for name in simulator.dense_bytes:
+    for name in problem.dense_bytes:
         if name in names:
             k = min(range(tasks), key=lambda t: (load[t], t))
             out[name] = k
-            load[k] += simulator.sparse_bytes[name]
+            load[k] += problem.sparse_bytes[name]
     return out
 
 
-def data_parallel(simulator, ps_names=(), algorithm="ring"):
+def data_parallel(problem, ps_names=(), algorithm="ring"):
     """One replica per compute device; ``ps_names`` on greedy PS, the rest allreduced."""
-    spec = simulator.resource_spec
+    spec = problem.resource_spec
     replicas = [[d.name] for d in spec.compute_devices()]
     if not replicas:
         raise PlacementError(f"cluster {spec.name!r} has no compute device")
     ps_names = set(ps_names)
     ps_devices = ps_candidates(spec) if ps_names else []
-    tasks = greedy_ps_tasks(simulator, ps_names, len(ps_devices)) if ps_names else {}
-    buckets = fused_buckets(simulator, [v for v in simulator.dense_bytes if v not in ps_names])
+    tasks = greedy_ps_tasks(problem, ps_names, len(ps_devices)) if ps_names else {}
+    buckets = fused_buckets(problem, [v for v in problem.dense_bytes if v not in ps_names])
     sync = {}
-    for name in simulator.dense_bytes:
+    for name in problem.dense_bytes:
         if name in ps_names:
             sync[name] = VarSync("ps", ps_tasks=(tasks[name],))
         else:
@@ -109,8 +93,8 @@ def data_parallel(simulator, ps_names=(), algorithm="ring"):
     return Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
 
 
-def greedy_ps(simulator):
-    return data_parallel(simulator, ps_names=simulator.dense_bytes)
+def greedy_ps(problem):
+    return data_parallel(problem, ps_names=problem.dense_bytes)
 
 
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
@@ -124,26 +108,26 @@ def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
     return max(1, min(int(shape[0]), max_shards, -(-int(nbytes) // min_shard_bytes)))
 
 
-def partitioned_ps(simulator):
+def partitioned_ps(problem):
     """Every variable on PS, split by :func:`min_size_shards` over the PS tasks, all placed round-robin."""
-    strategy = greedy_ps(simulator)
+    strategy = greedy_ps(problem)
     tasks = len(strategy.ps_devices)
     turn = 0
-    for variable in simulator.variables:
-        shards = min_size_shards(variable.shape, simulator.dense_bytes[variable.name], tasks)
+    for variable in problem.variables:
+        shards = min_size_shards(variable.shape, problem.dense_bytes[variable.name], tasks)
         strategy.sync[variable.name] = VarSync("ps", ps_tasks=tuple((turn + i) % tasks for i in range(shards)))
         turn += shards
     return strategy
 
 
-def parallax(simulator):
-    sparse = [v.name for v in simulator.variables if v.sparse_gradient]
-    return data_parallel(simulator, ps_names=sparse, algorithm="ring")
+def parallax(problem):
+    sparse = [v.name for v in problem.variables if v.sparse_gradient]
+    return data_parallel(problem, ps_names=sparse, algorithm="ring")
 
 
-def greedy_op_placer(simulator):
+def greedy_op_placer(problem):
     """One replica per node; op groups placed where they would finish first."""
-    spec = simulator.resource_spec
+    spec = problem.resource_spec
     compute = {d.name for d in spec.compute_devices()}
     replicas = [[d.name for d in node.devices if d.name in compute] for node in spec.nodes]
     replicas = [r for r in replicas if r]
@@ -151,15 +135,15 @@ def greedy_op_placer(simulator):
     replicas = [r[:width] for r in replicas]
     first = replicas[0]
     devices = [spec.device(d) for d in first]
-    costs = [simulator.at_replicas(len(replicas)).device_costs(d)[0] for d in devices]
-    groups = simulator.groups
+    costs = [problem.at_replicas(len(replicas)).device_costs(d)[0] for d in devices]
+    groups = problem.groups
     preds = groups.predecessors()
-    capacity = [d.memory_bytes - simulator.runtime_reserve(d) for d in devices]
+    capacity = [d.memory_bytes - problem.runtime_reserve(d) for d in devices]
     var_bytes = {}
-    for name, unit in simulator.var_unit.items():
-        var_bytes[unit] = var_bytes.get(unit, 0) + simulator.sparse_bytes[name]
+    for name, unit in problem.var_unit.items():
+        var_bytes[unit] = var_bytes.get(unit, 0) + problem.sparse_bytes[name]
     # What a group's ops allocate in all bounds what they hold at once; the updates run on the first device.
-    group_bytes, update_bytes = simulator.allocated_bytes()
+    group_bytes, update_bytes = problem.allocated_bytes()
     used = [update_bytes] + [0] * (width - 1)
     free = [0.0] * width
     end = [0.0] * len(groups.groups)
@@ -170,7 +154,8 @@ def greedy_op_placer(simulator):
             for p, nbytes in preds[g]:
                 arrive = end[p]
                 if slot_of_group[p] != slot:
-                    arrive += sum(ph.seconds for ph in simulator.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes))
+                    phases = problem.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
+                    arrive += sum(ph.seconds for ph in phases)
                 ready = max(ready, arrive)
             return max(ready, free[slot]) + costs[slot][g]
 
@@ -183,7 +168,7 @@ def greedy_op_placer(simulator):
         slot_of_group.append(slot)
         end[g] = finish(slot)
         free[slot] = end[g]
-    strategy = greedy_ps(simulator)
+    strategy = greedy_ps(problem)
     strategy.replicas = replicas
     strategy.group_slots = dict(sorted(slot_of_unit.items()))
     return strategy
@@ -192,23 +177,23 @@ def greedy_op_placer(simulator):
 BASELINES = {
     "greedy-ps": greedy_ps,
     "partitioned-ps": partitioned_ps,
-    "ring": lambda sim: data_parallel(sim, algorithm="ring"),
-    "hierarchical": lambda sim: data_parallel(sim, algorithm="hierarchical"),
+    "ring": lambda problem: data_parallel(problem, algorithm="ring"),
+    "hierarchical": lambda problem: data_parallel(problem, algorithm="hierarchical"),
     "parallax": parallax,
 }
 
 
 def all_baselines(simulator):
-    """Every applicable baseline, simulated: a list of :class:`Candidate`.
+    """Every applicable baseline of ``simulator.problem``, simulated: a list of :class:`Candidate`.
 
     The model-parallel greedy op placer joins when no data-parallel baseline
     fits device memory.
     """
     out = []
     for name, build in BASELINES.items():
-        strategy = build(simulator)
+        strategy = build(simulator.problem)
         out.append(Candidate(name, strategy, simulator.simulate(strategy)))
     if not any(c.simulation.fits for c in out):
-        strategy = greedy_op_placer(simulator)
+        strategy = greedy_op_placer(simulator.problem)
         out.append(Candidate("greedy-op-placer", strategy, simulator.simulate(strategy)))
     return out

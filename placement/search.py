@@ -1,22 +1,26 @@
-"""Simulated-annealing search over strategies, starting from the best baseline.
+"""Simulated-annealing search over strategies, starting from the best baselines.
 
-The annealer is a ``simanneal.Annealer`` whose loop is our own, for two
-reasons: simanneal draws acceptance from the global ``random`` module (we
-need one seeded ``random.Random``), and it counts steps where we need a time
-budget.  The budget is made deterministic: ``budget_s`` converts to *work
-units* (events the simulator processes, see ``Simulator.work``, counted from
-the baselines on) at
-``WORK_PER_SECOND``, measured on the 2-core reference machine
-(benchmarks/results/placement.md), so the same inputs and seed give the same
-plan on any machine; a wall-clock guard at ``CLOCK_GUARD * budget_s + CLOCK_GRACE`` seconds stops a
-run on a much slower or busier machine (``stats["stopped_by_clock"]`` then
-says so).
+Budget: either ``budget_s`` seconds of wall clock for the whole
+:func:`optimize` call (problem set-up and baselines included), or
+``moves``, an exact number of moves: a search that repeats byte for byte on
+any machine.  The search counts its own moves and evaluations.
 
-Temperature: energies are step times relative to the start; ``Tmax`` makes
-the mean uphill delta of sampled moves accepted half the time and the
-schedule cools exponentially to ``Tmax / 1000`` as the work budget is spent.
-The best strategy seen (fitting memory first, then fastest) is returned, and
-the search starts from the best baseline, so it never returns anything worse.
+Schedule: energies are step times relative to the start of a round.  Before
+the first round, moves sampled around the start give the uphill deltas;
+the start temperature makes an uphill move of that sample accepted
+:data:`START_ACCEPTANCE` of the time on average, the end temperature
+:data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
+between them over the first ``1 - QUENCH`` of each round; the rest of the
+round is a descent at zero temperature (only improvements are accepted).
+A move that leaves the energy unchanged (a plateau) is accepted with
+probability ``T / T_start``, so the walk crosses plateaus early and stops
+drifting late.
+
+Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
+from the best baseline, the second from the next-best distinct baseline,
+and the others from the best strategy found so far.  The best strategy seen
+(fitting memory first, then fastest) is returned, so the search never
+returns anything worse than the best baseline.
 """
 
 from __future__ import annotations
@@ -26,21 +30,22 @@ import random
 import time
 from dataclasses import dataclass, field
 
-import simanneal
-
 from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
 from placement.bounds import lower_bound
+from placement.problem import Problem
 from placement.simulator import Simulator
 from placement.space import StrategySpace, copy_strategy
 
-WORK_PER_SECOND = 40_000
-CLOCK_GUARD = 3.0
-CLOCK_GRACE = 10.0
-SAMPLE_MOVES = 24
-COOLING_RATIO = 1e-3
+SAMPLE_MOVES = 32
+START_ACCEPTANCE = 0.85
+END_ACCEPTANCE = 0.01
+QUENCH = 0.3
+ROUNDS = 3
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
+# Acceptance is reported over the first and the last tenth of the moves.
+ACCEPTANCE_WINDOW = 0.1
 
 
 @dataclass
@@ -69,96 +74,157 @@ def _rank(simulation):
     return (not simulation.fits, energy_of(simulation))
 
 
-class PlacementAnnealer(simanneal.Annealer):
-    """Anneals a Strategy with :class:`~placement.space.StrategySpace` moves.
+class Budget:
+    """What the search may spend: wall-clock seconds from ``started``, or an exact number of moves.
 
-    ``simanneal.Annealer.__init__`` is not called: it installs a SIGINT
-    handler, a process-wide side effect a library must not have.
+    ``reserve``: seconds kept for the work after the search (the final
+    simulation with its timeline).
     """
 
-    def __init__(self, strategy, simulator, space, rng, work_budget, deadline, progress=None):
-        self.state = copy_strategy(strategy)
+    def __init__(self, started, seconds=None, moves=None):
+        self.started = started
+        self.seconds = seconds
+        self.moves = moves
+        self.made = 0
+        self.reserve = 0.0
+
+    def fraction(self):
+        """How much is spent, from 0 to 1."""
+        if self.moves is not None:
+            return min(1.0, self.made / self.moves)
+        return min(1.0, (time.perf_counter() - self.started) / max(self.seconds - self.reserve, 1e-9))
+
+    def spent(self):
+        return self.fraction() >= 1.0
+
+
+def temperature_for(deltas, acceptance):
+    """The temperature at which an uphill delta of ``deltas`` is accepted with mean probability ``acceptance``."""
+    low, high = 1e-12, 1e3
+    for _ in range(100):
+        mid = math.sqrt(low * high)
+        if sum(math.exp(-d / mid) for d in deltas) / len(deltas) < acceptance:
+            low = mid
+        else:
+            high = mid
+    return math.sqrt(low * high)
+
+
+class Annealer:
+    """Anneals strategies with :class:`~placement.space.StrategySpace` moves, evaluated by a Simulator."""
+
+    def __init__(self, simulator, space, rng, budget, progress=None):
         self.simulator = simulator
         self.space = space
         self.rng = rng
-        self.work_budget = work_budget
-        self.deadline = deadline
+        self.budget = budget
         self.progress = progress
-        self.stats = {"moves_tried": 0, "moves_accepted": 0, "moves_improving": 0, "stopped_by_clock": False}
+        self.evaluations = 0
+        self.accepted = []  # per move made, whether it was accepted
         self.by_move = {}
+        self.best = self.best_sim = None
+        self.t_start = self.t_end = None
 
-    def copy_state(self, state):
-        return copy_strategy(state)
+    def evaluate(self, strategy):
+        self.evaluations += 1
+        return self.simulator.simulate(strategy)
 
-    def move(self):
-        return self.space.move(self.state)
+    def _offer(self, strategy, simulation):
+        if self.best_sim is None or _rank(simulation) < _rank(self.best_sim):
+            self.best, self.best_sim = copy_strategy(strategy), simulation
 
-    def energy(self):
-        self.last_simulation = self.simulator.simulate(self.state)
-        return energy_of(self.last_simulation)
-
-    def _spent(self):
-        return self.simulator.work / self.work_budget
-
-    def _out_of_time(self):
-        if time.perf_counter() > self.deadline:
-            self.stats["stopped_by_clock"] = True
-            return True
-        return self._spent() >= 1.0
-
-    def calibrate(self, base_energy):
-        """Set Tmax/Tmin from the energy deltas of moves sampled around the start."""
+    def calibrate(self, start):
+        """Set the start and end temperatures from the uphill deltas of moves sampled around ``start``."""
+        base = energy_of(self.evaluate(start))
         uphill = []
         for _ in range(SAMPLE_MOVES):
-            if self._out_of_time():
-                break
-            saved = self.copy_state(self.state)
-            self.move()
-            delta = self.energy() / base_energy - 1.0
+            candidate = copy_strategy(start)
+            self.space.move(candidate)
+            delta = energy_of(self.evaluate(candidate)) / base - 1.0
             if delta > 0:
                 uphill.append(delta)
-            self.state = saved
-        tmax = (sum(uphill) / len(uphill) if uphill else 1e-3) / math.log(2.0)
-        self.set_schedule({"tmax": tmax, "tmin": tmax * COOLING_RATIO, "steps": 0, "updates": PROGRESS_UPDATES})
+        uphill = uphill or [1e-3]
+        self.t_start = temperature_for(uphill, START_ACCEPTANCE)
+        self.t_end = min(self.t_start, temperature_for(uphill, END_ACCEPTANCE))
 
-    def update(self, step, T, E, acceptance, improvement):
+    def temperature(self, fraction):
+        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc)."""
+        if fraction >= 1.0 - QUENCH:
+            return 0.0
+        return self.t_start * (self.t_end / self.t_start) ** (fraction / (1.0 - QUENCH))
+
+    def run(self, starts):
+        """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first); return the best found."""
+        self.calibrate(starts[0])
+        for k in range(ROUNDS):
+            start = starts[k] if k < len(starts) and k < ROUNDS - 1 else self.best
+            end = (k + 1) / ROUNDS
+            self._round(start, end)
         if self.progress is not None:
-            self.progress(min(1.0, self._spent()), E)
+            self.progress(1.0, self.best_sim.step_time)
+        return self.best, self.best_sim
 
-    def anneal(self):
-        """Run until the work budget is spent; return (best state, best simulation)."""
-        current = self.copy_state(self.state)
-        current_energy = self.energy()
-        base = current_energy
-        best, best_sim = self.copy_state(current), self.last_simulation
-        self.calibrate(base)
-        next_report = 0.0
-        while not self._out_of_time():
-            fraction = self._spent()
-            temperature = self.Tmax * (self.Tmin / self.Tmax) ** fraction
-            self.state = self.copy_state(current)
-            label = self.move()
-            candidate_energy = self.energy()
-            self.stats["moves_tried"] += 1
-            delta = (candidate_energy - current_energy) / base
-            if delta <= 0 or self.rng.random() < math.exp(-delta / temperature):
-                self.stats["moves_accepted"] += 1
+    def _round(self, start, end):
+        """Anneal from ``start`` until the budget fraction reaches ``end``."""
+        current = copy_strategy(start)
+        simulation = self.evaluate(current)
+        self._offer(current, simulation)
+        current_energy = base = energy_of(simulation)
+        begin = self.budget.fraction()
+        next_report = begin
+        while not self.budget.spent() and self.budget.fraction() < end:
+            fraction = self.budget.fraction()
+            temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12))
+            candidate = copy_strategy(current)
+            label = self.space.move(candidate)
+            simulation = self.evaluate(candidate)
+            self.budget.made += 1
+            energy = energy_of(simulation)
+            delta = (energy - current_energy) / base
+            if delta < 0:
+                accepted = True
+            elif temperature == 0.0:
+                accepted = False
+            elif delta == 0:
+                accepted = self.rng.random() < temperature / self.t_start
+            else:
+                accepted = self.rng.random() < math.exp(-delta / temperature)
+            self.accepted.append(accepted)
+            if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
-                if delta < 0:
-                    self.stats["moves_improving"] += 1
-                current, current_energy = self.state, candidate_energy
-                if _rank(self.last_simulation) < _rank(best_sim):
-                    best, best_sim = self.copy_state(current), self.last_simulation
-            if fraction >= next_report:
-                self.update(self.stats["moves_tried"], temperature, best_sim.step_time, None, None)
-                next_report = fraction + 1.0 / self.updates
-        self.update(self.stats["moves_tried"], self.Tmin, best_sim.step_time, None, None)
-        self.state = best
-        return best, best_sim
+                current, current_energy = candidate, energy
+                self._offer(current, simulation)
+            if self.progress is not None and fraction >= next_report:
+                self.progress(fraction, self.best_sim.step_time)
+                next_report = fraction + 1.0 / PROGRESS_UPDATES
+
+    def stats(self):
+        """Moves tried and accepted, and the acceptance over the first and the last tenth of the moves."""
+        accepted = self.accepted
+        window = max(1, int(len(accepted) * ACCEPTANCE_WINDOW))
+        return {
+            "moves_tried": len(accepted),
+            "moves_accepted": sum(accepted),
+            "evaluations": self.evaluations,
+            "acceptance_start": sum(accepted[:window]) / window if accepted else None,
+            "acceptance_end": sum(accepted[-window:]) / window if accepted else None,
+            "temperature_start": self.t_start,
+            "temperature_end": self.t_end,
+            "accepted_by_move": dict(sorted(self.by_move.items())),
+        }
 
 
-def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progress=None, allreduce_only=False,
-             allow_compression=False, allow_micro_batches=False):
+def _starts(candidates):
+    """The candidates' distinct strategies, best first (ties by name)."""
+    out = []
+    for c in sorted(candidates, key=lambda c: (_rank(c.simulation), c.name)):
+        if c.strategy not in out:
+            out.append(c.strategy)
+    return out
+
+
+def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves=None, progress=None,
+             allreduce_only=False, allow_compression=False, allow_micro_batches=False):
     """Search a placement for ``graph_item`` on ``resource_spec``.
 
     Parameters
@@ -167,9 +233,13 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     resource_spec : autodist.resource_spec.ResourceSpec
     cost_model : cost_models.CostModel
     seed : int
-        Seeds every random choice; same inputs and seed give the same strategy.
+        Seeds every random choice.
     budget_s : float
-        Search budget in seconds on the reference machine (see module doc).
+        Seconds of wall clock for the whole call, set-up and baselines
+        included (ignored when ``moves`` is given).
+    moves : int, optional
+        Make exactly this many moves instead: same inputs and seed give the
+        same strategy on any machine.
     progress : callable, optional
         ``progress(fraction_done, best_step_time_seconds)``, called about 100
         times (the CLI draws its bar with it).
@@ -188,40 +258,42 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, progr
     -------
     SearchResult
     """
-    started = time.perf_counter()
+    budget = Budget(time.perf_counter(), seconds=None if moves is not None else budget_s, moves=moves)
     collective_only = graph_item.job.why_collective_only()
     allreduce_only = allreduce_only or collective_only is not None
-    simulator = Simulator(graph_item, resource_spec, cost_model)
+    problem = Problem(graph_item, resource_spec, cost_model)
+    simulator = Simulator(problem)
     candidates = all_baselines(simulator)
     if allreduce_only:
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
-    start = min(candidates, key=lambda c: _rank(c.simulation))
-    space = StrategySpace(simulator, random.Random(seed), allow_ps=not allreduce_only,
+    starts = _starts(candidates)
+    bound = lower_bound(problem, replicas=starts[0].replicas, group_slots=starts[0].group_slots)
+    tracing = time.perf_counter()
+    simulator.simulate(starts[0], trace=True)
+    budget.reserve = time.perf_counter() - tracing
+    space = StrategySpace(problem, random.Random(seed), allow_ps=not allreduce_only,
                           compressions=COMPRESSIONS if allow_compression else ("none",),
                           allow_micro_batches=allow_micro_batches)
-    annealer = PlacementAnnealer(
-        start.strategy,
-        simulator,
-        space,
-        rng=random.Random(seed + 1),
-        work_budget=max(1.0, budget_s * WORK_PER_SECOND),
-        deadline=started + CLOCK_GUARD * budget_s + CLOCK_GRACE,
-        progress=progress,
-    )
-    best = annealer.anneal()[0] if simulator.dense_bytes else copy_strategy(start.strategy)
+    annealer = Annealer(simulator, space, random.Random(seed + 1), budget, progress)
+    searching = time.perf_counter()
+    if problem.dense_bytes:
+        best = annealer.run(starts)[0]
+    else:
+        best = copy_strategy(starts[0])
+    searching = time.perf_counter() - searching
     final = simulator.simulate(best, trace=True)
-    bound = lower_bound(
-        graph_item, resource_spec, cost_model, replicas=best.replicas, group_slots=best.group_slots, simulator=simulator
-    )
-    stats = dict(annealer.stats)
+    if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
+        bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
+    stats = annealer.stats()
     stats.update(
-        seconds=time.perf_counter() - started,
-        work=simulator.work,
-        start=start.name,
+        seconds=time.perf_counter() - budget.started,
+        search_seconds=searching,
+        budget_s=None if moves is not None else budget_s,
+        moves=moves,
+        start=min(candidates, key=lambda c: (_rank(c.simulation), c.name)).name,
         allreduce_only=allreduce_only,
         left_out=f"PS and hybrid plans: {collective_only}" if collective_only else None,
         allow_compression=allow_compression,
         allow_micro_batches=allow_micro_batches,
-        accepted_by_move=dict(sorted(annealer.by_move.items())),
     )
     return SearchResult(best, final, candidates, bound, stats)

@@ -12,10 +12,7 @@ What one step does, as simulated:
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
    once the bucket's last gradient is ready, on collective ops (NCCL) when
    the plan allreduces everything, else summed by the runtime's ordinary
-   ops over gRPC (``CommModel.graph_allreduce_phases``).  A bucket
-   compressed to fp16/bf16 moves 2 bytes per element, after a cast on the
-   replica devices (an elementwise pass over memory) that delays the
-   collective, and a cast back that delays the update.  PS, as the
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
@@ -44,11 +41,15 @@ Batch: the job's batch is the global batch of a step.  A strategy of ``R``
 replicas and ``m`` micro-batches (``Strategy.micro_batches``, else
 ``JobInfo.micro_batches``) runs, as the runtime does, each replica's slice
 cut into ``m`` parts, forward and backward on each, one after another, then
-synchronises and updates once.  It is priced by the simulator of one such
-part (:meth:`Simulator.at_replicas`: the step re-scaled to
-``ceil(batch / R / m)`` samples, autodist.graph.rebatch), whose compute runs
-``m`` times; gradients become ready only during the last part, and the live
-tensors are a part's.
+synchronises and updates once.  It is simulated on the problem of one such
+part (``Problem.at_replicas``: the step re-scaled to ``ceil(batch / R / m)``
+samples, autodist.graph.rebatch), whose compute runs ``m`` times; gradients
+become ready only during the last part, and the live tensors are a part's.
+
+Plans that one client drives (any PS variable, or a replica over several
+devices) pay its measured dispatch to every task before the step runs
+(``Problem.client_time``); plans on collective ops have every worker run
+its own step.
 
 Memory (:meth:`Simulator.memory`): parameters and optimizer slots where they
 live, plus the peak of the live tensors of the ops each device runs
@@ -62,7 +63,13 @@ is computed once per *replica class* and cached, keyed by the device models
 (one-device replicas) or the devices and group slots (model parallel).  A
 move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
-whose cost is a few events per variable and node.  The local sum of a
+whose cost is a few events per variable and node.  The replica classes, the
+devices of each slot and the wide link sets (see :class:`_LinkQueue`) are
+cached per Simulator too, and the busy seconds of every link and device
+are expanded only when read, so an evaluation inside a search costs in
+proportion to the transfers of the strategy, not to the cluster's devices.
+Contention couples every transfer to those queued before it, so the
+communication is simulated whole each time.  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
 arrive on its port, so the queue would serialise them anyway), and likewise
@@ -72,33 +79,45 @@ A phase occupies its links for its duration less TensorFlow's per-tensor
 overhead (``CommModel.per_tensor_overhead``), which is spent at the
 endpoints before the bytes move: concurrent RPCs of different workers pay
 it in parallel, so it delays a transfer without holding the link.
-Phase lists from the CommModel are cached too.  ``tests/test_simulator*``
-checks that the cached result equals a fresh simulation.
+Phase lists from the CommModel are cached too (in the Problem).
+``tests/test_simulator.py`` and ``tests/test_placement_properties.py`` check
+that the cached result equals a fresh simulation.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
+from placement.problem import Problem
 
-from cost_models import Phase, gradient_bytes
-from cost_models.comm import cast_seconds, wire_bytes
-from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
-from cost_models.step_table import step_table
-from autodist.graph.rebatch import at_batch, replica_batch
-from placement.grouping import group_ops
 
-# Work units charged per simulate() call besides its events: the fixed
-# bookkeeping (buckets, memory) costs about as much as this many events.
-PER_SIMULATION_WORK = 20
-# Work units charged when a transfer or collective is first priced by the
-# CommModel (a path lookup costs about as much as this many events).
-MISS_WORK = 10
-_PROBE_BYTES = 1 << 30
-_CHECK_BYTES = 12_345_679
+
+class _Expanded(Mapping):
+    """A read-only dict built by ``build()`` on first use (a search reads only a step's times and memory)."""
+
+    def __init__(self, build):
+        self._build = build
+        self._items = None
+
+    def _all(self):
+        if self._items is None:
+            self._items = self._build()
+        return self._items
+
+    def __getitem__(self, key):
+        return self._all()[key]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def __repr__(self):
+        return repr(self._all())
 
 
 @dataclass
@@ -181,6 +200,42 @@ class _Schedule:
     events: list
 
 
+# A phase on at least this many links (a collective over many devices) is
+# reserved once for its whole link set rather than link by link.
+WIDE_PHASE = 16
+
+
+def _first_free(lists, start, seconds):
+    """The earliest time at or after ``start`` when a window of ``seconds`` overlaps no interval of ``lists``."""
+    moved = True
+    while moved:
+        moved = False
+        for starts, ends in lists:
+            i = bisect.bisect_right(ends, start)  # the first interval ending after start
+            if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
+                start, moved = ends[i], True
+    return start
+
+
+def _insert(intervals, start, end):
+    """Add ``[start, end]`` to sorted, disjoint ``intervals`` (starts, ends), merging what it touches."""
+    starts, ends = intervals
+    if not ends or start > ends[-1]:  # after every interval: the usual case
+        starts.append(start)
+        ends.append(end)
+        return
+    i = bisect.bisect_left(starts, start)
+    if i > 0 and ends[i - 1] >= start:  # joins the interval before (or lies inside it)
+        i -= 1
+        start, end = starts[i], max(end, ends[i])
+        del starts[i], ends[i]
+    while i < len(starts) and starts[i] <= end:  # and the ones it reaches
+        end = max(end, ends[i])
+        del starts[i], ends[i]
+    starts.insert(i, start)
+    ends.insert(i, end)
+
+
 class _LinkQueue:
     """Occupation of link resources by phases, each at the earliest time all its links are free.
 
@@ -189,41 +244,92 @@ class _LinkQueue:
     so it may use a gap that an earlier reservation left (a transfer waiting
     for a busy receiver does not hold the sender's link idle meanwhile).
     Adjacent intervals are merged, which keeps a saturated link's list short.
+
+    A *wide* phase (:data:`WIDE_PHASE` links or more: a collective over many
+    devices) keeps one interval list for its whole link set, and every wide
+    link set a list of what narrow phases reserved on its links, so neither
+    kind walks a thousand links per reservation.  The windows found are the
+    same as link by link: a window is free on a link set exactly when it
+    overlaps no reservation of any phase sharing one of its links.  Wide
+    link sets are known by the identity of their tuple (the cached phase
+    lists hand out the same tuple each time), which spares hashing a
+    thousand names per reservation.
+
+    ``link_sets``: a cache, shared by the queues of one Simulator, of each
+    wide link set: ``id -> (links, frozenset, ids of the wide sets it overlaps)``.
     """
 
-    def __init__(self):
-        self.intervals = {}  # link -> ([starts], [ends]), sorted, disjoint
-        self.busy = {}
+    def __init__(self, link_sets=None):
+        self.intervals = {}  # link -> ([starts], [ends]) of narrow phases, sorted, disjoint
+        self.wide = {}  # id of a wide link tuple -> its own reservations
+        self.beneath = {}  # id of a wide link tuple -> reservations of narrow phases on its links
+        # shared: id -> (links, frozenset, overlapping ids), and link -> ids of the wide tuples holding it
+        self.link_sets, self.wide_of_link = ({}, {}) if link_sets is None else link_sets
+        self.narrow_busy = {}
+        self.wide_busy = {}  # id of a wide link tuple -> seconds
+
+    def link_busy(self):
+        """Seconds each link is occupied."""
+        busy = dict(self.narrow_busy)
+        for key, seconds in self.wide_busy.items():
+            for link in self.link_sets[key][0]:
+                busy[link] = busy.get(link, 0.0) + seconds
+        return busy
 
     def occupy(self, links, ready, seconds):
-        start = ready
-        moved = True
-        while moved:
-            moved = False
+        """Reserve ``seconds`` on every link of ``links`` from the first window free on all; return (start, end).
+
+        A phase of no occupancy (all its time is latency) holds no link and waits for none.
+        """
+        if seconds <= 0:
             for link in links:
-                starts, ends = self.intervals.get(link, ((), ()))
-                i = bisect.bisect_right(ends, start)  # the first interval ending after start
-                if i < len(starts) and starts[i] < start + seconds and ends[i] > start:
-                    start, moved = ends[i], True
+                self.narrow_busy.setdefault(link, 0.0)
+            return ready, ready
+        if len(links) >= WIDE_PHASE:
+            return self._occupy_wide(links, ready, seconds)
+        wide = ()
+        if self.wide:
+            wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide}
+        lists = [self.intervals[link] for link in links if link in self.intervals]
+        start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds) if lists or wide else ready
         end = start + seconds
         for link in links:
-            if end > start:
-                self._insert(link, start, end)
-            self.busy[link] = self.busy.get(link, 0.0) + seconds
+            _insert(self.intervals.setdefault(link, ([], [])), start, end)
+            self.narrow_busy[link] = self.narrow_busy.get(link, 0.0) + seconds
+        for w in wide:
+            _insert(self.beneath[w], start, end)
         return start, end
 
-    def _insert(self, link, start, end):
-        starts, ends = self.intervals.setdefault(link, ([], []))
-        i = bisect.bisect_left(starts, start)
-        if i > 0 and ends[i - 1] >= start:  # joins the interval before
-            i -= 1
-            start = starts[i]
-            del starts[i], ends[i]
-        while i < len(starts) and starts[i] <= end:  # and the ones it reaches
-            end = max(end, ends[i])
-            del starts[i], ends[i]
-        starts.insert(i, start)
-        ends.insert(i, end)
+    def _occupy_wide(self, links, ready, seconds):
+        key = id(links)
+        if key not in self.wide:
+            self._open_wide(links)
+        lists = [self.wide[w] for w in self.link_sets[key][2] if w in self.wide] + [self.beneath[key]]
+        start = _first_free(lists, ready, seconds)
+        end = start + seconds
+        _insert(self.wide[key], start, end)
+        self.wide_busy[key] = self.wide_busy.get(key, 0.0) + seconds
+        return start, end
+
+    def _open_wide(self, links):
+        """Start the lists of a wide link set: its own, and what narrow phases already hold of its links."""
+        key = id(links)
+        if key not in self.link_sets:
+            members = frozenset(links)
+            overlapping = {key}
+            for other, (_, other_members, other_overlapping) in self.link_sets.items():
+                if not members.isdisjoint(other_members):
+                    overlapping.add(other)
+                    other_overlapping.add(key)
+            self.link_sets[key] = (links, members, overlapping)
+            for link in links:
+                self.wide_of_link.setdefault(link, []).append(key)
+        members = self.link_sets[key][1]
+        beneath = ([], [])
+        for a, b in sorted((a, b) for link, spans in self.intervals.items() if link in members for a, b in zip(*spans)):
+            _insert(beneath, a, b)
+        self.beneath[key] = beneath
+        self.wide[key] = ([], [])
 
 
 class _SyncRun:
@@ -235,11 +341,13 @@ class _SyncRun:
 
     def __init__(self, sim, strategy, classes, trace, overlap):
         self.sim = sim
+        self.problem = sim.problem
         self.strategy = strategy
+        self.collective_ops = strategy.allreduces_everything()
         self.classes = classes
         self.trace = trace
         self.overlap = overlap
-        self.links = _LinkQueue()
+        self.links = _LinkQueue(sim.link_sets)
         self.events = []
         self.finish = [max(schedule.end for schedule, _ in classes)]
         self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
@@ -249,6 +357,16 @@ class _SyncRun:
         self.worker_groups = {}
         self.heap = []
         self.seq = 0
+
+    def device_busy(self):
+        """Seconds each device computes, updates or serves."""
+        busy = dict(self.busy)
+        for c, (schedule, members) in enumerate(self.classes):
+            for slot, seconds in schedule.slot_busy.items():
+                seconds += self.upd_busy.get((c, slot), 0.0)
+                for r in members:
+                    busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
+        return busy
 
     def ready(self, schedule, var):
         return schedule.gradient_ready[var] if self.overlap else schedule.end
@@ -270,7 +388,6 @@ class _SyncRun:
             end = t
             for latency, occupancy, used in phases[index:last]:
                 start, end = links.occupy(used, end + latency, occupancy)
-                sim._whole.work += 1
                 if self.trace:
                     self.events.append((label, "sync", "+".join(used) or "local", start, end))
             if last < len(phases):
@@ -286,15 +403,15 @@ class _SyncRun:
         A compressed bucket moves its wire bytes; its cast before the
         collective and back after runs on the slowest replica device.
         """
-        sim = self.sim
-        dense = sum(sim.dense_bytes[v] for v in names)
-        nbytes = dense if compression == "none" else sum(sim.compressed_bytes[v] for v in names)
-        cast = sim.cast_seconds(devices, dense, nbytes)
+        problem = self.sim.problem
+        dense = sum(problem.dense_bytes[v] for v in names)
+        nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in names)
+        cast = problem.cast_seconds(devices, dense, nbytes)
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
-        collective_ops = self.strategy.allreduces_everything()
-        phases = sim._phase_list(
+        collective_ops = self.collective_ops
+        phases = problem.phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
-            lambda: sim.allreduce_phases(devices, algorithm, nbytes, collective_ops),
+            lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         )
         self.submit(
             ready,
@@ -306,7 +423,7 @@ class _SyncRun:
 
     def _apply(self, t, names, slot, label):
         for c, (_, members) in enumerate(self.classes):
-            costs = self.sim.device_costs(self.sim.resource_spec.device(members[0][slot]))[1]
+            costs = self.problem.device_costs(self.problem.resource_spec.device(members[0][slot]))[1]
             start = max(t, self.upd_free[(c, slot)])
             stop = start + sum(costs[v] for v in names)
             self.upd_free[(c, slot)] = stop
@@ -319,7 +436,7 @@ class _SyncRun:
     def _workers(self, c, slot):
         """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
         if (c, slot) not in self.worker_groups:
-            spec = self.sim.resource_spec
+            spec = self.problem.resource_spec
             by_node = {}
             for r in self.classes[c][1]:
                 by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
@@ -330,9 +447,9 @@ class _SyncRun:
         """Every task sums its replicas' gradient of each shard and pushes it once; the PS updates
         the shard; every task pulls it once and copies it to its other replicas."""
         s = self.strategy.sync[name]
-        nbytes = -(-self.sim.sparse_bytes[name] // s.shards)
+        nbytes = -(-self.problem.sparse_bytes[name] // s.shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
-        sparse = name in self.sim.sparse_gradients
+        sparse = name in self.problem.sparse_gradients
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
         for i, task in enumerate(s.ps_tasks):
             ps_device = self.strategy.ps_devices[task]
@@ -345,18 +462,18 @@ class _SyncRun:
                 self.submit(self.ready(self.classes[c][0], name), phases, f"push {label}", pushed)
 
     def _ps_transfer(self, src, dst, nbytes):
-        sim = self.sim
-        return sim._phase_list(("ps", src, dst, nbytes), lambda: sim.comm.ps_phases(src, dst, nbytes))
+        problem = self.problem
+        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.comm.ps_phases(src, dst, nbytes))
 
     def _local_copies(self, devs, nbytes, inward):
         """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
         if len(devs) < 2:
             return []
-        sim, hub, other = self.sim, devs[0], devs[1]
+        problem, hub, other = self.problem, devs[0], devs[1]
         src, dst = (other, hub) if inward else (hub, other)
         copies = len(devs) - 1
-        return sim._phase_list(("local", src, dst, nbytes, copies),
-                               lambda: sim.comm.transfer_phases(src, dst, nbytes), copies)
+        return problem.phase_list(("local", src, dst, nbytes, copies),
+                                  lambda: problem.comm.transfer_phases(src, dst, nbytes), copies)
 
     def _after_pushes(self, pending, name, label, ps_device, shards, nbytes, targets):
         """The callback that, at the last push of a shard, updates it and starts the pulls."""
@@ -366,7 +483,7 @@ class _SyncRun:
             left[0] -= 1
             if left[0]:
                 return
-            cost = self.sim.device_costs(self.sim.resource_spec.device(ps_device))[1][name] / shards
+            cost = self.problem.device_costs(self.problem.resource_spec.device(ps_device))[1][name] / shards
             start = max(t, self.ps_free.get(ps_device, 0.0))
             stop = start + cost
             self.ps_free[ps_device] = stop
@@ -381,197 +498,56 @@ class _SyncRun:
 
 
 class Simulator:
-    """Simulates strategies of one job on one cluster, caching what it can.
+    """Evaluates strategies of one :class:`~placement.problem.Problem`, caching compute schedules.
 
     Parameters
     ----------
-    graph_item : autodist.graph.item.GraphItem
-    resource_spec : autodist.resource_spec.ResourceSpec
-    cost_model : cost_models.CostModel
-    groups : placement.grouping.GroupGraph, optional
-        Precomputed grouping of ``graph_item``.
-
-    ``graph_item``'s batch is the global batch of a step.  The runtime gives
-    each of a strategy's ``R`` replicas its slice of it (and, with ``m``
-    micro-batches, runs that slice in ``m`` parts), so a strategy is priced
-    by the simulator of its replica count (:meth:`at_replicas`), whose step
-    is the largest slice.
+    problem : placement.problem.Problem
     """
 
-    def __init__(self, graph_item, resource_spec, cost_model, groups=None, share_of=None):
-        self.graph_item = graph_item
-        self._whole = share_of or self
-        self._shares = {}
-        self.resource_spec = resource_spec
-        self.cost_model = cost_model
-        self.groups = groups if groups is not None else group_ops(graph_item)
-        self.comm = cost_model.comm_model(resource_spec)
-        self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
-        self.variables = [v for v in graph_item.trainable_variables()]
-        self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
-        self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
-        self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
-        self.compressed_bytes = {v.name: wire_bytes(v, "fp16") for v in self.variables}
-        slot_bytes = {}
-        for s in graph_item.slot_variables():
-            slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
-        self.slot_bytes = {v.name: slot_bytes.get(v.name, 0) for v in self.variables}
-        self.var_unit = {v.name: self.groups.unit_of_variable(v.name) for v in self.variables}
-        self._preds = self.groups.predecessors()
-        self._unit_index = {u: i for i, u in enumerate(self.groups.units)}
-        self._group_unit = [self._unit_index[g.unit] for g in self.groups.groups]
-        self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
-        self.precision = getattr(graph_item.job, "precision", "") or "fp32"
-        self._table = None
-        self._op_group = None
-        self._live = {}
-        self._costs = {}
+    def __init__(self, problem):
+        self.problem = problem
+        self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
-        self._phases = {}
-        self._affine = {}
-        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
-        self.work = 0  # events processed so far: a machine-independent effort count
+        self._classes = {}
+        self.link_sets = ({}, {})  # see _LinkQueue
 
-    def at_replicas(self, replicas, micro_batches=None):
-        """The simulator of one micro-batch of one replica's share of the global batch (cached).
-
-        It prices the step at ``autodist.graph.rebatch.replica_batch`` samples
-        (``replicas`` replicas, ``micro_batches`` parts, by default the job's)
-        and shares this simulator's grouping and cost model; it is this
-        simulator itself where the part is the whole captured batch.
-        """
-        whole = self._whole
-        batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
-        if batch == whole.graph_item.job.batch_size:
-            return whole
-        if batch not in whole._shares:
-            whole._shares[batch] = Simulator(at_batch(whole.graph_item, batch), whole.resource_spec,
-                                             whole.cost_model, groups=whole.groups, share_of=whole)
-        return whole._shares[batch]
-
-    # -- costs -----------------------------------------------------------
-    @staticmethod
-    def _model_key(device):
-        return (device.kind, device.model)
-
-    def device_costs(self, device):
-        """(group seconds list, update seconds per variable) on ``device``'s model."""
-        key = self._model_key(device)
-        if key not in self._costs:
-            op_costs = self.cost_model.op_costs(self.graph_item, device)
-            seconds = {name: c.step_seconds for name, c in op_costs.items()}
-            group_seconds = [sum(seconds.get(o, 0.0) for o in g.ops) for g in self.groups.groups]
-            self._costs[key] = (group_seconds, self._update_costs(seconds))
-        return self._costs[key]
-
-    def _update_costs(self, seconds):
-        variables = self.graph_item.variables
-        own = {}
-        attributed = set()
-        for v in self.variables:
-            names = set(v.update_ops)
-            for slot in v.slots:
-                if slot in variables:
-                    names.update(variables[slot].update_ops)
-            names &= set(self.groups.update_ops)
-            attributed |= names
-            own[v.name] = sum(seconds.get(o, 0.0) for o in sorted(names))
-        rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
-        total = sum(self.dense_bytes.values()) or 1
-        return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
-
-    def cast_seconds(self, devices, dense_bytes, wire):
-        """One way of a compressed bucket's cast on the slowest of ``devices`` (0 when nothing is cast)."""
-        if wire == dense_bytes:
-            return 0.0
-        if devices not in self._slowest_memory:
-            self._slowest_memory[devices] = min(self.resource_spec.device(d).memory_bandwidth for d in devices)
-        return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
-
-    def _phase_list(self, key, make, count=1):
-        """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
-
-        The CommModel's per-tensor overhead (TensorFlow's fixed software
-        cost per tensor, at the endpoints) is taken out of the first phase
-        as latency that occupies no link; ``count`` identical transfers
-        issued together pay it once and occupy the links back to back.
-        """
-        stages = self._phases.get(key)
-        if stages is None:
-            self._whole.work += MISS_WORK
-            stages = []
-            for i, phase in enumerate(make()):
-                latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
-                stages.append((latency, (phase.seconds - latency) * count, phase.links))
-            self._phases[key] = stages
-        return stages
-
-    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
-        """One allreduce as the runtime runs it, from a per-(devices, algorithm) affine fit when exact.
-
-        ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
-        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
-        The CommModel's phases are latency plus bytes over
-        bandwidth, so two probes give each phase's intercept and slope and a
-        new fusion-bucket size costs no walk over the devices.  A third probe
-        checks the fit; where it fails (e.g. unequal nodes, whose slowest
-        node changes with size), every size is asked of the CommModel.
-        """
-        key = (devices, algorithm, collective_ops)
-        if key not in self._affine:
-            self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
-        fit = self._affine[key]
-        if fit is None:
-            return self._priced_allreduce(nbytes, list(devices), algorithm, collective_ops)
-        return [Phase(a + b * nbytes, links) for a, b, links in fit]
-
-    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
-        if collective_ops:
-            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
-        return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
-
-    def _affine_fit(self, devices, algorithm, collective_ops):
-        zero, probe, check = (self._priced_allreduce(n, devices, algorithm, collective_ops)
-                              for n in (0, _PROBE_BYTES, _CHECK_BYTES))
-        if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
-            return None
-        fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
-        for (a, b, _), c in zip(fit, check):
-            if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
-                return None
-        return fit
+    def _share(self, strategy):
+        """The simulator of ``strategy``'s part of the batch (one micro-batch of one replica's slice): this one
+        where that is the whole captured batch."""
+        problem = self.problem.at_replicas(len(strategy.replicas), self.problem.micro_batches_of(strategy))
+        if problem is self.problem:
+            return self
+        if id(problem) not in self._shares:
+            self._shares[id(problem)] = Simulator(problem)
+        return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
-    def micro_batches_of(self, strategy):
-        """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
-        return strategy.micro_batches or self.micro_batches
-
-    def _schedule(self, replica, slots, trace, micro_batches=None):
-        micro_batches = micro_batches or self.micro_batches
-        devices = [self.resource_spec.device(d) for d in replica]
+    def _schedule(self, replica, slots, trace, micro_batches):
         if len(replica) == 1:
-            key = (self._model_key(devices[0]), micro_batches)
+            key = (self.problem.device_model[replica[0]], micro_batches)
         else:
             key = (tuple(replica), slots, micro_batches)
         cached = self._schedules.get(key)
         if cached is not None and (cached.events or not trace):
             return cached
+        devices = [self.problem.resource_spec.device(d) for d in replica]
         schedule = self._run_compute(replica, devices, slots, trace, micro_batches)
         self._schedules[key] = schedule
         return schedule
 
     def _run_compute(self, replica, devices, slots, trace, micro_batches):
-        groups = self.groups.groups
+        groups = self.problem.groups.groups
         n = len(groups)
-        costs = [self.device_costs(d)[0] for d in devices]
-        slot_of = [slots[self._group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
-        remaining = [len(p) for p in self._preds]
-        succs = self.groups.successors()
+        costs = [self.problem.device_costs(d)[0] for d in devices]
+        slot_of = [slots[self.problem.group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
+        remaining = [len(p) for p in self.problem.preds]
+        succs = self.problem.groups.successors()
         ready_at = [0.0] * n
         end = [0.0] * n
         free = {}
         busy = {}
-        links = _LinkQueue()
+        links = _LinkQueue(self.link_sets)
         events = []
         heap = [(0.0, g) for g in range(n) if remaining[g] == 0]
         heapq.heapify(heap)
@@ -589,7 +565,8 @@ class Simulator:
                 arrive = finish
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
-                    phases = self._phase_list(("xfer", src, dst, nbytes), lambda: self.comm.transfer_phases(src, dst, nbytes))
+                    phases = self.problem.phase_list(("xfer", src, dst, nbytes),
+                                                     lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
                     for latency, occupancy, used in phases:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
@@ -599,16 +576,15 @@ class Simulator:
                 remaining[h] -= 1
                 if remaining[h] == 0:
                     heapq.heappush(heap, (ready_at[h], h))
-        self._whole.work += n
-        one = max(end, default=0.0)  # one micro-batch (this simulator's step is one part)
-        m = micro_batches
-        earlier = (m - 1) * one  # the micro-batches before the last one
-        gradient_ready = {v: earlier + end[g] for v, g in self.groups.gradient_group.items()}
+        one = max(end, default=0.0)  # one micro-batch (this problem's step is one part)
+        earlier = (micro_batches - 1) * one  # the micro-batches before the last one
+        gradient_ready = {v: earlier + end[g] for v, g in self.problem.groups.gradient_group.items()}
         if earlier:
             free = {slot: earlier + t for slot, t in free.items()}
-            busy = {slot: t * m for slot, t in busy.items()}
+            busy = {slot: t * micro_batches for slot, t in busy.items()}
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
-            events += [(f"micro-batches 1-{m - 1}", "compute", d, 0.0, earlier) for d in replica]
+            label = f"micro-batches 1-{micro_batches - 1}"
+            events += [(label, "compute", d, 0.0, earlier) for d in replica]
         return _Schedule(earlier + one, free, busy, gradient_ready, events)
 
     # -- one step ----------------------------------------------------------
@@ -628,18 +604,12 @@ class Simulator:
         -------
         SimResult
         """
-        share = self.at_replicas(len(strategy.replicas), self.micro_batches_of(strategy))
+        share = self._share(strategy)
         if share is not self:
             return share.simulate(strategy, trace, overlap)
-        spec = self.resource_spec
-        self._whole.work += PER_SIMULATION_WORK + len(strategy.sync) + len(strategy.replicas)
-        slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
-        classes = {}
-        for replica in strategy.replicas:
-            schedule = self._schedule(list(replica), slots, trace, self.micro_batches_of(strategy))
-            classes.setdefault(id(schedule), (schedule, []))[1].append(list(replica))
-        classes = list(classes.values())
-        var_slot = {v: strategy.group_slots.get(self.var_unit[v], 0) for v in self.dense_bytes}
+        slots = self._slots(strategy)
+        classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
+        var_slot = self._var_slots(strategy)
         run = _SyncRun(self, strategy, classes, trace, overlap)
 
         buckets = {}  # (algorithm, bucket, slot, compression) -> variables
@@ -647,28 +617,20 @@ class Simulator:
         for name in sorted(strategy.sync):
             s = strategy.sync[name]
             if s.method == "allreduce":
-                buckets.setdefault((s.algorithm, s.bucket, var_slot[name], s.compression), []).append(name)
+                key = (s.algorithm, s.bucket, var_slot[name] if var_slot else 0, s.compression)
+                buckets.setdefault(key, []).append(name)
             else:
                 ps_vars.append(name)
-        slot_devices = {}
         for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
-            if slot not in slot_devices:
-                slot_devices[slot] = tuple(r[slot] for r in strategy.replicas)
-            run.allreduce(algorithm, bucket, slot, names, slot_devices[slot], compression)
+            run.allreduce(algorithm, bucket, slot, names, self._slot_devices(strategy.replicas, slot), compression)
         for name in ps_vars:
-            run.parameter_server(name, var_slot[name])
+            run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
 
         compute_time = run.finish[0]
-        client_time = self.client_time(strategy)
+        client_time = self.problem.client_time(strategy)
         step_time = client_time + max(max(run.finish), max(run.upd_free.values(), default=0.0),
                                       max(run.ps_free.values(), default=0.0))
-        busy = run.busy
-        for c, (schedule, members) in enumerate(classes):
-            for slot, seconds in schedule.slot_busy.items():
-                seconds += run.upd_busy.get((c, slot), 0.0)
-                for r in members:
-                    busy[r[slot]] = busy.get(r[slot], 0.0) + seconds
         memory = self.memory(strategy, slots)
         events = run.events
         if trace:
@@ -681,24 +643,14 @@ class Simulator:
             step_time=step_time,
             compute_time=compute_time,
             exposed_comm_time=max(0.0, step_time - compute_time - client_time),
-            link_busy=run.links.busy,
-            device_busy=busy,
+            link_busy=_Expanded(run.links.link_busy),
+            device_busy=_Expanded(run.device_busy),
             memory=memory,
-            memory_limit={d: spec.device(d).memory_bytes for d in memory},
+            memory_limit={d: self.problem.memory_bytes[d] for d in memory},
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
             replicas=len(strategy.replicas),
             client_time=client_time,
         )
-
-    def client_time(self, strategy):
-        """The fixed cost per step of a plan that one client drives (launcher.runtime.trainer): the client
-        dispatches the step to every worker and PS task.  Plans on collective ops have no such client."""
-        if strategy.allreduces_everything():
-            return 0.0
-        spec = self.resource_spec
-        tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
-        tasks |= {("ps", d) for d in strategy.ps_devices}
-        return self.comm.client_step_seconds(len(tasks))
 
     # -- memory ------------------------------------------------------------
     def memory(self, strategy, slots=None):
@@ -711,68 +663,79 @@ class Simulator:
         groups (gradients included, until their update).  A PS device holds
         its shards of the variables and of their slots.
         """
-        share = self.at_replicas(len(strategy.replicas), self.micro_batches_of(strategy))
+        share = self._share(strategy)
         if share is not self:
             return share.memory(strategy, slots)
+        problem = self.problem
         if slots is None:
-            slots = tuple(strategy.group_slots.get(u, 0) for u in self.groups.units)
+            slots = self._slots(strategy)
+        var_slot = self._var_slots(strategy)
         persistent, accumulated, ps_bytes = {}, {}, {}
         for name, s in strategy.sync.items():
-            slot = strategy.group_slots.get(self.var_unit[name], 0)
+            slot = var_slot[name] if var_slot else 0
             if s.method == "allreduce":
-                held = self.dense_bytes[name] + self.slot_bytes[name]
-                accumulated[slot] = accumulated.get(slot, 0) + self.dense_bytes[name]
+                held = problem.dense_bytes[name] + problem.slot_bytes[name]
+                accumulated[slot] = accumulated.get(slot, 0) + problem.dense_bytes[name]
             else:
-                held = self.sparse_bytes[name]
-                share = -(-(self.dense_bytes[name] + self.slot_bytes[name]) // s.shards)
+                held = problem.sparse_bytes[name]
+                share = -(-(problem.dense_bytes[name] + problem.slot_bytes[name]) // s.shards)
                 for task in s.ps_tasks:
                     dev = strategy.ps_devices[task]
                     ps_bytes[dev] = ps_bytes.get(dev, 0) + share
             persistent[slot] = persistent.get(slot, 0) + held
-        memory = {}
-        for replica in strategy.replicas:
-            for slot, dev in enumerate(replica):
-                live, reserve = self._slot_peak(slots, slot)
-                memory[dev] = memory.get(dev, 0) + live + persistent.get(slot, 0)
-                if self.micro_batches_of(strategy) > 1:
-                    memory[dev] += accumulated.get(slot, 0)
-                if self.resource_spec.device(dev).kind == "GPU":
-                    memory[dev] += reserve
+        # what a device at each slot holds, besides the GPU runtime reserve
+        held, reserves = [], []
+        for slot in range(max(map(len, strategy.replicas))):
+            live, reserve = problem.slot_peak(slots, slot)
+            extra = accumulated.get(slot, 0) if problem.micro_batches_of(strategy) > 1 else 0
+            held.append(live + persistent.get(slot, 0) + extra)
+            reserves.append(reserve)
+        is_gpu = problem.is_gpu
+        if len(held) == 1:
+            on_gpu, on_cpu = held[0] + reserves[0], held[0]
+            memory = {r[0]: on_gpu if is_gpu[r[0]] else on_cpu for r in strategy.replicas}
+        else:
+            memory = {}
+            for replica in strategy.replicas:
+                for slot, dev in enumerate(replica):
+                    memory[dev] = memory.get(dev, 0) + held[slot] + (reserves[slot] if is_gpu[dev] else 0)
         for dev, nbytes in ps_bytes.items():
             memory[dev] = memory.get(dev, 0) + nbytes
         return memory
 
-    def allocated_bytes(self):
-        """Bytes the ops of each group allocate in all (an upper bound of their live peak), and those of the updates."""
-        self.step_table()
-        nbytes = allocated_bytes(self._table, self.precision)
-        per_group = np.bincount(self._op_group[self._op_group >= 0], weights=nbytes[self._op_group >= 0],
-                                minlength=len(self.groups.groups))
-        return [int(b) for b in per_group], int(nbytes[self._op_group < 0].sum())
+    def _slots(self, strategy):
+        """The slot of every op group unit, in unit order."""
+        if not strategy.group_slots:
+            return self.problem.no_slots
+        return tuple(strategy.group_slots.get(u, 0) for u in self.problem.groups.units)
 
-    def step_table(self):
-        """The step table of the job (cost_models.step_table), built once."""
-        if self._table is None:
-            self._table = step_table(self.graph_item)
-            group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
-            self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
-        return self._table
+    def _replica_classes(self, replicas, slots, trace, micro_batches):
+        """``(schedule, replicas)`` pairs of the replicas with one compute schedule, cached per replica list."""
+        key = (id(replicas), slots, trace, micro_batches)
+        cached = self._classes.get(key)
+        if cached is None or cached[0] is not replicas:
+            classes = {}
+            for replica in replicas:
+                schedule = self._schedule(replica, slots, trace, micro_batches)
+                classes.setdefault(id(schedule), (schedule, []))[1].append(replica)
+            cached = (replicas, list(classes.values()))
+            self._classes[key] = cached
+        return cached[1]
 
-    def runtime_reserve(self, device):
-        """Bytes of ``device`` that the runtime holds besides the step's tensors (0 on a CPU)."""
-        return runtime_overhead_bytes(self.step_table()) if device.kind == "GPU" else 0
+    def _slot_devices(self, replicas, slot):
+        """The device at ``slot`` of every replica (cached per replica list)."""
+        key = (id(replicas), "slot", slot)
+        cached = self._classes.get(key)
+        if cached is None or cached[0] is not replicas:
+            cached = (replicas, tuple(r[slot] for r in replicas))
+            self._classes[key] = cached
+        return cached[1]
 
-    def _slot_peak(self, slots, slot):
-        """``(live tensor peak, GPU runtime reserve)`` of the device at ``slot`` of a replica whose units sit on
-        ``slots`` (cached)."""
-        key = (slots, slot)
-        if key not in self._live:
-            self.step_table()
-            # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
-            on_slot = np.array([slots[u] == slot for u in self._group_unit] + [slot == 0])[self._op_group]
-            self._live[key] = (live_peak(self._table, self.precision, on_slot),
-                               runtime_overhead_bytes(self._table, on_slot))
-        return self._live[key]
+    def _var_slots(self, strategy):
+        """The slot of every variable's unit, or None when every unit is on slot 0."""
+        if not strategy.group_slots:
+            return None
+        return {v: strategy.group_slots.get(unit, 0) for v, unit in self.problem.var_unit.items()}
 
 
 def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
@@ -783,4 +746,4 @@ def simulate(graph_item, resource_spec, strategy, cost_model, overlap=True):
     SimResult
         With its timeline, exportable by ``to_chrome_trace()``.
     """
-    return Simulator(graph_item, resource_spec, cost_model).simulate(strategy, trace=True, overlap=overlap)
+    return Simulator(Problem(graph_item, resource_spec, cost_model)).simulate(strategy, trace=True, overlap=overlap)

@@ -25,9 +25,9 @@ Each move changes one decision and returns a short label (for statistics):
   shards of the busiest task) or remove the last one (its shards move to
   the others).
 
-The replica count changes the work each replica does; the search compares
-candidates by ``SimResult.time_per_batch``, which the simulator makes
-comparable across replica counts.
+The replica count changes the work each replica does (its slice of the
+global batch); the search compares candidates by the step time of the
+global batch.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
-from placement.baselines import ps_candidates, ready_order
 
 
 def copy_strategy(strategy):
@@ -54,7 +53,7 @@ class StrategySpace:
 
     Parameters
     ----------
-    simulator : placement.simulator.Simulator
+    problem : placement.problem.Problem
         For variable sizes, shapes and op group units.
     rng : random.Random
         The only source of randomness (seeded by the caller).
@@ -67,19 +66,19 @@ class StrategySpace:
         Let the ``micro_batches`` move change the gradient accumulation.
     """
 
-    def __init__(self, simulator, rng, allow_ps=True, compressions=("none",), allow_micro_batches=False):
+    def __init__(self, problem, rng, allow_ps=True, compressions=("none",), allow_micro_batches=False):
         self.rng = rng
-        self.variables = sorted(simulator.dense_bytes)
-        self.ready_order = ready_order(simulator)
-        self.bytes = simulator.sparse_bytes
-        shapes = {v.name: v.shape for v in simulator.variables}
+        self.variables = sorted(problem.dense_bytes)
+        self.ready_order = problem.ready_order
+        self.bytes = problem.sparse_bytes
+        shapes = {v.name: v.shape for v in problem.variables}
         self.max_shards = {name: max(1, int(shapes[name][0]) if shapes[name] else 1) for name in self.variables}
-        self.units = list(simulator.groups.units)
-        self.candidates = ps_candidates(simulator.resource_spec) if allow_ps else []
+        self.units = list(problem.groups.units)
+        self.candidates = list(problem.ps_candidates) if allow_ps else []
         self.compressions = tuple(compressions)
-        self.batch_rows = simulator.graph_item.job.batch_size if allow_micro_batches else 0
-        self.job_micro_batches = simulator.micro_batches
-        self.compute_devices = [d.name for d in simulator.resource_spec.compute_devices()]
+        self.batch_rows = problem.graph_item.job.batch_size if allow_micro_batches else 0
+        self.job_micro_batches = problem.micro_batches
+        self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]

@@ -53,6 +53,8 @@ def _commands(graph_json, tmp_path):
         ("--seed", "abc", "argument --seed: must be an integer from 0 to 4294967295, got 'abc'"),
         ("--seed", "-5", "argument --seed: must be an integer from 0 to 4294967295, got '-5'"),
         ("--seed", "1.5", "argument --seed: must be an integer"),
+        ("--moves", "0", "argument --moves: must be an integer from 1 to 1000000000, got '0'"),
+        ("--moves", "2.5", "argument --moves: must be an integer from 1"),
     ],
 )
 def test_bad_numbers_are_one_line_naming_the_option(command, option, value, expected, graph_json, tmp_path, capsys):
@@ -60,6 +62,15 @@ def test_bad_numbers_are_one_line_naming_the_option(command, option, value, expe
     code, out, err = run_cli(entry, [*argv, option, value], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert expected in err
+    assert sorted(os.listdir(tmp_path)) == ["graph.json"]
+
+
+@pytest.mark.parametrize("command", ["plan", "report", "run"])
+def test_budget_and_moves_together_are_one_line(command, graph_json, tmp_path, capsys):
+    entry, argv = _commands(graph_json, tmp_path)[command]
+    code, out, err = run_cli(entry, [*argv, "--budget", "5", "--moves", "100"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "argument --moves: not allowed with argument --budget" in err
     assert sorted(os.listdir(tmp_path)) == ["graph.json"]
 
 

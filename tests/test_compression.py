@@ -88,14 +88,14 @@ def test_a_plan_file_with_a_bad_compression_is_one_line_exit_2(embedding_graph, 
 
 def test_a_compressed_bucket_moves_half_the_bytes_after_a_priced_cast(embedding_graph, cost_model):
     from cost_models.comm import cast_seconds
-    from placement import Simulator
+    from placement import Problem, Simulator
 
     spec = load_cluster(preset=NETWORK_BOUND)
-    sim = Simulator(embedding_graph, spec, cost_model)
+    sim = Simulator(Problem(embedding_graph, spec, cost_model))
     plain = sim.simulate(_allreduce_all(embedding_graph, _replicas(spec)), trace=True)
     results = {c: sim.simulate(_allreduce_all(embedding_graph, _replicas(spec), c), trace=True) for c in ("fp16", "bf16")}
-    dense = sum(sim.dense_bytes.values())
-    assert sum(sim.compressed_bytes.values()) == dense // 2  # float32 variables: 2 of 4 bytes per element
+    dense = sum(sim.problem.dense_bytes.values())
+    assert sum(sim.problem.compressed_bytes.values()) == dense // 2  # float32 variables: 2 of 4 bytes per element
     for compression, result in results.items():
         assert result.step_time < plain.step_time
         # Link occupancy is affine in bytes: half the bytes, a little over half the busy time.
@@ -114,14 +114,14 @@ def test_a_compressed_bucket_moves_half_the_bytes_after_a_priced_cast(embedding_
 
 
 def test_the_compression_move_changes_a_whole_bucket_and_only_when_allowed(embedding_graph, cost_model):
-    from placement import Simulator
+    from placement import Problem, Simulator
     from placement.space import StrategySpace
 
     spec = load_cluster(preset=NETWORK_BOUND)
-    sim = Simulator(embedding_graph, spec, cost_model)
+    sim = Simulator(Problem(embedding_graph, spec, cost_model))
     strategy = _allreduce_all(embedding_graph, _replicas(spec))
-    assert "compression" not in StrategySpace(sim, random.Random(0)).applicable(strategy)
-    space = StrategySpace(sim, random.Random(0), compressions=COMPRESSIONS)
+    assert "compression" not in StrategySpace(sim.problem, random.Random(0)).applicable(strategy)
+    space = StrategySpace(sim.problem, random.Random(0), compressions=COMPRESSIONS)
     assert "compression" in space.applicable(strategy)
     for _ in range(6):
         before = strategy.sync[sorted(strategy.sync)[0]].compression
@@ -226,11 +226,11 @@ def test_a_compressed_collective_plan_trains_two_processes_like_one(small_job, r
 
 
 def test_the_lower_bound_holds_for_compressed_plans(embedding_graph, cost_model):
-    from placement import Simulator, lower_bound
+    from placement import Problem, Simulator, lower_bound
 
     spec = load_cluster(preset=NETWORK_BOUND)
-    sim = Simulator(embedding_graph, spec, cost_model)
+    sim = Simulator(Problem(embedding_graph, spec, cost_model))
     for compression in COMPRESSIONS:
         strategy = _allreduce_all(embedding_graph, _replicas(spec), compression)
-        bound = lower_bound(embedding_graph, spec, cost_model, replicas=strategy.replicas, simulator=sim)
+        bound = lower_bound(sim.problem, replicas=strategy.replicas)
         assert bound <= sim.simulate(strategy).step_time

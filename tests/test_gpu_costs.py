@@ -22,7 +22,7 @@ from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
 from cost_models.memory import live_peak
 from cost_models.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
 from cost_models.step_table import step_table
-from placement import Simulator, baselines
+from placement import Problem, Simulator, baselines
 
 NO_KERNEL = ("Const", "Identity", "ReadVariableOp", "Reshape", "Shape", "NoOp", "Placeholder")
 
@@ -118,9 +118,9 @@ def test_gradient_accumulation_splits_the_global_batch_and_syncs_once(mlp_graph)
 
     def run(micro_batches, overlap=False):
         item = with_job_options(_copy(mlp_graph), micro_batches=micro_batches)
-        sim = Simulator(item, spec, model)
-        result = sim.simulate(baselines.data_parallel(sim), overlap=overlap)
-        return result, sim.at_replicas(result.replicas).graph_item.job.batch_size
+        sim = Simulator(Problem(item, spec, model))
+        result = sim.simulate(baselines.data_parallel(sim.problem), overlap=overlap)
+        return result, sim.problem.at_replicas(result.replicas).graph_item.job.batch_size
 
     (one, one_batch), (four, four_batch) = run(1), run(4)
     assert one.replicas == 2 and (one_batch, four_batch) == (8, 2)  # 16 samples over 2 replicas, then 4 parts
@@ -135,9 +135,9 @@ def test_gradient_accumulation_splits_the_global_batch_and_syncs_once(mlp_graph)
 def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
     spec = load_cluster(preset="dgx-h100")
     model = CostModel.default()
-    sim_one = Simulator(mlp_graph, spec, model)
-    sim_four = Simulator(with_job_options(_copy(mlp_graph), micro_batches=4), spec, model)
-    strategy = baselines.data_parallel(sim_one)
+    sim_one = Simulator(Problem(mlp_graph, spec, model))
+    sim_four = Simulator(Problem(with_job_options(_copy(mlp_graph), micro_batches=4), spec, model))
+    strategy = baselines.data_parallel(sim_one.problem)
     device = strategy.replicas[0][0]
     extra = sim_four.memory(strategy)[device] - sim_one.memory(strategy)[device]
     assert extra == mlp_graph.parameter_bytes()

@@ -40,11 +40,11 @@ def test_the_strategys_micro_batches_round_trip_and_bad_counts_name_the_field(ml
 
 def test_the_strategys_count_overrides_the_jobs_in_the_simulator(mlp_graph):
     from cost_models import CostModel
-    from placement import Simulator, baselines
+    from placement import Problem, Simulator, baselines
 
     spec = load_cluster(preset="cpu-2s-25g:2")
-    sim = Simulator(mlp_graph, spec, CostModel.default())
-    strategy = baselines.data_parallel(sim)
+    sim = Simulator(Problem(mlp_graph, spec, CostModel.default()))
+    strategy = baselines.data_parallel(sim.problem)
     one = sim.simulate(strategy, trace=True)
     strategy.micro_batches = 4
     four = sim.simulate(strategy, trace=True)
@@ -61,14 +61,14 @@ def test_the_strategys_count_overrides_the_jobs_in_the_simulator(mlp_graph):
 
 def test_the_micro_batch_move_only_when_allowed_doubles_or_halves_within_the_rows(mlp_graph):
     from cost_models import CostModel
-    from placement import Simulator, baselines
+    from placement import Problem, Simulator, baselines
     from placement.space import StrategySpace, copy_strategy
 
     spec = load_cluster(preset="cpu-2s-25g:2")
-    sim = Simulator(mlp_graph, spec, CostModel.default())
-    strategy = baselines.data_parallel(sim)
-    assert "micro_batches" not in StrategySpace(sim, random.Random(0)).applicable(strategy)
-    space = StrategySpace(sim, random.Random(0), allow_micro_batches=True)
+    sim = Simulator(Problem(mlp_graph, spec, CostModel.default()))
+    strategy = baselines.data_parallel(sim.problem)
+    assert "micro_batches" not in StrategySpace(sim.problem, random.Random(0)).applicable(strategy)
+    space = StrategySpace(sim.problem, random.Random(0), allow_micro_batches=True)
     assert "micro_batches" in space.applicable(strategy)
     rows = mlp_graph.job.batch_size // len(strategy.replicas)
     seen = set()

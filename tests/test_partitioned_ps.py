@@ -3,7 +3,7 @@
 import pytest
 
 from autodist.resource_spec import load_cluster
-from placement import Simulator, baselines
+from placement import Problem, Simulator, baselines
 from placement.baselines import MIN_SHARD_BYTES, min_size_shards
 
 
@@ -21,7 +21,7 @@ def _bytes_per_task(sim, strategy):
     load = [0] * len(strategy.ps_devices)
     for name, s in strategy.sync.items():
         for task in s.ps_tasks:
-            load[task] += sim.dense_bytes[name] / s.shards
+            load[task] += sim.problem.dense_bytes[name] / s.shards
     return load
 
 
@@ -39,15 +39,15 @@ def test_min_size_shards_matches_tensorflows_partitioner():
 
 def test_partitioned_ps_spreads_the_bytes_evenly(big_embedding_graph, cost_model):
     spec = load_cluster(preset="g4dn.12xlarge:4")
-    sim = Simulator(big_embedding_graph, spec, cost_model)
-    strategy = baselines.partitioned_ps(sim)
+    sim = Simulator(Problem(big_embedding_graph, spec, cost_model))
+    strategy = baselines.partitioned_ps(sim.problem)
     strategy.validate(big_embedding_graph, spec)
     assert len(strategy.ps_devices) == 4
-    table = max(sim.dense_bytes, key=sim.dense_bytes.get)
+    table = max(sim.problem.dense_bytes, key=sim.problem.dense_bytes.get)
     assert sorted(strategy.sync[table].ps_tasks) == [0, 1, 2, 3]
     spread = _bytes_per_task(sim, strategy)
     assert max(spread) <= 1.001 * min(spread)
-    greedy = _bytes_per_task(sim, baselines.greedy_ps(sim))  # the table cannot be split: one task holds it
+    greedy = _bytes_per_task(sim, baselines.greedy_ps(sim.problem))  # the table cannot be split: one task holds it
     assert max(greedy) > 3.9 * sum(greedy) / len(greedy)
     result = sim.simulate(strategy)
     on_servers = [result.memory[d] for d in strategy.ps_devices]

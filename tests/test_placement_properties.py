@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autodist.resource_spec import ResourceSpec, load_cluster
-from placement import Simulator, baselines, lower_bound, optimize
+from placement import Problem, Simulator, baselines, lower_bound, optimize
 from placement.grouping import group_ops
 from placement.space import StrategySpace, copy_strategy
 
@@ -28,14 +28,15 @@ def simulators(embedding_graph, mlp_graph, cost_model):
     for preset in PRESETS:
         spec = load_cluster(preset=preset)
         for graph in (embedding_graph, mlp_graph):
-            sims[(preset, graph.job.model_name)] = Simulator(graph, spec, cost_model)
+            sims[(preset, graph.job.model_name)] = Simulator(Problem(graph, spec, cost_model))
     return sims
 
 
 def random_strategy(sim, seed, moves, model_parallel):
     rng = random.Random(seed)
-    space = StrategySpace(sim, rng)
-    start = baselines.greedy_op_placer(sim) if model_parallel else rng.choice(list(baselines.BASELINES.values()))(sim)
+    space = StrategySpace(sim.problem, rng)
+    build = baselines.greedy_op_placer if model_parallel else rng.choice(list(baselines.BASELINES.values()))
+    start = build(sim.problem)
     strategy = copy_strategy(start)
     for _ in range(moves):
         space.move(strategy)
@@ -52,18 +53,82 @@ def random_strategy(sim, seed, moves, model_parallel):
 def test_random_moves_keep_strategies_valid_and_above_the_bound(simulators, key, seed, moves, model_parallel):
     sim = simulators[key]
     strategy = random_strategy(sim, seed, moves, model_parallel)
-    strategy.validate(sim.graph_item, sim.resource_spec)
-    trainable = sorted(v.name for v in sim.graph_item.trainable_variables())
+    strategy.validate(sim.problem.graph_item, sim.problem.resource_spec)
+    trainable = sorted(v.name for v in sim.problem.graph_item.trainable_variables())
     assert sorted(strategy.sync) == trainable  # every variable assigned exactly once
     for name, s in strategy.sync.items():
         if s.method == "ps":
             assert len(set(s.ps_tasks)) == len(s.ps_tasks) <= len(strategy.ps_devices)
     result = sim.simulate(strategy)
-    bound = lower_bound(
-        sim.graph_item, sim.resource_spec, sim.cost_model, strategy.replicas, strategy.group_slots, simulator=sim
-    )
+    bound = lower_bound(sim.problem, strategy.replicas, strategy.group_slots)
     assert result.step_time >= bound * (1 - 1e-12)
     assert result.compute_time <= result.step_time
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    preset=st.sampled_from(PRESETS + ["dgx-h100:4"]),
+    model=st.sampled_from(["embedding", "mlp"]),
+    seed=st.integers(0, 2**16),
+    moves=st.integers(1, 25),
+)
+def test_a_reused_simulator_equals_a_fresh_one_along_random_moves(simulators, mlp_graph, embedding_graph, cost_model,
+                                                                   preset, model, seed, moves):
+    """Incremental evaluation: a Simulator that evaluated every strategy of a random walk (its schedules, phase
+    lists and wide link sets cached) gives, at every step, what a new Simulator of a new Problem gives."""
+    graph = {"mlp": mlp_graph, "embedding": embedding_graph}[model]
+    spec = load_cluster(preset=preset)
+    reused = simulators.get((preset, model)) or Simulator(Problem(graph, spec, cost_model))
+    space = StrategySpace(reused.problem, random.Random(seed))
+    strategy = random.Random(seed).choice(list(baselines.BASELINES.values()))(reused.problem)
+    for _ in range(moves):
+        strategy = copy_strategy(strategy)
+        space.move(strategy)
+        fresh = Simulator(Problem(graph, spec, cost_model)).simulate(strategy)
+        assert reused.simulate(strategy).to_dict() == fresh.to_dict()
+
+
+def reference_occupy(intervals, links, ready, seconds):
+    """Link by link, the first window of ``seconds`` from ``ready`` free on every link of ``links``; every link
+    keeps the union of its reservations; a phase of no occupancy holds no link and waits for none."""
+    start = ready
+    if seconds == 0:
+        return start, start
+    while True:
+        blocking = [end for link in links for begin, end in intervals.get(link, ())
+                    if begin < start + seconds and end > start]
+        if not blocking:
+            break
+        start = max(blocking)
+    for link in links:
+        if seconds > 0:
+            merged = []
+            for begin, end in sorted(intervals.get(link, []) + [(start, start + seconds)]):
+                if merged and begin <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+                else:
+                    merged.append((begin, end))
+            intervals[link] = merged
+    return start, start + seconds
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 8), st.integers(0, 20)),
+                min_size=1, max_size=40))
+def test_wide_phases_find_the_windows_links_find(requests):
+    """The link queue's wide link sets (one interval list per collective) find the same windows as a queue that
+    keeps every link's intervals, whatever mix of wide and narrow phases arrives."""
+    from placement.simulator import WIDE_PHASE, _LinkQueue
+
+    link_sets = [tuple(f"l{i}" for i in range(k * 5, k * 5 + WIDE_PHASE)) for k in range(3)]  # overlapping wide sets
+    queue, reference = _LinkQueue(), {}
+    for kind, first, ready, seconds in requests:
+        links = link_sets[kind] if kind < 3 else (f"l{first}", f"l{(first * 7) % 41}")
+        links = tuple(dict.fromkeys(links))
+        assert queue.occupy(links, float(ready), float(seconds)) == reference_occupy(reference, links, ready, seconds)
+    busy = queue.link_busy()
+    for link, spans in reference.items():
+        assert busy[link] == pytest.approx(sum(b - a for a, b in spans))
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -75,8 +140,8 @@ def test_search_plans_fit_memory_and_repeat_with_the_seed(embedding_graph, cost_
         spec = ResourceSpec.from_dict(spec.to_dict())
         for device in spec.gpus():
             device.memory_bytes = int((activations + embedding_graph.parameter_bytes()) * squeeze)
-    first = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
-    again = optimize(embedding_graph, spec, cost_model, seed=seed, budget_s=0.05)
+    first = optimize(embedding_graph, spec, cost_model, seed=seed, moves=40)
+    again = optimize(embedding_graph, spec, cost_model, seed=seed, moves=40)
     assert first.strategy.to_dict() == again.strategy.to_dict()
     if any(c.simulation.fits for c in first.candidates):
         assert first.simulation.fits

@@ -208,10 +208,10 @@ def test_public_make_plan_beside_the_plan_module(mlp_graph):
     import autodist
     import autodist.plan  # noqa: F401  (the submodule is a package attribute too)
 
-    plan = autodist.make_plan(mlp_graph, "p3.16xlarge:2", seed=3, budget_s=0.3)
+    plan = autodist.make_plan(mlp_graph, "p3.16xlarge:2", seed=3, moves=100)
     assert isinstance(plan, Plan) and plan.provenance["seed"] == 3
     assert plan.resource_spec == cluster("p3.16xlarge:2")
-    assert plan.to_json() == autodist.make_plan(mlp_graph, cluster("p3.16xlarge:2"), seed=3, budget_s=0.3).to_json()
+    assert plan.to_json() == autodist.make_plan(mlp_graph, cluster("p3.16xlarge:2"), seed=3, moves=100).to_json()
 
 
 def test_idle_ps_devices_get_no_task(embedding_graph):

@@ -37,15 +37,15 @@ def wide_embedding_graph():
 
 
 def test_the_replica_move_keeps_the_first_devices_in_cluster_order(wide_embedding_graph, cost_model):
-    from placement import Simulator, baselines
+    from placement import Problem, Simulator, baselines
     from placement.space import StrategySpace
 
     spec = load_cluster(preset=NETWORK_BOUND)
-    sim = Simulator(wide_embedding_graph, spec, cost_model)
-    strategy = baselines.data_parallel(sim)
+    sim = Simulator(Problem(wide_embedding_graph, spec, cost_model))
+    strategy = baselines.data_parallel(sim.problem)
     devices = [[d.name] for d in spec.compute_devices()]
     assert strategy.replicas == devices and len(devices) > 2
-    space = StrategySpace(sim, random.Random(0))
+    space = StrategySpace(sim.problem, random.Random(0))
     assert "replicas" in space.applicable(strategy)
     counts = set()
     for _ in range(30):

@@ -58,7 +58,7 @@ def test_text_report_on_every_preset_fits_100_columns(capsys, mlp_file, embeddin
 
 
 def test_json_validates_and_agrees_with_text(capsys, embedding_file):
-    args = ("report", embedding_file, "--preset", "dgx-a100:2", "--budget", BUDGET, "--seed", "3")
+    args = ("report", embedding_file, "--preset", "dgx-a100:2", "--moves", "300", "--seed", "3")
     status, out, err = placement(capsys, *args, "--format", "json")
     assert status == 0, err
     doc = json.loads(out)

@@ -18,7 +18,7 @@ from autodist.report.render import ms
 from autodist.resource_spec.presets import from_preset
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from cost_models import CostModel
-from placement import Simulator
+from placement import Problem, Simulator
 from placement.baselines import BASELINES
 from tests.test_report import LONG_NUMBER
 
@@ -28,7 +28,7 @@ EMBEDDING = "deep_embedding/embeddings"
 def baseline_report(graph_item, preset, baseline):
     """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``."""
     spec, cost_model = from_preset(preset), CostModel.default()
-    simulator = Simulator(graph_item, spec, cost_model)
+    simulator = Simulator(Problem(graph_item, spec, cost_model))
     strategy = BASELINES[baseline](simulator)
     plan = Plan.from_strategy(graph_item, spec, strategy, simulator.simulate(strategy), cost_model.id, seed=0)
     return plan, build_report(plan, graph_item, cost_model=cost_model), simulator
@@ -77,11 +77,11 @@ def test_latency_sentence_when_the_latency_terms_dominate(mlp_graph):
     devices = tuple(r[0] for r in plan.strategy.replicas)
     buckets = {}
     for name, s in plan.strategy.sync.items():
-        buckets[s.bucket] = buckets.get(s.bucket, 0) + simulator.dense_bytes[name]
+        buckets[s.bucket] = buckets.get(s.bucket, 0) + simulator.problem.dense_bytes[name]
 
     def collectives(scale):
         return sum(phase.seconds for nbytes in buckets.values()
-                   for phase in simulator.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
+                   for phase in simulator.problem.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
 
     assert b["latency_share"] == pytest.approx(collectives(0) / collectives(1))
     assert b["latency_share"] > 0.5 and b["exposed_comm_fraction"] > 0.2
@@ -111,7 +111,7 @@ def test_client_dispatch_is_apart_from_compute_and_communication(mlp_graph):
     plan, doc, simulator = baseline_report(mlp_graph, "p3.16xlarge:2", "greedy-ps")
     p, b = doc["plan"], doc["bottleneck"]
     # By hand: the client drives 2 worker and 2 PS tasks.
-    assert p["client_time"] > 0 and p["client_time"] == pytest.approx(simulator.comm.client_step_seconds(4))
+    assert p["client_time"] > 0 and p["client_time"] == pytest.approx(simulator.problem.comm.client_step_seconds(4))
     assert p["exposed_comm_time"] + p["update_time"] == pytest.approx(
         p["step_time"] - p["client_time"] - p["compute_time"])
     assert b["client_fraction"] == pytest.approx(p["client_time"] / p["step_time"])

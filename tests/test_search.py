@@ -7,7 +7,7 @@ import pytest
 from autodist.resource_spec import ResourceSpec, load_cluster
 from cost_models.memory import live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
-from placement import Simulator, baselines, lower_bound, optimize
+from placement import Problem, Simulator, baselines, lower_bound, optimize
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def footprint(graph_item):
 @pytest.mark.parametrize("preset", ["dgx-h100:2", "g4dn.12xlarge:2", "cpu-2s-25g:2"])
 def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_model, preset):
     spec = load_cluster(preset=preset)
-    result = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
+    result = optimize(embedding_graph, spec, cost_model, seed=1, moves=100)
     best = min(c.simulation.step_time for c in result.candidates)
     assert {c.name for c in result.candidates} >= {"greedy-ps", "ring", "hierarchical", "parallax"}
     assert result.simulation.step_time <= best
@@ -49,27 +49,27 @@ def test_search_is_never_worse_than_the_best_baseline(embedding_graph, cost_mode
 
 def test_allreduce_only_search_never_uses_a_parameter_server(embedding_graph, cost_model):
     spec = load_cluster(preset="cpu-2s-25g:2")
-    free = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2)
+    free = optimize(embedding_graph, spec, cost_model, seed=1, moves=100)
     assert "greedy-ps" in {c.name for c in free.candidates}
-    only = optimize(embedding_graph, spec, cost_model, seed=1, budget_s=0.2, allreduce_only=True)
+    only = optimize(embedding_graph, spec, cost_model, seed=1, moves=100, allreduce_only=True)
     assert only.strategy.allreduces_everything() and not only.strategy.ps_devices
     assert {c.name for c in only.candidates} == {"ring", "hierarchical"}
     assert only.stats["allreduce_only"] and not free.stats["allreduce_only"]
     assert only.stats["moves_tried"] > 0
 
 
-def test_same_seed_same_plan(mlp_graph, cost_model):
+def test_same_seed_and_moves_same_plan(mlp_graph, cost_model):
     spec = load_cluster(preset="g4dn.12xlarge:2")
-    runs = [optimize(mlp_graph, spec, cost_model, seed=7, budget_s=0.2) for _ in range(2)]
+    runs = [optimize(mlp_graph, spec, cost_model, seed=7, moves=150) for _ in range(2)]
+    assert runs[0].stats["moves_tried"] == 150 and runs[0].stats["moves"] == 150
     assert json.dumps(runs[0].strategy.to_dict()) == json.dumps(runs[1].strategy.to_dict())
     assert runs[0].simulation.to_dict() == runs[1].simulation.to_dict()
-    assert not runs[0].stats["stopped_by_clock"]
 
 
 def test_progress_reports_fraction_and_best_time(mlp_graph, cost_model):
     spec = load_cluster(preset="dgx-h100:1")
     seen = []
-    result = optimize(mlp_graph, spec, cost_model, budget_s=0.2, progress=lambda f, t: seen.append((f, t)))
+    result = optimize(mlp_graph, spec, cost_model, moves=60, progress=lambda f, t: seen.append((f, t)))
     fractions = [f for f, _ in seen]
     assert len(seen) > 2 and fractions == sorted(fractions) and fractions[-1] == 1.0
     assert seen[-1][1] == pytest.approx(result.simulation.step_time)
@@ -102,8 +102,8 @@ def test_greedy_op_placer_splits_a_model_that_fits_no_device(mlp_graph, cost_mod
 
 def test_greedy_ps_balances_bytes_over_one_ps_per_node(embedding_graph, cost_model):
     spec = load_cluster(preset="g4dn.12xlarge:2")
-    sim = Simulator(embedding_graph, spec, cost_model)
-    strategy = baselines.greedy_ps(sim)
+    sim = Simulator(Problem(embedding_graph, spec, cost_model))
+    strategy = baselines.greedy_ps(sim.problem)
     assert strategy.ps_devices == baselines.ps_candidates(spec) and len(strategy.ps_devices) == 2
     tasks = [s.ps_tasks for s in strategy.sync.values()]
     assert all(len(t) == 1 for t in tasks) and {t[0] for t in tasks} == {0, 1}
@@ -111,10 +111,10 @@ def test_greedy_ps_balances_bytes_over_one_ps_per_node(embedding_graph, cost_mod
 
 def test_lower_bound_holds_for_every_baseline(embedding_graph, cost_model):
     spec = load_cluster(preset="dgx-h100:2")
-    sim = Simulator(embedding_graph, spec, cost_model)
+    sim = Simulator(Problem(embedding_graph, spec, cost_model))
     for candidate in baselines.all_baselines(sim):
         s = candidate.strategy
-        bound = lower_bound(embedding_graph, spec, cost_model, s.replicas, s.group_slots, simulator=sim)
+        bound = lower_bound(sim.problem, s.replicas, s.group_slots)
         assert 0 < bound <= candidate.simulation.step_time
 
 
@@ -129,9 +129,22 @@ def test_a_cluster_without_compute_devices_is_a_placement_error(mlp_graph, cost_
 def test_resnet50_on_4x8_a100_groups_overlap_and_beats_greedy_ps(resnet50_graph, cost_model):
     spec = load_cluster(preset="dgx-a100:4")
     result = optimize(resnet50_graph, spec, cost_model, seed=0, budget_s=1.0)
-    sim = Simulator(resnet50_graph, spec, cost_model)
+    sim = Simulator(Problem(resnet50_graph, spec, cost_model))
     ready = sim._schedule(result.strategy.replicas[0], (), False).gradient_ready
     assert len(set(ready.values())) > 50  # gradients become ready all through backward
     best = min(c.simulation.step_time for c in result.candidates)
     assert result.lower_bound <= result.simulation.step_time <= best
     assert result.simulation.step_time < result.baseline("greedy-ps").simulation.step_time
+
+
+def test_the_plan_records_which_budget_the_search_had_and_its_moves(mlp_graph, cost_model):
+    from autodist.plan import Plan
+
+    spec = load_cluster(preset="dgx-h100:2")
+    by_clock = optimize(mlp_graph, spec, cost_model, seed=0, budget_s=0.2)
+    by_moves = optimize(mlp_graph, spec, cost_model, seed=0, moves=30)
+    clock = Plan.build(mlp_graph, spec, by_clock, cost_model.id, 0).provenance["search"]
+    assert clock == {"budget_s": 0.2, "moves": None, "moves_made": by_clock.stats["moves_tried"]}
+    assert Plan.build(mlp_graph, spec, by_moves, cost_model.id, 0).provenance["search"] == {
+        "budget_s": None, "moves": 30, "moves_made": 30}
+    assert by_moves.stats["evaluations"] > by_moves.stats["moves_tried"]  # the start and calibration samples too

@@ -10,7 +10,7 @@ from cost_models.memory import live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
 from autodist.resource_spec import load_cluster
 from autodist.strategy import Strategy, VarSync
-from placement import Simulator, baselines, simulate
+from placement import Problem, Simulator, baselines, simulate
 from placement.simulator import _LinkQueue
 from placement.space import StrategySpace, copy_strategy
 
@@ -34,8 +34,8 @@ def per_variable_buckets(strategy, algorithm="ring"):
 
 
 def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_model):
-    sim = Simulator(embedding_graph, ethernet, cost_model)
-    strategy = per_variable_buckets(baselines.data_parallel(sim))
+    sim = Simulator(Problem(embedding_graph, ethernet, cost_model))
+    strategy = per_variable_buckets(baselines.data_parallel(sim.problem))
     overlapped = sim.simulate(strategy)
     serial = sim.simulate(strategy, overlap=False)
     assert overlapped.compute_time == serial.compute_time
@@ -48,9 +48,9 @@ def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_mode
 
 def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
     spec = load_cluster(preset="g4dn.12xlarge:3")
-    sim = Simulator(mlp_graph, spec, cost_model)
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
     server = baselines.ps_candidates(spec)[0]
-    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.dense_bytes}
+    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.problem.dense_bytes}
 
     def workers(*nodes):
         replicas = [[f"{spec.nodes[n].name}/GPU:0"] for n in nodes]
@@ -65,9 +65,9 @@ def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
 
 
 def test_memory_accounts_parameters_slots_and_live_tensors(mlp_graph, ethernet, cost_model):
-    sim = Simulator(mlp_graph, ethernet, cost_model)
+    sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
     params = mlp_graph.parameter_bytes()
-    slots = sum(v.bytes for v in mlp_graph.slot_variables() if v.slot_of in sim.dense_bytes)
+    slots = sum(v.bytes for v in mlp_graph.slot_variables() if v.slot_of in sim.problem.dense_bytes)
     table = step_table(mlp_graph)
     live = live_peak(table)
     gpu = runtime_overhead_bytes(table)  # framework reserve (no convolution: no cuDNN workspace)
@@ -75,39 +75,39 @@ def test_memory_accounts_parameters_slots_and_live_tensors(mlp_graph, ethernet, 
     assert slots == 2 * params  # Adam: momentum and velocity
     assert params < live < forward + params  # activations held for backward and gradients held for the update
 
-    allreduce = sim.simulate(baselines.data_parallel(sim))
-    for replica in baselines.data_parallel(sim).replicas:
+    allreduce = sim.simulate(baselines.data_parallel(sim.problem))
+    for replica in baselines.data_parallel(sim.problem).replicas:
         assert ethernet.device(replica[0]).kind == "GPU"
         assert allreduce.memory[replica[0]] == live + params + slots + gpu
 
-    ps_strategy = baselines.greedy_ps(sim)
+    ps_strategy = baselines.greedy_ps(sim.problem)
     ps = sim.simulate(ps_strategy)
     worker = ps_strategy.replicas[0][0]
     assert ps.memory[worker] == live + params + gpu
     on_servers = sum(ps.memory[d] for d in ps_strategy.ps_devices)
-    assert params + slots <= on_servers <= params + slots + len(sim.dense_bytes) * len(ps_strategy.ps_devices)
+    assert params + slots <= on_servers <= params + slots + len(sim.problem.dense_bytes) * len(ps_strategy.ps_devices)
     assert ps.fits and all(ps.memory[d] <= ps.memory_limit[d] for d in ps.memory)
 
 
 def test_sparse_gradient_sends_only_touched_rows_to_ps(embedding_graph, ethernet, cost_model):
-    sim = Simulator(embedding_graph, ethernet, cost_model)
+    sim = Simulator(Problem(embedding_graph, ethernet, cost_model))
     table = next(v for v in embedding_graph.trainable_variables() if v.sparse_gradient)
-    assert sim.sparse_bytes[table.name] < table.bytes
-    strategy = baselines.parallax(sim)
+    assert sim.problem.sparse_bytes[table.name] < table.bytes
+    strategy = baselines.parallax(sim.problem)
     assert strategy.sync[table.name].method == "ps"
     assert all(s.method == "allreduce" for n, s in strategy.sync.items() if n != table.name)
     densified = GraphItem.from_dict(embedding_graph.to_dict())
     densified.variables[table.name].sparse_gradient = False
     sparse_run = sim.simulate(strategy)
-    dense_run = Simulator(densified, ethernet, cost_model).simulate(strategy)
+    dense_run = Simulator(Problem(densified, ethernet, cost_model)).simulate(strategy)
     nic = f"{ethernet.nodes[0].name}/nic0/rx"  # the pushes into the PS node
     assert sparse_run.link_busy[nic] < dense_run.link_busy[nic]
     assert sparse_run.step_time < dense_run.step_time
 
 
 def test_same_inputs_same_result(mlp_graph, ethernet, cost_model):
-    sim = Simulator(mlp_graph, ethernet, cost_model)
-    strategy = baselines.parallax(sim)
+    sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
+    strategy = baselines.parallax(sim.problem)
     a = simulate(mlp_graph, ethernet, strategy, cost_model)
     b = simulate(mlp_graph, ethernet, strategy, cost_model)
     assert json.dumps(a.to_dict()) == json.dumps(b.to_dict())
@@ -115,20 +115,20 @@ def test_same_inputs_same_result(mlp_graph, ethernet, cost_model):
 
 
 def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, cost_model):
-    cached = Simulator(embedding_graph, ethernet, cost_model)
-    space = StrategySpace(cached, random.Random(3))
-    strategy = baselines.greedy_ps(cached)
+    cached = Simulator(Problem(embedding_graph, ethernet, cost_model))
+    space = StrategySpace(cached.problem, random.Random(3))
+    strategy = baselines.greedy_ps(cached.problem)
     for _ in range(40):
         strategy = copy_strategy(strategy)
         space.move(strategy)
         strategy.validate(embedding_graph, ethernet)
-        fresh = Simulator(embedding_graph, ethernet, cost_model).simulate(strategy)
+        fresh = Simulator(Problem(embedding_graph, ethernet, cost_model)).simulate(strategy)
         assert cached.simulate(strategy).to_dict() == fresh.to_dict()
 
 
 def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, cost_model):
-    sim = Simulator(mlp_graph, ethernet, cost_model)
-    result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim), cost_model)
+    sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
+    result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim.problem), cost_model)
     trace = result.to_chrome_trace()
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["cat"] for e in events} == {"client", "compute", "sync", "update"}  # a PS plan runs from one client
@@ -140,16 +140,16 @@ def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, co
 
 def test_allreduce_fit_matches_the_comm_model(mlp_graph, cost_model):
     spec = load_cluster(preset="dgx-h100:2")
-    sim = Simulator(mlp_graph, spec, cost_model)
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
     devices = tuple(d.name for d in spec.gpus())
     for algorithm in ("ring", "hierarchical", "master"):
         for nbytes in (0, 4, 1000, 3 << 20, 987_654_321):
             for collective_ops in (True, False):
                 if collective_ops:
-                    direct = sim.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops=True)
+                    direct = sim.problem.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops=True)
                 else:
-                    direct = sim.comm.graph_allreduce_phases(nbytes, list(devices), algorithm)
-                fitted = sim.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+                    direct = sim.problem.comm.graph_allreduce_phases(nbytes, list(devices), algorithm)
+                fitted = sim.problem.allreduce_phases(devices, algorithm, nbytes, collective_ops)
                 assert [p.links for p in fitted] == [p.links for p in direct]
                 for f, d in zip(fitted, direct):
                     assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
@@ -183,23 +183,23 @@ def test_a_transfer_takes_a_gap_its_links_leave():
     assert queue.occupy(("c/tx", "b/rx"), 0.0, 4.0) == (10.0, 14.0)  # b receives one at a time
     assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile
     assert queue.occupy(("c/tx", "e/rx"), 1.0, 5.0) == (14.0, 19.0)  # no 5 s gap on c before 14
-    assert queue.occupy(("f/tx", "b/rx"), 2.0, 0.0) == (14.0, 14.0)
-    assert queue.busy == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
+    assert queue.occupy(("f/tx", "b/rx"), 2.0, 0.0) == (2.0, 2.0)  # all latency: holds no link, waits for none
+    assert queue.link_busy() == {"a/tx": 10.0, "b/rx": 14.0, "c/tx": 15.0, "d/rx": 6.0, "e/rx": 5.0, "f/tx": 0.0}
 
 
 def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_model):
     """A worker task sums its GPUs' gradients before one push and pulls once: the server NIC carries
     what one GPU per task would send, a quarter of four GPUs' separate pushes."""
     spec = load_cluster(preset="g4dn.12xlarge:2")  # 4 T4 per node
-    sim = Simulator(mlp_graph, spec, cost_model)
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
     server = baselines.ps_candidates(spec)[0]
-    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.dense_bytes}
+    sync = {name: VarSync("ps", ps_tasks=(0,)) for name in sim.problem.dense_bytes}
     remote = spec.nodes[1]
     four = Strategy(replicas=[[d.name] for d in remote.gpus()], sync=sync, ps_devices=[server])
     one = Strategy(replicas=[[remote.gpus()[0].name]], sync=sync, ps_devices=[server])
     into, out_of = f"{spec.nodes[0].name}/nic0/rx", f"{spec.nodes[0].name}/nic0/tx"
-    per_gpu = sum(p.seconds - min(sim.overhead, p.seconds) for name, nbytes in sim.sparse_bytes.items()
-                  for p in sim.comm.ps_phases(remote.gpus()[0].name, server, nbytes))
+    per_gpu = sum(p.seconds - min(sim.problem.overhead, p.seconds) for name, nbytes in sim.problem.sparse_bytes.items()
+                  for p in sim.problem.comm.ps_phases(remote.gpus()[0].name, server, nbytes))
     by_four, by_one = sim.simulate(four), sim.simulate(one)
     assert by_one.link_busy[into] == pytest.approx(per_gpu)
     assert by_four.link_busy[into] == pytest.approx(by_one.link_busy[into])  # 4 GPUs' bytes / 4
@@ -214,9 +214,9 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
     have every worker run its own step."""
     calibration = cost_model.remote_step
     assert calibration is not None and calibration.measurements
-    sim = Simulator(mlp_graph, ethernet, cost_model)
-    ring = sim.simulate(baselines.data_parallel(sim))
-    ps_plan = baselines.greedy_ps(sim)
+    sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
+    ring = sim.simulate(baselines.data_parallel(sim.problem))
+    ps_plan = baselines.greedy_ps(sim.problem)
     ps = sim.simulate(ps_plan)
     tasks = len({ethernet.device(d).node for r in ps_plan.replicas for d in r}) + len(set(ps_plan.ps_devices))
     assert ring.client_time == 0.0

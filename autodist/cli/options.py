@@ -23,6 +23,7 @@ from autodist.errors import InputError
 MIN_BUDGET_S = 0.001
 MAX_BUDGET_S = 86_400.0  # a day
 MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
+MAX_MOVES = 10**9
 SETUP_S_PER_DEVICE = 1e-3
 WARN_DEVICES = 8_192
 MAX_SEARCH_DEVICES = 65_536
@@ -55,13 +56,21 @@ def integer_between(low, high):
 
 
 def add_search_arguments(parser):
-    """``--seed`` and ``--budget``, shared by every command that searches a plan."""
+    """``--seed`` and ``--budget`` or ``--moves``, shared by every command that searches a plan."""
     parser.add_argument("--seed", type=integer_between(0, MAX_SEED), default=0, help="search seed (default 0)")
-    parser.add_argument("--budget", type=seconds_between(MIN_BUDGET_S, MAX_BUDGET_S), default=10.0, metavar="SECONDS",
-                        help=f"search budget (default 10, at most {MAX_BUDGET_S:g})")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--budget", type=seconds_between(MIN_BUDGET_S, MAX_BUDGET_S), default=10.0, metavar="SECONDS",
+                        help=f"search for this many seconds of wall clock (default 10, at most {MAX_BUDGET_S:g})")
+    budget.add_argument("--moves", type=integer_between(1, MAX_MOVES), metavar="N",
+                        help="search exactly N moves instead: the same plan on any machine")
 
 
-def check_search_size(resource_spec, budget_s, prog="autodist"):
+def search_budget(args):
+    """``optimize``'s budget arguments from ``--budget`` / ``--moves``."""
+    return {"budget_s": args.budget, "moves": args.moves}
+
+
+def check_search_size(resource_spec, budget_s, prog="autodist", moves=None):
     """Refuse a cluster above MAX_SEARCH_DEVICES compute devices; above WARN_DEVICES say how long the search takes."""
     devices = len(resource_spec.compute_devices())
     if devices > MAX_SEARCH_DEVICES:
@@ -71,6 +80,10 @@ def check_search_size(resource_spec, budget_s, prog="autodist"):
             field="cluster",
         )
     if devices > WARN_DEVICES:
-        minutes = (devices * SETUP_S_PER_DEVICE + budget_s) / 60
-        print(f"{prog}: warning: {resource_spec.name!r} has {devices:,} compute devices: the search takes about "
-              f"{minutes:.1f} min ({budget_s:g} s budget plus set-up)", file=sys.stderr)
+        if moves is None:
+            print(f"{prog}: warning: {resource_spec.name!r} has {devices:,} compute devices: the search takes about "
+                  f"{(devices * SETUP_S_PER_DEVICE + budget_s) / 60:.1f} min ({budget_s:g} s budget plus set-up)",
+                  file=sys.stderr)
+        else:
+            print(f"{prog}: warning: {resource_spec.name!r} has {devices:,} compute devices: set-up alone takes "
+                  f"about {devices * SETUP_S_PER_DEVICE / 60:.1f} min before the {moves:,} moves", file=sys.stderr)

@@ -50,7 +50,7 @@ def run(args):
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
     from autodist.cli.job_options import job_options, search_allowances
-    from autodist.cli.options import check_search_size
+    from autodist.cli.options import check_search_size, search_budget
     from autodist.io import check_output_file
     from autodist.resource_spec import cluster_from_args
     from cost_models.model import load_cost_model
@@ -67,9 +67,9 @@ def run(args):
         options_from_args(args, script)  # bad manifest options and folders fail before the search
         check_output_folder(args.emit_k8s, args.force)
     resource_spec = cluster_from_args(args)
-    check_search_size(resource_spec, args.budget)
+    check_search_size(resource_spec, **search_budget(args))
     graph_item = graph_of(args.source, script_args_of(args))
-    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      allreduce_only=args.allreduce_only, cost_model=load_cost_model(args.cost_model),
                      **job_options(args), **search_allowances(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []

@@ -76,7 +76,7 @@ def _from_job(args):
 
     from autodist.api import graph_of, with_job_options
     from autodist.cli.job_options import job_options, search_allowances
-    from autodist.cli.options import check_search_size
+    from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
     from autodist.plan import Plan
     from autodist.resource_spec import cluster_from_args
@@ -84,10 +84,10 @@ def _from_job(args):
     if not _cluster_given(args):
         raise InputError("give the cluster: --cluster FILE, --preset NAME[:N] or --from-kubernetes")
     spec = cluster_from_args(args)
-    check_search_size(spec, args.budget, prog="placement")
+    check_search_size(spec, prog="placement", **search_budget(args))
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = load_cost_model(args.cost_model)
-    result = optimize(graph_item, spec, cost_model, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+    result = optimize(graph_item, spec, cost_model, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                       **search_allowances(args))
     plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
     return plan, graph_item, result, cost_model
@@ -107,8 +107,8 @@ def run(args):
         plan, graph_item, result, cost_model = _from_job(args)
         plan_file = None
     other = Plan.load(args.compare) if args.compare else None
-    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=args.budget if result else None,
-                       cost_model=cost_model)
+    budget_s = args.budget if result and args.moves is None else None
+    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s, cost_model=cost_model)
     if args.timeline:
         write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
     if args.format == "json":

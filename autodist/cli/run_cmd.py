@@ -65,7 +65,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     from autodist.api import make_plan
     from autodist.cli.job_options import search_allowances
     from autodist.cli.plan_cmd import summary
-    from autodist.cli.options import check_search_size
+    from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import cluster_from_args, load_cluster
     from cost_models.model import load_cost_model
@@ -73,12 +73,12 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     given = args.cluster or args.preset or args.from_kubernetes
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
-    check_search_size(resource_spec, args.budget)
+    check_search_size(resource_spec, **search_budget(args))
     graph_item = graph_item or graph_of(args.script, args.script_args)
     collective_only = graph_item.job.why_collective_only()
     if collective_only:
         print(f"autodist: {collective_only}: searching plans that allreduce every variable", flush=True)
-    plan = make_plan(graph_item, resource_spec, seed=args.seed, budget_s=args.budget, progress=SearchProgress(),
+    plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      cost_model=load_cost_model(args.cost_model),
                      precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args))
     plan.save(args.output)

@@ -19,12 +19,13 @@ class Pricing:
     """
 
     def __init__(self, graph_item, resource_spec, cost_model):
-        from placement import Simulator
+        from placement import Problem, Simulator
 
-        self._simulator = Simulator(graph_item, resource_spec, cost_model)
+        self._problem = Problem(graph_item, resource_spec, cost_model)
+        self._simulator = Simulator(self._problem)
         self.resource_spec = resource_spec
-        self.dense_bytes = dict(self._simulator.dense_bytes)
-        self.sparse_gradients = set(self._simulator.sparse_gradients)
+        self.dense_bytes = dict(self._problem.dense_bytes)
+        self.sparse_gradients = set(self._problem.sparse_gradients)
 
     def simulate(self, strategy, trace=False):
         """The SimResult of one step of ``strategy`` (``trace``: keep its timeline events)."""
@@ -33,17 +34,15 @@ class Pricing:
     def sparse_bytes(self, strategy):
         """Gradient bytes per variable of one replica of ``strategy``: the rows its slice of the batch touches
         for a sparse gradient, else the whole gradient."""
-        return self._simulator.at_replicas(len(strategy.replicas)).sparse_bytes
+        return self._problem.at_replicas(len(strategy.replicas), self._problem.micro_batches_of(strategy)).sparse_bytes
 
     def ps_candidates(self):
         """Where PS tasks may live, as the baselines place them."""
-        from placement.baselines import ps_candidates
-
-        return ps_candidates(self.resource_spec)
+        return list(self._problem.ps_candidates)
 
     def slot_of(self, strategy, name):
         """The replica slot whose device holds variable ``name``."""
-        return strategy.group_slots.get(self._simulator.var_unit[name], 0)
+        return strategy.group_slots.get(self._problem.var_unit[name], 0)
 
     def buckets(self, strategy):
         """The fused collectives of ``strategy``: ``{(algorithm, bucket, slot): [variables]}``, as simulated."""
@@ -57,14 +56,14 @@ class Pricing:
         """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s
         synchronisation, split into the part a transfer pays at any size (link latency, per-tensor and
         per-collective overhead) and the part its bytes add."""
-        sim, comm = self._simulator, self._simulator.comm
+        problem, comm = self._problem, self._problem.comm
         priced = []  # (phases at 0 bytes, phases at the real bytes)
         sparse_bytes = self.sparse_bytes(strategy)
         collective_ops = strategy.allreduces_everything()
         for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
             devices = tuple(r[slot] for r in strategy.replicas)
             nbytes = sum(self.dense_bytes[v] for v in names)
-            priced.append([sim.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+            priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
         for name, s in sorted(strategy.sync.items()):
             if s.method != "ps":
                 continue

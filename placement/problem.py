@@ -1,0 +1,255 @@
+"""The placement problem: one job on one cluster, with every cost the search needs, built once.
+
+A :class:`Problem` holds what does not depend on the strategy: the trainable
+variables and their bytes, the op groups, the devices where PS tasks may
+live, and the costs (op seconds per device model, optimizer updates per
+variable, transfer and collective phases, live-tensor peaks), each priced
+on first use and cached.  The strategy space, the baselines, the lower
+bound and the simulator all read it; only the simulator evaluates
+strategies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autodist.graph.rebatch import at_batch, replica_batch
+from cost_models import Phase, gradient_bytes
+from cost_models.comm import cast_seconds, wire_bytes
+from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
+from cost_models.step_table import step_table
+from placement.grouping import group_ops
+
+_PROBE_BYTES = 1 << 30
+_CHECK_BYTES = 12_345_679
+
+
+def ps_candidates(resource_spec):
+    """Where PS tasks may live: each node's first CPU, else its first device."""
+    out = []
+    for node in resource_spec.nodes:
+        cpus = [d for d in node.devices if d.kind == "CPU"]
+        devices = cpus or node.devices
+        if devices:
+            out.append(devices[0].name)
+    return out
+
+
+def model_key(device):
+    """Devices of one key share every op cost."""
+    return (device.kind, device.model)
+
+
+class Problem:
+    """One job on one cluster: variables, op groups, devices and costs.
+
+    Parameters
+    ----------
+    graph_item : autodist.graph.item.GraphItem
+    resource_spec : autodist.resource_spec.ResourceSpec
+    cost_model : cost_models.CostModel
+    groups : placement.grouping.GroupGraph, optional
+        Precomputed grouping of ``graph_item``.
+
+    ``graph_item``'s batch is the global batch of a step.  The runtime gives
+    each of a strategy's ``R`` replicas its slice of it and, with ``m``
+    micro-batches, runs that slice in ``m`` parts; the compute, live tensors
+    and touched rows of one part are those of the problem :meth:`at_replicas`
+    returns.
+    """
+
+    def __init__(self, graph_item, resource_spec, cost_model, groups=None, share_of=None):
+        self.graph_item = graph_item
+        self._whole = share_of or self
+        self._shares = {}
+        self.resource_spec = resource_spec
+        self.cost_model = cost_model
+        self.groups = groups if groups is not None else group_ops(graph_item)
+        self.comm = cost_model.comm_model(resource_spec)
+        self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
+        self.variables = [v for v in graph_item.trainable_variables()]
+        self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
+        self.sparse_bytes = {v.name: gradient_bytes(v) for v in self.variables}
+        self.sparse_gradients = {v.name for v in self.variables if v.sparse_gradient}
+        self.compressed_bytes = {v.name: wire_bytes(v, "fp16") for v in self.variables}
+        slot_bytes = {}
+        for s in graph_item.slot_variables():
+            slot_bytes[s.slot_of] = slot_bytes.get(s.slot_of, 0) + int(s.bytes)
+        self.slot_bytes = {v.name: slot_bytes.get(v.name, 0) for v in self.variables}
+        self.var_unit = {v.name: self.groups.unit_of_variable(v.name) for v in self.variables}
+        gradient_group = self.groups.gradient_group
+        self.ready_order = sorted(self.dense_bytes, key=lambda v: (gradient_group[v], v))
+        self.ps_candidates = ps_candidates(resource_spec)
+        self.preds = self.groups.predecessors()
+        self.unit_index = {u: i for i, u in enumerate(self.groups.units)}
+        self.group_unit = [self.unit_index[g.unit] for g in self.groups.groups]
+        self.no_slots = (0,) * len(self.groups.units)
+        self.is_gpu = {d.name: d.kind == "GPU" for d in resource_spec.devices()}
+        # devices of one key share every op cost: the model, and the cores a CPU process gets (emulated nodes)
+        self.device_model = {d.name: (model_key(d), resource_spec.cores_of(d.name)) for d in resource_spec.devices()}
+        self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
+        self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
+        self.precision = getattr(graph_item.job, "precision", "") or "fp32"
+        self._table = None
+        self._op_group = None
+        self._live = {}
+        self._costs = {}
+        self._phases = {}
+        self._links = {}
+        self._affine = {}
+        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
+
+    def at_replicas(self, replicas, micro_batches=None):
+        """The problem of one micro-batch of one replica's share of the global batch (cached).
+
+        Its step is re-scaled to ``autodist.graph.rebatch.replica_batch``
+        samples (``replicas`` replicas, ``micro_batches`` parts, by default the
+        job's); it shares this problem's grouping and cost model, and is this
+        problem itself where the part is the whole captured batch.
+        """
+        whole = self._whole
+        batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
+        if batch == whole.graph_item.job.batch_size:
+            return whole
+        if batch not in whole._shares:
+            whole._shares[batch] = Problem(at_batch(whole.graph_item, batch), whole.resource_spec,
+                                           whole.cost_model, groups=whole.groups, share_of=whole)
+        return whole._shares[batch]
+
+    def micro_batches_of(self, strategy):
+        """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
+        return strategy.micro_batches or self.micro_batches
+
+    # -- compute and update costs ------------------------------------------
+    def device_costs(self, device):
+        """(group seconds list, update seconds per variable) on ``device``'s model."""
+        key = self.device_model[device.name]
+        if key not in self._costs:
+            op_costs = self.cost_model.op_costs(self.graph_item, device, cores=key[1])
+            seconds = {name: c.step_seconds for name, c in op_costs.items()}
+            group_seconds = [sum(seconds.get(o, 0.0) for o in g.ops) for g in self.groups.groups]
+            self._costs[key] = (group_seconds, self._update_costs(seconds))
+        return self._costs[key]
+
+    def _update_costs(self, seconds):
+        variables = self.graph_item.variables
+        own = {}
+        attributed = set()
+        for v in self.variables:
+            names = set(v.update_ops)
+            for slot in v.slots:
+                if slot in variables:
+                    names.update(variables[slot].update_ops)
+            names &= set(self.groups.update_ops)
+            attributed |= names
+            own[v.name] = sum(seconds.get(o, 0.0) for o in sorted(names))
+        rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
+        total = sum(self.dense_bytes.values()) or 1
+        return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
+
+    def cast_seconds(self, devices, dense_bytes, wire):
+        """One way of a compressed bucket's cast on the slowest of ``devices`` (0 when nothing is cast)."""
+        if wire == dense_bytes:
+            return 0.0
+        if devices not in self._slowest_memory:
+            self._slowest_memory[devices] = min(self.resource_spec.device(d).memory_bandwidth for d in devices)
+        return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
+
+    def client_time(self, strategy):
+        """The fixed cost per step of a plan that one client drives (launcher.runtime.trainer): the client
+        dispatches the step to every worker and PS task.  Plans on collective ops have no such client."""
+        if strategy.allreduces_everything():
+            return 0.0
+        spec = self.resource_spec
+        tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
+        tasks |= {("ps", d) for d in strategy.ps_devices}
+        return self.comm.client_step_seconds(len(tasks))
+
+    # -- transfer costs ----------------------------------------------------
+    def phase_list(self, key, make, count=1):
+        """Cached ``(latency, occupancy, links)`` stages of the phases ``make()`` returns.
+
+        The CommModel's per-tensor overhead (TensorFlow's fixed software
+        cost per tensor, at the endpoints) is taken out of the first phase
+        as latency that occupies no link; ``count`` identical transfers
+        issued together pay it once and occupy the links back to back.
+        Equal link tuples are handed out as one object (the simulator's link
+        queue knows wide link sets by identity).
+        """
+        stages = self._phases.get(key)
+        if stages is None:
+            stages = []
+            for i, phase in enumerate(make()):
+                latency = min(self.overhead, phase.seconds) if i == 0 else 0.0
+                links = self._links.setdefault(phase.links, phase.links)
+                stages.append((latency, (phase.seconds - latency) * count, links))
+            self._phases[key] = stages
+        return stages
+
+    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
+        """One allreduce as the runtime runs it, from a per-(devices, algorithm) affine fit when exact.
+
+        ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
+        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
+        The CommModel's phases are latency plus bytes over
+        bandwidth, so two probes give each phase's intercept and slope and a
+        new fusion-bucket size costs no walk over the devices.  A third probe
+        checks the fit; where it fails (e.g. unequal nodes, whose slowest
+        node changes with size), every size is asked of the CommModel.
+        """
+        key = (devices, algorithm, collective_ops)
+        if key not in self._affine:
+            self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
+        fit = self._affine[key]
+        if fit is None:
+            return self._priced_allreduce(nbytes, list(devices), algorithm, collective_ops)
+        return [Phase(a + b * nbytes, links) for a, b, links in fit]
+
+    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
+        if collective_ops:
+            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
+        return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
+
+    def _affine_fit(self, devices, algorithm, collective_ops):
+        zero, probe, check = (self._priced_allreduce(n, devices, algorithm, collective_ops)
+                              for n in (0, _PROBE_BYTES, _CHECK_BYTES))
+        if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
+            return None
+        fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
+        for (a, b, _), c in zip(fit, check):
+            if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
+                return None
+        return fit
+
+    # -- memory costs ------------------------------------------------------
+    def allocated_bytes(self):
+        """Bytes the ops of each group allocate in all (an upper bound of their live peak), and those of the updates."""
+        self.step_table()
+        nbytes = allocated_bytes(self._table, self.precision)
+        per_group = np.bincount(self._op_group[self._op_group >= 0], weights=nbytes[self._op_group >= 0],
+                                minlength=len(self.groups.groups))
+        return [int(b) for b in per_group], int(nbytes[self._op_group < 0].sum())
+
+    def step_table(self):
+        """The step table of the job (cost_models.step_table), built once."""
+        if self._table is None:
+            self._table = step_table(self.graph_item)
+            group_of = {op: g for g, group in enumerate(self.groups.groups) for op in group.ops}
+            self._op_group = np.array([group_of.get(op, -1) for op in self.graph_item.ops])
+        return self._table
+
+    def runtime_reserve(self, device):
+        """Bytes of ``device`` that the runtime holds besides the step's tensors (0 on a CPU)."""
+        return runtime_overhead_bytes(self.step_table()) if device.kind == "GPU" else 0
+
+    def slot_peak(self, slots, slot):
+        """``(live tensor peak, GPU runtime reserve)`` of the device at ``slot`` of a replica whose units sit on
+        ``slots`` (cached)."""
+        key = (slots, slot)
+        if key not in self._live:
+            self.step_table()
+            # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
+            on_slot = np.array([slots[u] == slot for u in self.group_unit] + [slot == 0])[self._op_group]
+            self._live[key] = (live_peak(self._table, self.precision, on_slot),
+                               runtime_overhead_bytes(self._table, on_slot))
+        return self._live[key]

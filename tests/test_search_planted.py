@@ -1,0 +1,109 @@
+"""Planted instances: small problems whose optimum is known by enumerating their whole strategy space.
+
+The space is the allreduce-only one (what ``optimize(..., allreduce_only=True)``
+searches): every partition of the variables into fusion buckets, numbered in
+gradient-ready order, with an algorithm per bucket.  On these instances the
+best baseline (every variable in one bucket, ring or hierarchical) is
+several percent off the optimum, so only a search whose moves work finds
+it: the test of the test runs the same search with a move that does
+nothing and checks that the assertion then fails.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autodist.resource_spec import load_cluster
+from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
+from placement import Problem, Simulator, baselines, optimize
+from placement.search import energy_of
+from placement.space import StrategySpace
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOVES = 400
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+def partitions(items):
+    """Every partition of ``items`` into non-empty blocks."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for blocks in partitions(rest):
+        for i in range(len(blocks)):
+            yield blocks[:i] + [[first] + blocks[i]] + blocks[i + 1:]
+        yield [[first]] + blocks
+
+
+def allreduce_strategies(problem, replicas):
+    """Every allreduce-only strategy of ``replicas``: bucket partitions times an algorithm per bucket."""
+    order = problem.ready_order
+    for blocks in partitions(list(order)):
+        blocks.sort(key=lambda block: order.index(block[0]))
+        for algorithms in itertools.product(ALLREDUCE_ALGORITHMS, repeat=len(blocks)):
+            sync = {name: VarSync("allreduce", algorithm=algorithm, bucket=k)
+                    for k, (block, algorithm) in enumerate(zip(blocks, algorithms)) for name in block}
+            yield Strategy(replicas=replicas, sync=sync)
+
+
+def planted(graph, preset, cost_model):
+    """(optimum energy by enumeration, best baseline energy) of ``graph`` allreduced on ``preset``."""
+    simulator = Simulator(Problem(graph, load_cluster(preset=preset), cost_model))
+    replicas = baselines.data_parallel(simulator.problem).replicas
+    optimum = min(energy_of(simulator.simulate(s)) for s in allreduce_strategies(simulator.problem, replicas))
+    best_baseline = min(energy_of(c.simulation) for c in baselines.all_baselines(simulator)
+                        if c.strategy.allreduces_everything())
+    return optimum, best_baseline
+
+
+def finds_optimum(result, optimum):
+    return energy_of(result.simulation) <= optimum * (1 + 1e-9)
+
+
+INSTANCES = [("mlp_graph", "p3.16xlarge:2"), ("embedding_adam_graph", "dgx-h100:2")]
+
+
+@pytest.mark.parametrize("fixture, preset", INSTANCES)
+def test_search_finds_the_enumerated_optimum(request, cost_model, fixture, preset):
+    graph = request.getfixturevalue(fixture)
+    optimum, best_baseline = planted(graph, preset, cost_model)
+    assert optimum < best_baseline * (1 - 5e-3)  # the instance is planted: no baseline is optimal
+    for seed in range(3):
+        result = optimize(graph, load_cluster(preset=preset), cost_model, seed=seed, moves=MOVES, allreduce_only=True)
+        assert finds_optimum(result, optimum), (seed, energy_of(result.simulation), optimum)
+
+
+def test_a_search_whose_moves_do_nothing_fails_the_same_assertion(mlp_graph, cost_model, monkeypatch):
+    """The test of the test: with a move that changes nothing the search returns the best baseline."""
+    fixture, preset = INSTANCES[0]
+    optimum, best_baseline = planted(mlp_graph, preset, cost_model)
+    monkeypatch.setattr(StrategySpace, "move", lambda self, strategy: "none")
+    result = optimize(mlp_graph, load_cluster(preset=preset), cost_model, seed=0, moves=MOVES, allreduce_only=True)
+    assert energy_of(result.simulation) == pytest.approx(best_baseline)
+    assert not finds_optimum(result, optimum)
+
+
+@pytest.mark.slow
+def test_moves_give_byte_identical_plans_in_two_processes(embedding_graph, tmp_path):
+    """``--moves`` with one seed: the same plan, byte for byte, from two separate processes."""
+    graph = tmp_path / "graph.json"
+    embedding_graph.save(str(graph))
+    plans = []
+    for k in range(2):
+        out = tmp_path / f"plan{k}.json"
+        subprocess.run([sys.executable, "-m", "autodist", "plan", str(graph), "--preset", "g4dn.12xlarge:2",
+                        "--moves", "200", "--seed", "5", "-o", str(out)], check=True, cwd=REPO, capture_output=True)
+        plans.append(out.read_bytes())
+    assert plans[0] == plans[1]
+    assert json.loads(plans[0])["provenance"]["search"] == {"budget_s": None, "moves": 200, "moves_made": 200}
