@@ -49,14 +49,9 @@ def register(subparsers):
 
 def _parse_rest(args):
     """Options given after the script, and the script's arguments after ``--``."""
-    from autodist.cli import OneLineParser
+    from autodist.cli.script_args import parse_after_script
 
-    rest = list(args.rest)
-    cut = rest.index("--") if "--" in rest else len(rest)
-    parser = OneLineParser(prog="autodist run SCRIPT")
-    _add_options(parser)
-    parser.parse_args(rest[:cut], namespace=args)
-    args.script_args = rest[cut + 1:]
+    parse_after_script(args, _add_options, "autodist run SCRIPT")
 
 
 def _searched_plan(args, resource_spec=None, graph_item=None):

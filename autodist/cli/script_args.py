@@ -17,3 +17,18 @@ def pass_script_args(parser, dest="script_args"):
         return namespace, unknown
 
     parser.parse_known_args = parse_known_args
+
+
+def parse_after_script(args, add_options, prog):
+    """Options given after the script (in ``args.rest``), parsed into ``args``; what follows ``--`` goes to the script.
+
+    ``add_options(parser)`` adds the command's options, as for the options before the script.
+    """
+    from autodist.cli import OneLineParser
+
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    parser = OneLineParser(prog=prog)
+    add_options(parser)
+    parser.parse_args(rest[:cut], namespace=args)
+    args.script_args = rest[cut + 1:]
