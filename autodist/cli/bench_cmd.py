@@ -88,31 +88,26 @@ def _cluster(args):
     return spec
 
 
-def strategy_plans(graph_item, resource_spec, names, args):
+def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_s=10.0, progress=None):
     """``(name, Plan or None, why not)`` per strategy: the searched plan and each baseline's as a plan.
 
     A custom training loop runs only plans that allreduce every variable
     (as ``autodist run`` plans it), so its PS baselines are left out, with the reason.
     """
-    from autodist.cli.options import check_search_size
-    from autodist.cli.progress import SearchProgress
     from autodist.plan import Plan
-    from cost_models.model import load_cost_model
     from placement import optimize
 
-    check_search_size(resource_spec, args.budget)
-    cost_model = load_cost_model(args.cost_model)
     custom_loop = graph_item.job.step == "function"
-    result = optimize(graph_item, resource_spec, cost_model, seed=args.seed, budget_s=args.budget,
-                      progress=SearchProgress(), allreduce_only=custom_loop)
+    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, progress=progress,
+                      allreduce_only=custom_loop)
     candidates = {c.name: c for c in result.candidates}
     out = []
     for name in names:
         if name == "plan":
-            out.append((name, Plan.build(graph_item, resource_spec, result, cost_model.id, args.seed), ""))
+            out.append((name, Plan.build(graph_item, resource_spec, result, cost_model.id, seed), ""))
         elif name in candidates:
             c = candidates[name]
-            plan = Plan.from_strategy(graph_item, resource_spec, c.strategy, c.simulation, cost_model.id, args.seed,
+            plan = Plan.from_strategy(graph_item, resource_spec, c.strategy, c.simulation, cost_model.id, seed,
                                       name=f"{graph_item.job.model_name or 'job'}-{name}")
             out.append((name, plan, ""))
         else:
@@ -136,22 +131,22 @@ def _one_line(exc, name):
     return f"strategy {name}: {lines[0]}{last}"
 
 
-def run_strategy(name, plan, plan_path, args, folder):
-    """Run ``plan`` with the local launcher; the run's record."""
+def run_strategy(name, plan, plan_path, script, script_args, folder, join_timeout):
+    """Run ``plan`` with the local launcher, its output logged in ``folder``; the run's record."""
     from autodist.io import read_json
     from launcher.local import run_local
 
     report = os.path.join(folder, f"{name}.report.json")
     print(f"autodist: bench: running {name}", file=sys.stderr, flush=True)
     try:
-        run_local(plan, plan_path, args.script, args.script_args, report_path=report, join_timeout=args.join_timeout,
-                  quiet=True)
+        run_local(plan, plan_path, script, script_args, report_path=report, join_timeout=join_timeout, quiet=True)
     except LaunchError as exc:
         raise LaunchError(_one_line(exc, name)) from None
     return read_json(report)
 
 
-def _row(name, plan, plan_path, why_not, times):
+def strategy_row(name, plan, plan_path, why_not, times):
+    """One strategy's row: its measured median and quartiles (of ``times``), predicted step time and their ratio."""
     import numpy as np
 
     predicted = float(plan.prediction["step_time"]) if plan is not None else None
@@ -166,11 +161,14 @@ def _row(name, plan, plan_path, why_not, times):
     return row
 
 
-def _rank(rows, key):
-    """1 for the fastest row by ``key``, and so on; None where it is unknown."""
-    known = sorted((r[key], r["name"]) for r in rows if r[key] is not None)
-    order = {name: k + 1 for k, (_, name) in enumerate(known)}
-    return {r["name"]: order.get(r["name"]) for r in rows}
+def add_ranks(rows):
+    """Each row's ``measured_rank`` and ``predicted_rank``: 1 for the fastest, None where the time is unknown."""
+    for key, rank in (("measured_step_time", "measured_rank"), ("predicted_step_time", "predicted_rank")):
+        known = sorted((r[key], r["name"]) for r in rows if r[key] is not None)
+        order = {name: k + 1 for k, (_, name) in enumerate(known)}
+        for row in rows:
+            row[rank] = order.get(row["name"])
+    return rows
 
 
 def _pod_commands(rows, args):
@@ -213,6 +211,9 @@ def bench(args):
     import tempfile
 
     from autodist.api import graph_of
+    from autodist.cli.options import check_search_size
+    from autodist.cli.progress import SearchProgress
+    from cost_models.model import load_cost_model
     from launcher.local import Terminated, check_runs_here
 
     _parse_rest(args)
@@ -221,7 +222,9 @@ def bench(args):
     if os.path.exists(args.output) and not os.path.isdir(args.output):
         raise InputError("exists and is not a folder", field="-o")
     spec = _cluster(args)
-    plans = strategy_plans(graph_of(args.script, args.script_args), spec, args.strategies, args)
+    check_search_size(spec, args.budget)
+    plans = strategy_plans(graph_of(args.script, args.script_args), spec, args.strategies,
+                           load_cost_model(args.cost_model), args.seed, args.budget, SearchProgress())
     os.makedirs(args.output, exist_ok=True)
     paths = {}
     for name, plan, _ in plans:
@@ -241,16 +244,14 @@ def bench(args):
             try:
                 for name, plan, _ in plans:
                     if plan is not None:
-                        record = run_strategy(name, plan, paths[name], args, folder)
+                        record = run_strategy(name, plan, paths[name], args.script, args.script_args, folder,
+                                              args.join_timeout)
                         times[name] = measured_times(record, args.steps, name)
             except Terminated:
                 print("autodist: terminated; every task is stopped", file=sys.stderr)
                 return 128 + signal.SIGTERM
-    rows = [_row(name, plan, paths.get(name), why_not, times.get(name)) for name, plan, why_not in plans]
-    for key, rank in (("measured_step_time", "measured_rank"), ("predicted_step_time", "predicted_rank")):
-        ranks = _rank(rows, key)
-        for row in rows:
-            row[rank] = ranks[row["name"]]
+    rows = add_ranks([strategy_row(name, plan, paths.get(name), why_not, times.get(name))
+                      for name, plan, why_not in plans])
     document = {"script": args.script, "script_args": args.script_args, "cluster": spec.name, "steps": args.steps,
                 "strategies": rows}
     if not here:
