@@ -40,7 +40,7 @@ MEASURED_STEPS = 4
 MODELS = {
     "mlp": ["--batch-size", "64"],
     "wide_deep": ["--batch-size", "256", "--rows", "100000"],  # sparse embeddings, 3.3M rows x 33 columns in all
-    "transformer_lm": ["--batch-size", "4", "--seq-len", "32"],
+    "transformer_lm": ["--batch-size", "4"],
     "small_cnn": ["--batch-size", "64"],
 }
 DIFFERENT = 1.10  # pairs whose measured times differ by more than this factor count for the ranking agreement
