@@ -52,7 +52,7 @@ def node_address(k):
 
 
 def check_can_emulate(resource_spec):
-    """Raise LaunchError unless this process can build ``resource_spec``'s emulated nodes here (root, ip, tc, taskset)."""
+    """Raise LaunchError unless this process can build the emulated nodes here (root, ip, tc, taskset, the cores)."""
     where = f"cluster {resource_spec.name!r}" if resource_spec.name else "the cluster"
     if os.geteuid() != 0:
         raise LaunchError(f"{where} is emulated on this machine, which needs root (network namespaces and tc); "

@@ -60,12 +60,10 @@ def _add_options(p):
 
 
 def register(subparsers):
-    p = subparsers.add_parser("bench", help="run the plan and every baseline for real: measured beside predicted")
-    _add_options(p)
-    p.add_argument("script", help="the training script (.py), unchanged")
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
-                   help="more of the options above, then -- and the script's own arguments")
-    p.set_defaults(func=bench)
+    from autodist.cli.script_args import add_script_command
+
+    add_script_command(subparsers, "bench", "run the plan and every baseline for real: measured beside predicted",
+                       _add_options, bench)
 
 
 def _parse_rest(args):

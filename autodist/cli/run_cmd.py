@@ -9,7 +9,6 @@ the tasks refuse a script whose global batch is not the plan's, unless
 
 from __future__ import annotations
 
-import argparse
 import signal
 
 from autodist.errors import InputError
@@ -39,12 +38,10 @@ def _add_options(p):
 
 
 def register(subparsers):
-    p = subparsers.add_parser("run", help="plan (unless --plan) and train a script with the plan on this machine")
-    _add_options(p)
-    p.add_argument("script", help="the training script (.py), unchanged")
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
-                   help="more of the options above, then -- and the script's own arguments")
-    p.set_defaults(func=run)
+    from autodist.cli.script_args import add_script_command
+
+    add_script_command(subparsers, "run", "plan (unless --plan) and train a script with the plan on this machine",
+                       _add_options, run)
 
 
 def _parse_rest(args):
