@@ -61,6 +61,19 @@ def test_an_emulated_preset_is_n_nodes_with_the_rate_and_a_share_of_the_cores(pr
     assert ResourceSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 
+def test_cluster_show_lists_each_emulated_node_s_cores_and_delay():
+    from autodist.cli.cluster_cmd import format_cluster
+
+    text = format_cluster(parse_cluster(EMULATED))
+    assert text.splitlines()[-2:] == [f"  a  cores {_cores(0)}  0 ms", f"  b  cores {_cores(1)}  2 ms"]
+
+
+def _cores(k):
+    from autodist.resource_spec.emulated import core_shares
+
+    return ",".join(map(str, core_shares(2)[k]))
+
+
 def test_a_real_cluster_is_written_without_the_emulation_field():
     spec = load_cluster(preset="cpu-local:2")
     assert not spec.emulated and all("emulation" not in n for n in spec.to_dict()["nodes"])
