@@ -193,7 +193,7 @@ class ResourceSpec:
     @property
     def emulated(self):
         """True when every node is emulated on this machine (``emu-*`` presets, ``network: {emulate: true}``)."""
-        return all(n.emulation is not None for n in self.nodes)
+        return bool(self.nodes) and all(n.emulation is not None for n in self.nodes)
 
     # -- paths -----------------------------------------------------------
     def path(self, src, dst):
