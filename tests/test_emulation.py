@@ -263,7 +263,10 @@ print(nbytes / float(np.median(times)))
 @needs_root
 @pytest.mark.slow
 def test_a_100_mbit_link_carries_its_rate_through_tensorflow_grpc():
-    """A bandwidth measurement of the emulator (not a timing of autodist): within 10% of 100 Mbit/s."""
+    """A bandwidth measurement of the emulator (not a timing of autodist): within 10% of 100 Mbit/s.
+
+    The rate is the wire's (Ethernet, IP and TCP headers included), so TensorFlow's bytes see about 95% of it.
+    """
     spec = load_cluster(preset="emu-100mbit:2")
     with EmulatedNetwork(spec) as network:
         cluster = {"worker": [network.address("emu-0"), network.address("emu-1")]}
@@ -272,7 +275,7 @@ def test_a_100_mbit_link_carries_its_rate_through_tensorflow_grpc():
                                   env=dict(os.environ, TF_CONFIG=config, TF_CPP_MIN_LOG_LEVEL="2"))
         try:
             out = subprocess.run(network.command("emu-0", [sys.executable, "-c", GRPC_PULL, json.dumps(cluster),
-                                                           str(8 * 2**20)]),
+                                                           str(16 * 2**20)]),
                                  capture_output=True, text=True, timeout=180,
                                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         finally:
