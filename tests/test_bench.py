@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from autodist.cli.bench_cmd import STRATEGIES
+from tests.test_emulation import shared_folder  # noqa: F401
 from tests.test_run import SCRIPT, _processes_naming
 
 TINY = ["--budget", "0.5", "--", "--steps", "4", "--batch-size", "16"]
@@ -42,12 +43,11 @@ def test_bad_options_are_one_line_and_exit_2(options, message, tmp_path):
     assert not os.listdir(tmp_path)  # refused before anything is written
 
 
-def test_an_emulated_cluster_without_root_is_one_line_and_exit_2(tmp_path):
-    os.chmod(tmp_path, 0o777)
-    prefix = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
-    line = _one_line_exit_2(_bench([SCRIPT, "--preset", "emu-1gbit:2"], tmp_path, prefix))
+def test_an_emulated_cluster_without_root_is_one_line_and_exit_2(shared_folder):  # noqa: F811
+    folder, as_nobody = shared_folder
+    line = _one_line_exit_2(_bench([SCRIPT, "--preset", "emu-1gbit:2"], folder, as_nobody))
     assert "cluster 'emu-1gbit:2' is emulated on this machine, which needs root" in line
-    assert not os.listdir(tmp_path)
+    assert not os.listdir(folder)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -24,6 +25,7 @@ from autodist.resource_spec.spec import ResourceSpec
 from launcher.emulation import EmulatedNetwork, node_address, run_namespaces
 from tests.test_run import SCRIPT, _children, _gone, _processes_naming, _strategies, small_job  # noqa: F401
 
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 EMULATED = """\
 network: {emulate: true}
@@ -104,6 +106,24 @@ def test_a_spec_half_emulated_is_refused():
     del data["nodes"][1]["emulation"]
     with pytest.raises(InputError, match="either every node is emulated"):
         ResourceSpec.from_dict(data)
+
+
+@pytest.fixture
+def shared_folder():
+    """A folder anyone may write to (pytest's own are root's alone), and the prefix that drops root, if we have it."""
+    with tempfile.TemporaryDirectory(prefix="autodist-test-") as folder:
+        os.chmod(folder, 0o777)
+        yield folder, (NOBODY if os.geteuid() == 0 else [])
+
+
+def test_run_without_root_on_an_emulated_cluster_is_one_line_exit_2(shared_folder):
+    folder, as_nobody = shared_folder
+    done = subprocess.run([*as_nobody, sys.executable, "-m", "autodist", "run", SCRIPT, "--preset", "emu-100mbit:2"],
+                          capture_output=True, text=True, timeout=120, cwd=folder)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert "autodist: error: cluster: cluster 'emu-100mbit:2' is emulated on this machine, which needs root" \
+        in done.stderr
+    assert not os.listdir(folder)
 
 
 # -- the network ------------------------------------------------------------

@@ -74,15 +74,13 @@ def _parse_rest(args):
 
 
 def _cluster(args):
+    from autodist.cli.run_cmd import check_can_run
     from autodist.resource_spec import cluster_from_args
 
     if not (args.cluster or args.preset or args.from_kubernetes):
         raise InputError("give the cluster to run on: --preset NAME[:N] or --cluster FILE", field="cluster")
     spec = cluster_from_args(args)
-    if spec.emulated:
-        from launcher.emulation import check_can_emulate
-
-        check_can_emulate(spec)
+    check_can_run(spec)
     return spec
 
 

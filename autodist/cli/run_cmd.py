@@ -51,6 +51,14 @@ def _parse_rest(args):
     parse_after_script(args, _add_options, "autodist run SCRIPT")
 
 
+def check_can_run(resource_spec):
+    """Refuse an emulated cluster this process cannot build (no root), before any capture or search."""
+    if resource_spec.emulated:
+        from launcher.emulation import check_can_emulate
+
+        check_can_emulate(resource_spec)
+
+
 def _searched_plan(args, resource_spec=None, graph_item=None):
     """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
@@ -65,6 +73,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     check_search_size(resource_spec, args.budget)
+    check_can_run(resource_spec)
     if (args.micro_batches or 1) > 1:
         raise InputError("the runtime does not accumulate gradients yet: plan and report with it, "
                          "run with one micro-batch", field="--micro-batches")
@@ -112,6 +121,7 @@ def run(args):
         raise InputError("re-plans a given plan: use it with --plan", field="--replan")
     if args.plan:
         plan, plan_path = Plan.load(args.plan), args.plan
+        check_can_run(plan.resource_spec)
         if args.cluster or args.preset or args.from_kubernetes:
             from autodist.cli.report_cmd import check_plan_cluster
             from autodist.resource_spec import cluster_from_args
