@@ -57,9 +57,12 @@ def test_an_emulated_preset_is_n_nodes_with_the_rate_and_a_share_of_the_cores(pr
     assert all(len(s) == max(1, len(cores) // 2) for s in shares)
     if len(cores) >= 2:
         assert not set(shares[0]) & set(shares[1])
-    # A node's CPU computes its cores' share of the measured machine (cpu-local: 2 cores, 150 GFLOP/s).
-    share = len(shares[0]) / 2
-    assert spec.nodes[0].devices[0].peak_flops["float32"] == pytest.approx(150e9 * share)
+    # A node's CPU is the measured machine's, of which it gets its cores, and its share of the memory.
+    whole = load_cluster(preset="cpu-local").nodes[0].devices[0]
+    node_cpu = spec.nodes[0].devices[0]
+    assert node_cpu.peak_flops == whole.peak_flops and node_cpu.memory_bytes == whole.memory_bytes // 2
+    assert spec.cores_of("emu-0/CPU:0") == len(shares[0])
+    assert load_cluster(preset="cpu-local:2").cores_of("local-0/CPU:0") is None
     assert ResourceSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 

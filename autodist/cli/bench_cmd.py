@@ -90,7 +90,7 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
     A custom training loop runs only plans that allreduce every variable
     (as ``autodist run`` plans it), so its PS baselines are left out, with the reason.
     """
-    from autodist.plan import Plan
+    from autodist.plan import Plan, job_name_for
     from placement import optimize
 
     custom_loop = graph_item.job.step == "function"
@@ -104,7 +104,7 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
         elif name in candidates:
             c = candidates[name]
             plan = Plan.from_strategy(graph_item, resource_spec, c.strategy, c.simulation, cost_model.id, seed,
-                                      name=f"{graph_item.job.model_name or 'job'}-{name}")
+                                      name=job_name_for(f"{graph_item.job.model_name or ''}-{name}"))
             out.append((name, plan, ""))
         else:
             out.append((name, None, "a custom training loop runs only plans that allreduce every variable"))
@@ -202,6 +202,19 @@ def render_text(document):
     return "\n".join(lines)
 
 
+def _runs_here(plans):
+    """Whether this machine has the devices of the plans' cluster (their first plan tells)."""
+    from launcher.local import check_runs_here
+
+    first = next((plan for _, plan, _ in plans if plan is not None), None)
+    try:
+        if first is not None:
+            check_runs_here(first)
+    except LaunchError:
+        return False
+    return True
+
+
 def bench(args):
     import json
     import tempfile
@@ -210,7 +223,7 @@ def bench(args):
     from autodist.cli.options import check_search_size
     from autodist.cli.progress import SearchProgress
     from cost_models.model import load_cost_model
-    from launcher.local import Terminated, check_runs_here
+    from launcher.local import Terminated
 
     _parse_rest(args)
     if not os.path.isfile(args.script):
@@ -227,13 +240,7 @@ def bench(args):
         if plan is not None:
             paths[name] = os.path.join(args.output, f"{name}.json")
             plan.save(paths[name])
-    runnable = [plan for _, plan, _ in plans if plan is not None]
-    try:
-        for plan in runnable[:1]:
-            check_runs_here(plan)
-        here = True
-    except LaunchError:
-        here = False
+    here = _runs_here(plans)
     times = {}
     if here:
         with tempfile.TemporaryDirectory(prefix="autodist-bench-") as folder:

@@ -8,10 +8,11 @@ namespaces and ``tc`` (launcher.emulation).
 
 What a node computes: the machine's cores are split evenly among the nodes
 (at least one each, round-robin when there are more nodes than cores) and
-every task of a node is pinned to its cores, so a ``cpu-local`` CPU of an
-emulated node has that share of the measured machine's FLOP/s, and a share
-of its memory.  ``EmulatedNode.cores`` lists the cores, for the
-pricing of cores shared between nodes.
+every task of a node is pinned to its cores.  A ``cpu-local`` CPU of an
+emulated node keeps the figures of the machine its op costs were measured
+on, and :meth:`ResourceSpec.cores_of` says how many of its cores the node
+gets (the cost model runs the step on that many); it gets its node's share
+of the memory.
 
 What a link does: each node's link is shaped to its NIC's bandwidth in both
 directions, so a transfer from node a to node b is limited by a's sending
@@ -27,8 +28,6 @@ from dataclasses import replace
 
 from autodist.resource_spec.spec import EmulatedNode, LinkSpec, NodeSpec, ResourceSpec
 
-# The cores the cpu-local figures were measured on (benchmarks/results/cluster_local_machine.json: 2 logical CPUs).
-MEASURED_CORES = 2
 # One-way latency of a veth pair through a bridge, as this machine's loopback (presets.LINK_PRESETS["loopback-local"]).
 VETH_LATENCY = 5e-6
 # Preset name -> link rate in bits per second.
@@ -56,33 +55,28 @@ def emulated_link(rate_bits, delay=0.0):
 def emulate(nodes, delays=None, cores=None):
     """``nodes`` as emulated nodes of this machine: each with its core share and ``delays[i]`` seconds of delay.
 
-    A ``cpu-local`` CPU gets the measured machine's figures scaled to its
-    node's cores and its node's share of the memory.
+    A ``cpu-local`` CPU gets its node's share of the machine's memory.
     """
     shares = core_shares(len(nodes), cores)
     delays = delays or [0.0] * len(nodes)
     out = []
     for node, share, delay in zip(nodes, shares, delays):
-        devices = [_share_of(d, len(share), len(nodes)) for d in node.devices]
+        devices = [_share_of(d, len(nodes)) for d in node.devices]
         out.append(replace(node, devices=devices, emulation=EmulatedNode(cores=share, delay=float(delay))))
     return out
 
 
-def _share_of(device, cores, nodes):
-    """A ``cpu-local`` CPU with the whole machine's figures, as its node's share; any other device as it is.
+def _share_of(device, nodes):
+    """A ``cpu-local`` CPU with the whole machine's memory, with its node's share of it; any other device as it is.
 
-    Figures a cluster file states (a written-out emulated cluster's, say)
-    are taken as stated.
+    A memory a cluster file states (a written-out emulated cluster's, say)
+    is taken as stated.
     """
     from autodist.resource_spec.presets import DEVICE_MODELS
 
-    machine = DEVICE_MODELS["cpu-local"]
-    device = replace(device, peak_flops=dict(device.peak_flops))
-    if device.kind == "CPU" and device.model == "cpu-local":
-        if device.peak_flops == machine.peak_flops:
-            device.peak_flops = {k: v * cores / MEASURED_CORES for k, v in device.peak_flops.items()}
-        if device.memory_bytes == machine.memory_bytes:
-            device.memory_bytes //= nodes
+    whole = DEVICE_MODELS["cpu-local"].memory_bytes
+    if device.kind == "CPU" and device.model == "cpu-local" and device.memory_bytes == whole:
+        return replace(device, peak_flops=dict(device.peak_flops), memory_bytes=whole // nodes)
     return device
 
 

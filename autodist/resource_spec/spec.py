@@ -67,9 +67,9 @@ class EmulatedNode:
     """A node that ``autodist run`` emulates on this machine (see launcher.emulation).
 
     Its tasks run in a network namespace of their own, pinned to the CPU
-    ``cores`` listed (its CPU devices' figures are those cores' share of the
-    machine), and its link is shaped to its NIC's bandwidth in each
-    direction, with ``delay`` seconds added each way (netem) when positive.
+    ``cores`` listed (:meth:`ResourceSpec.cores_of`), and its link is shaped
+    to its NIC's bandwidth in each direction, with ``delay`` seconds added
+    each way (netem) when positive.
     """
 
     cores: list[int]
@@ -189,6 +189,17 @@ class ResourceSpec:
     def compute_devices(self):
         """GPUs if the cluster has any, else CPUs: where replicas run."""
         return self.gpus() or self.devices("CPU")
+
+    def cores_of(self, device_name):
+        """The CPU cores a CPU device's processes are pinned to, on an emulated node; None elsewhere (all of them).
+
+        An emulated node's CPU keeps the figures of the machine its costs
+        were measured on, of which it gets this many cores.
+        """
+        node = self.node_of(device_name)
+        if node.emulation is None or self.device(device_name).kind != "CPU":
+            return None
+        return len(node.emulation.cores)
 
     @property
     def emulated(self):
