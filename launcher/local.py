@@ -1,4 +1,4 @@
-"""Run a plan on this machine: one process per task on free localhost ports.
+"""Run a plan on this machine: one process per task on free localhost ports, or on an emulated cluster.
 
 Every task of the plan becomes a process with its own ``TF_CONFIG``: the
 tasks that run the user's script (every worker under a collective plan; the
@@ -9,7 +9,9 @@ own process group and a log file in a temporary folder.  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
 stopped before :func:`run_local` returns, and the folder is removed; if the
 launcher itself is killed, its tasks and folder go with it
-(:mod:`launcher.supervision`).
+(:mod:`launcher.supervision`).  A plan for an emulated cluster runs each
+task on its node's namespace and cores (:mod:`launcher.emulation`), created
+on entry and removed on exit with the rest.
 """
 
 from __future__ import annotations
@@ -125,7 +127,8 @@ def local_cluster(plan):
 class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
-    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S):
+    def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S,
+                 quiet=False):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -137,13 +140,24 @@ class LocalRun:
         self.report_path = report_path
         self.out = out or sys.stdout
         self.join_timeout = join_timeout
+        self.quiet = quiet
+        self.network = None
+        if plan.resource_spec.emulated:
+            from launcher.emulation import EmulatedNetwork
+
+            self.network = EmulatedNetwork(plan.resource_spec)
         if collective_mode(plan):
             # One process per replica, on a cluster of its own (no server tasks).
             places = replica_places(plan)
-            self.cluster = {"worker": [f"localhost:{port}" for port in free_ports(len(places))]}
+            self.node = {_replica_name(places, r): plan.task("worker", task)["node"]
+                         for r, (task, _) in enumerate(places)}
+            self.cluster = {"worker": self._addresses(list(self.node.values()))}
             self.clients = [(_replica_name(places, r), ["--replica", str(r)]) for r in range(len(places))]
         else:
-            self.cluster = local_cluster(plan)
+            self.node = {f"{t['job']}:{t['index']}": t["node"] for t in plan.tasks}
+            self.cluster = local_cluster(plan) if self.network is None else {
+                job: self._addresses([t["node"] for t in plan.tasks_of(job)])
+                for job in ("chief", "worker", "ps") if plan.tasks_of(job)}
             job, index = client_tasks(plan)[0]
             self.clients = [(f"{job}:{index}", ["--job", job, "--index", str(index)])]
         self.tasks = []
@@ -153,17 +167,32 @@ class LocalRun:
         self._starting = False  # a task is being started: a stop signal waits until it is recorded
         self._stop_pending = None  # the stop signal that came while a task was starting
 
+    def _addresses(self, nodes):
+        """One ``host:port`` per task on ``nodes``: free localhost ports, or each node's own address."""
+        if self.network is None:
+            return [f"localhost:{port}" for port in free_ports(len(nodes))]
+        return [self.network.address(node) for node in nodes]
+
     def __enter__(self):
         self._old_handlers = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
         self._watchdog = Watchdog()
         self._logdir = tempfile.mkdtemp(prefix="autodist-run-")
         self._watchdog.folder(self._logdir)
+        if self.network is not None:
+            self.network.watchdog = self._watchdog
+            try:
+                self.network.create()
+            except BaseException as exc:
+                self.__exit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
     def __exit__(self, exc_type, *exc):
         # Stopped by Ctrl-C or SIGTERM: the tasks are aborted at once (TensorFlow catches SIGTERM in a collective
         # task and fails its step, whose traceback would reach the user's terminal).
         self.stop_all(0 if exc_type in (KeyboardInterrupt, Terminated) else STOP_GRACE_S)
+        if self.network is not None:
+            self.network.remove()
         shutil.rmtree(self._logdir, ignore_errors=True)
         self._watchdog.done()
         for sig, handler in self._old_handlers.items():
@@ -179,7 +208,9 @@ class LocalRun:
 
     def _start(self, name, argv, env, log_to_file):
         """Start one task and record it, so that teardown always finds it."""
-        log_path = os.path.join(self._logdir, name.replace(":", "-") + ".log")
+        log_path = os.path.join(self._logdir, name.replace(":", "-").replace(" ", "-") + ".log")
+        if self.network is not None:
+            argv = self.network.command(self.node[name], argv)
         self._starting = True
         try:
             with open(log_path, "w") as log:
@@ -219,7 +250,7 @@ class LocalRun:
                     "--cluster", json.dumps(self.cluster), "--join-timeout", str(self.join_timeout), *where]
             if self._report_of(k):
                 argv += ["--report", os.path.abspath(self._report_of(k))]
-            clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0))
+            clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0 or self.quiet))
         return clients
 
     def wait(self, clients):
@@ -229,7 +260,7 @@ class LocalRun:
                 code = task.process.poll()
                 if code is None or (code == 0 and task in clients):
                     continue
-                if task is clients[0]:
+                if task is clients[0] and not self.quiet:
                     raise LaunchError(f"the training script failed (task {task.name} exit status {code})",
                                       source=self.script)
                 tail = "\n  ".join(last_lines(task.log_path)) or "(no output)"
@@ -262,7 +293,8 @@ def _replica_name(places, rank):
     return f"worker:{task}" if alone else f"worker:{task} replica {local}"
 
 
-def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S):
+def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S,
+              quiet=False):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -278,6 +310,8 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         Called with the :class:`LocalRun` once every process is started.
     join_timeout : float
         Seconds a client waits for the other tasks before it gives up.
+    quiet : bool
+        Log the first client to a file too, instead of showing its output.
 
     Raises
     ------
@@ -285,7 +319,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         When the script fails or a task dies; the message names the task and
         ends with its last log lines.
     """
-    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout) as run:
+    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout, quiet=quiet) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

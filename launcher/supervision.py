@@ -8,9 +8,10 @@ Two guards, each enough alone for the processes:
   ``AUTODIST_LAUNCHER_PID``; a task that finds another parent (its launcher
   died before it got there) exits at once.
 - A watchdog process (``python -m launcher.supervision``), in a session of
-  its own, reads the launcher's temporary folder and every task's process
-  group from a pipe.  When the pipe closes without ``done`` (the launcher
-  died without tearing down), it SIGKILLs those groups and removes the folder.
+  its own, reads the launcher's temporary folder, every task's process
+  group and the network namespaces of an emulated cluster from a pipe.  When
+  the pipe closes without ``done`` (the launcher died without tearing down),
+  it SIGKILLs those groups, removes the folder and deletes the namespaces.
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class Watchdog:
     def group(self, pgid):
         self._send(f"group {pgid}")
 
+    def namespace(self, name):
+        self._send(f"netns {name}")
+
     def done(self):
         """Everything is torn down: the watchdog exits without touching anything."""
         self._send("done")
@@ -73,8 +77,8 @@ class Watchdog:
         self.process.wait()
 
 
-def clean_up(folders, groups):
-    """SIGKILL every process group and remove every folder, ignoring what is already gone."""
+def clean_up(folders, groups, namespaces=()):
+    """SIGKILL every process group, remove every folder and delete every network namespace, ignoring what is gone."""
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
@@ -82,12 +86,14 @@ def clean_up(folders, groups):
             pass
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
+    for name in namespaces:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, stdin=subprocess.DEVNULL)
 
 
 def main(stream=None):
-    """Read ``folder PATH`` / ``group PGID`` / ``done`` lines until the pipe closes; clean up unless ``done``."""
+    """Read ``folder PATH`` / ``group PGID`` / ``netns NAME`` / ``done`` lines until the pipe closes; clean up unless ``done``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle
-    folders, groups = [], []
+    folders, groups, namespaces = [], [], []
     for line in stream or sys.stdin:
         kind, _, value = line.rstrip("\n").partition(" ")
         if kind == "done":
@@ -96,7 +102,9 @@ def main(stream=None):
             folders.append(value)
         elif kind == "group":
             groups.append(int(value))
-    clean_up(folders, groups)
+        elif kind == "netns":
+            namespaces.append(value)
+    clean_up(folders, groups, namespaces)
     return 0
 
 

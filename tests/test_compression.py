@@ -130,15 +130,19 @@ def test_the_compression_move_changes_a_whole_bucket_and_only_when_allowed(embed
         assert len(values) == 1 and values != {before}  # one bucket: it changes as a whole
 
 
-def test_search_compresses_a_network_bound_job_only_when_allowed(embedding_graph, cost_model):
+def test_search_compresses_a_network_bound_job_only_when_allowed(cost_model):
+    from autodist.graph.capture import capture_step
     from placement import optimize
+    from tests.conftest import build_embedding_step
 
-    # Two nodes of four T4s on PCIe and 50 GbE: every replica pays for itself, and its allreduce is exposed.
+    # Two nodes of four T4s on PCIe and 50 GbE, a global batch of 8192 rows: a few replicas pay for their
+    # allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
+    step, ids, y, _ = build_embedding_step("sgd", batch_size=8192)
+    graph = capture_step(step, ids, y, model_name="embedding")
     spec = load_cluster(preset="g4dn.12xlarge:2")
-    kept = optimize(embedding_graph, spec, cost_model, seed=0, budget_s=0.3, allreduce_only=True)
+    kept = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True)
     assert {s.compression for s in kept.strategy.sync.values()} == {"none"}
-    found = optimize(embedding_graph, spec, cost_model, seed=0, budget_s=0.3, allreduce_only=True,
-                     allow_compression=True)
+    found = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True, allow_compression=True)
     assert {s.compression for s in found.strategy.sync.values()} & {"fp16", "bf16"}
     assert found.simulation.step_time < kept.simulation.step_time
     assert found.stats["accepted_by_move"].get("compression", 0) > 0

@@ -42,7 +42,7 @@ def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_mode
     assert overlapped.step_time < serial.step_time
     assert overlapped.exposed_comm_time < serial.exposed_comm_time
     # gradients become ready at different times of the backward pass
-    ready = sim._schedule(strategy.replicas[0], (), False).gradient_ready
+    ready = sim._share(strategy)._schedule(strategy.replicas[0], (), False, 1).gradient_ready
     assert len(set(ready.values())) > 1
 
 

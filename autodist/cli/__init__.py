@@ -24,6 +24,7 @@ AUTODIST_COMMANDS = (
     "plan_cmd",
     "emit_cmd",
     "run_cmd",
+    "bench_cmd",
     "worker_cmd",
     "validate_cmd",
 )

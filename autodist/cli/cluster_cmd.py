@@ -43,6 +43,10 @@ def format_cluster(spec):
     if any(node.address for node in spec.nodes):
         lines += _addresses_table(spec) + [""]
     lines += _devices_table(spec) + [""] + _links_table(spec) + [""] + _totals(spec)
+    if spec.emulated:
+        lines += ["", "emulated on this machine (autodist run needs root): node, pinned cores, delay each way"]
+        lines += [f"  {n.name}  cores {','.join(map(str, n.emulation.cores))}  {n.emulation.delay * 1e3:g} ms"
+                  for n in spec.nodes]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -9,7 +9,6 @@ the tasks refuse a script whose global batch is not the plan's, unless
 
 from __future__ import annotations
 
-import argparse
 import signal
 
 from autodist.errors import InputError
@@ -39,24 +38,25 @@ def _add_options(p):
 
 
 def register(subparsers):
-    p = subparsers.add_parser("run", help="plan (unless --plan) and train a script with the plan on this machine")
-    _add_options(p)
-    p.add_argument("script", help="the training script (.py), unchanged")
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
-                   help="more of the options above, then -- and the script's own arguments")
-    p.set_defaults(func=run)
+    from autodist.cli.script_args import add_script_command
+
+    add_script_command(subparsers, "run", "plan (unless --plan) and train a script with the plan on this machine",
+                       _add_options, run)
 
 
 def _parse_rest(args):
     """Options given after the script, and the script's arguments after ``--``."""
-    from autodist.cli import OneLineParser
+    from autodist.cli.script_args import parse_after_script
 
-    rest = list(args.rest)
-    cut = rest.index("--") if "--" in rest else len(rest)
-    parser = OneLineParser(prog="autodist run SCRIPT")
-    _add_options(parser)
-    parser.parse_args(rest[:cut], namespace=args)
-    args.script_args = rest[cut + 1:]
+    parse_after_script(args, _add_options, "autodist run SCRIPT")
+
+
+def check_can_run(resource_spec):
+    """Refuse an emulated cluster this process cannot build (no root), before any capture or search."""
+    if resource_spec.emulated:
+        from launcher.emulation import check_can_emulate
+
+        check_can_emulate(resource_spec)
 
 
 def _searched_plan(args, resource_spec=None, graph_item=None):
@@ -74,6 +74,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     if resource_spec is None:
         resource_spec = cluster_from_args(args) if given else load_cluster(preset=DEFAULT_PRESET)
     check_search_size(resource_spec, **search_budget(args))
+    check_can_run(resource_spec)
     graph_item = graph_item or graph_of(args.script, args.script_args)
     collective_only = graph_item.job.why_collective_only()
     if collective_only:
@@ -117,6 +118,7 @@ def run(args):
         raise InputError("re-plans a given plan: use it with --plan", field="--replan")
     if args.plan:
         plan, plan_path = Plan.load(args.plan), args.plan
+        check_can_run(plan.resource_spec)
         if args.cluster or args.preset or args.from_kubernetes:
             from autodist.cli.report_cmd import check_plan_cluster
             from autodist.resource_spec import cluster_from_args

@@ -17,3 +17,29 @@ def pass_script_args(parser, dest="script_args"):
         return namespace, unknown
 
     parser.parse_known_args = parse_known_args
+
+
+def add_script_command(subparsers, name, help, add_options, func):
+    """Subcommand ``name`` with ``add_options``' options, the training script, then (in ``rest``) more of
+    those options, ``--`` and the script's arguments (see :func:`parse_after_script`)."""
+    parser = subparsers.add_parser(name, help=help)
+    add_options(parser)
+    parser.add_argument("script", help="the training script (.py), unchanged")
+    parser.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                        help="more of the options above, then -- and the script's own arguments")
+    parser.set_defaults(func=func)
+
+
+def parse_after_script(args, add_options, prog):
+    """Options given after the script (in ``args.rest``), parsed into ``args``; what follows ``--`` goes to the script.
+
+    ``add_options(parser)`` adds the command's options, as for the options before the script.
+    """
+    from autodist.cli import OneLineParser
+
+    rest = list(args.rest)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    parser = OneLineParser(prog=prog)
+    add_options(parser)
+    parser.parse_args(rest[:cut], namespace=args)
+    args.script_args = rest[cut + 1:]

@@ -71,6 +71,7 @@ def add_cluster_arguments(parser, positional=False):
         Also accept the cluster file as an optional positional argument
         (``autodist cluster show cluster.yaml``).
     """
+    from autodist.resource_spec.emulated import EMULATED_RATES
     from autodist.resource_spec.presets import MACHINES
 
     group = parser.add_argument_group("cluster (exactly one)")
@@ -82,7 +83,8 @@ def add_cluster_arguments(parser, positional=False):
     sources.add_argument(
         "--preset",
         metavar="NAME[:N]",
-        help=f"N nodes of a machine preset ({', '.join(MACHINES)}) or 'local' (this machine), e.g. dgx-h100:4",
+        help=f"N nodes of a machine preset ({', '.join(MACHINES)}), 'local' (this machine) or N nodes emulated on "
+             f"this machine ({', '.join(EMULATED_RATES)}), e.g. dgx-h100:4",
     )
     sources.add_argument(
         "--from-kubernetes", action="store_true", help="read the nodes of the current Kubernetes context"

@@ -6,7 +6,7 @@ form, and :func:`spec_problems` checks those: names unique and as the
 devices' nodes, kinds and indices say; known device and link kinds;
 positive, finite FLOP/s and link bandwidths; memory and memory bandwidth
 that are 0 (unknown, as discovery leaves them) or positive; non-negative
-latencies.
+latencies; an emulated cluster's every node emulated, on listed cores.
 """
 
 from __future__ import annotations
@@ -84,3 +84,16 @@ def spec_problems(nodes):
             yield from _link_problems(nic, f"{field}.nics[{k}]")
         if node.host_link is not None:
             yield from _link_problems(node.host_link, f"{field}.host_link")
+        if node.emulation is not None:
+            yield from _emulation_problems(node.emulation, f"{field}.emulation")
+    if len({node.emulation is None for node in nodes}) > 1:
+        yield "nodes", "either every node is emulated on this machine or none is"
+
+
+def _emulation_problems(emulation, field):
+    cores = emulation.cores
+    if not isinstance(cores, list) or not cores or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in cores):
+        yield f"{field}.cores", f"must be a non-empty list of CPU core numbers, got {cores!r:.60}"
+    if not _known(emulation.delay):
+        yield f"{field}.delay", f"must be a number of seconds >= 0, got {emulation.delay!r:.60}"

@@ -27,6 +27,18 @@ nvlink (or nvswitch), pcie, loopback, infiniband, roce, ethernet.  Without a
 ``fabric`` a node gets its GPU model's (else PCIe Gen4); latency defaults by
 kind, rdma to true for infiniband and roce.
 
+A cluster emulated on this machine (``autodist run`` builds it with network
+namespaces and ``tc``, see resource_spec/emulated.py) says so at the top,
+and its nodes may add a ``delay`` to each direction of their link::
+
+    network: {emulate: true}
+    nodes:
+      - {name: a, preset: cpu-local, nics: [{kind: ethernet, speed: 100 Mb/s}]}
+      - {name: b, preset: cpu-local, nics: [{kind: ethernet, speed: 100 Mb/s}], delay: 1 ms}
+
+Each node of an emulated cluster has at most one NIC; its latency is the
+emulated link's (a veth's, plus the delay).
+
 Quantities are numbers in the field's default unit (bandwidth GB/s, speed
 Gb/s, latency us, memory GB, peak_flops TFLOP/s) or strings with a unit
 (``"400 Gb/s"``, ``"80 GiB"``, ``"2 us"``).  A file in the JSON format of
@@ -68,9 +80,10 @@ KIND_ALIASES = {"nvswitch": "nvlink"}
 # Sanity limit (with presets.MAX_NODES) that catches a typo'd count early.
 MAX_PER_GROUP = 1024
 
-TOP_KEYS = ("name", "nodes")
+TOP_KEYS = ("name", "network", "nodes")
+NETWORK_KEYS = ("emulate",)
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
-             "host_link", "nics", "labels")
+             "host_link", "nics", "labels", "delay")
 DEVICE_KEYS = ("model", "count", "peak_flops", "memory", "memory_bandwidth")
 LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect")
 NIC_KEYS = LINK_KEYS + ("count",)
@@ -228,19 +241,52 @@ def cluster_from_dict(data, source="<cluster>", default_name="cluster"):
     nodes_field = data["nodes"]
     if not isinstance(nodes_field, list) or not nodes_field:
         reader.fail("nodes", f"expected a non-empty list of nodes, got {_show(nodes_field)}")
-    nodes, seen = [], {}
+    emulated = _read_network(reader, data.get("network", {}))
+    nodes, seen, delays = [], {}, []
     for i, entry in enumerate(nodes_field):
         field = f"nodes[{i}]"
+        delay = _read_delay(reader, entry, field, emulated)
         for node in _read_node_group(reader, entry, field):
             if node.name in seen:
                 reader.fail(f"{field}.name", f"duplicate node name {node.name!r} (also {seen[node.name]})")
             seen[node.name] = field
             nodes.append(node)
+            delays.append(delay)
     if len(nodes) > 1:
         for node in nodes:
             if not node.nics:
                 reader.fail(f"{seen[node.name]}.nics", f"node {node.name!r} needs a NIC to reach the other nodes")
+    if emulated:
+        nodes = _emulated_nodes(reader, nodes, delays, seen)
     return ResourceSpec(nodes, name=name)
+
+
+def _read_network(reader, value):
+    """Whether the cluster is emulated on this machine (``network: {emulate: true}``)."""
+    reader.mapping(value, "network", NETWORK_KEYS)
+    return reader.flag(value["emulate"], "network.emulate") if "emulate" in value else False
+
+
+def _read_delay(reader, entry, field, emulated):
+    if not isinstance(entry, dict) or "delay" not in entry:
+        return 0.0
+    if not emulated:
+        reader.fail(f"{field}.delay", "only a node of an emulated cluster has a delay (network: {emulate: true})")
+    if entry["delay"] in (0, "0"):
+        return 0.0
+    return reader.quantity(entry["delay"], f"{field}.delay", "latency")
+
+
+def _emulated_nodes(reader, nodes, delays, seen):
+    """The nodes as emulated here: one NIC each, with the emulated link's latency, and their core shares."""
+    from autodist.resource_spec.emulated import emulate, emulated_link
+
+    for k, node in enumerate(nodes):
+        if len(node.nics) > 1:
+            reader.fail(f"{seen[node.name]}.nics", f"an emulated node has one link, node {node.name!r} lists "
+                                                   f"{len(node.nics)} NICs")
+        node.nics = [emulated_link(nic.bandwidth * 8, delays[k]) for nic in node.nics]
+    return emulate(nodes, delays)
 
 
 def _read_node_group(reader, entry, field):
@@ -457,7 +503,8 @@ def dump_cluster(spec):
 def cluster_to_dict(spec):
     """The cluster document of ``spec``: figures explicit with units; runs of
     identical nodes named ``<prefix>-0, <prefix>-1, ...`` become one entry with a count."""
-    return {"name": spec.name, "nodes": [_group_entry(run) for run in _node_runs(spec.nodes)]}
+    network = {"network": {"emulate": True}} if spec.emulated else {}
+    return {"name": spec.name, **network, "nodes": [_group_entry(run) for run in _node_runs(spec.nodes)]}
 
 
 def _node_runs(nodes):
@@ -500,6 +547,8 @@ def _node_to_dict(node):
         out["nics"] = _group([_link_to_dict(n) for n in node.nics])
     if node.labels:
         out["labels"] = dict(node.labels)
+    if node.emulation is not None and node.emulation.delay:
+        out["delay"] = _format(node.emulation.delay, "latency")
     return out
 
 

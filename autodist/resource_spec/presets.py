@@ -371,7 +371,9 @@ def from_preset(text):
     """The :class:`ResourceSpec` of preset ``"NAME[:N]"``, e.g. ``"dgx-h100:4"``.
 
     ``local`` describes this machine as discovered (see
-    :func:`autodist.resource_spec.discovery.local_machine`).
+    :func:`autodist.resource_spec.discovery.local_machine`); ``emu-100mbit``,
+    ``emu-1gbit`` and ``emu-10gbit`` are clusters emulated on it
+    (:mod:`autodist.resource_spec.emulated`).
     """
     name, count = parse_preset_name(text)
     if name == "local":
@@ -380,6 +382,14 @@ def from_preset(text):
         from autodist.resource_spec.discovery import local_machine
 
         return local_machine()
+    from autodist.resource_spec.emulated import EMULATED_RATES, emulated_preset
+
+    if name in EMULATED_RATES:
+        return emulated_preset(name, count)
+    if name not in MACHINES:
+        known = [*MACHINES, *EMULATED_RATES]
+        raise InputError(f"unknown preset {name!r}{_did_you_mean(name, known)}; known: {', '.join(known)}",
+                         field="preset")
     preset = machine(name, field="preset")
     nodes = [preset.node(n) for n in node_names(preset.node_prefix, count)]
     return ResourceSpec(nodes, name=f"{name}:{count}" if count > 1 else name)

@@ -63,11 +63,26 @@ class LinkSpec:
 
 
 @dataclass
+class EmulatedNode:
+    """A node that ``autodist run`` emulates on this machine (see launcher.emulation).
+
+    Its tasks run in a network namespace of their own, pinned to the CPU
+    ``cores`` listed (:meth:`ResourceSpec.cores_of`), and its link is shaped
+    to its NIC's bandwidth in each direction, with ``delay`` seconds added
+    each way (netem) when positive.
+    """
+
+    cores: list[int]
+    delay: float = 0.0
+
+
+@dataclass
 class NodeSpec:
     """One machine: its devices, the fabric between them and its NICs.
 
     ``host_link``, when given, joins the host CPU to the GPUs (PCIe); without
-    it a CPU device reaches the other devices over ``fabric``.
+    it a CPU device reaches the other devices over ``fabric``.  ``emulation``
+    is set on the nodes of an emulated cluster (and written only there).
     """
 
     name: str
@@ -77,6 +92,7 @@ class NodeSpec:
     address: str = ""
     labels: dict = field(default_factory=dict)
     host_link: LinkSpec | None = None
+    emulation: EmulatedNode | None = None
 
     def gpus(self):
         return [d for d in self.devices if d.kind == "GPU"]
@@ -174,6 +190,22 @@ class ResourceSpec:
         """GPUs if the cluster has any, else CPUs: where replicas run."""
         return self.gpus() or self.devices("CPU")
 
+    def cores_of(self, device_name):
+        """The CPU cores a CPU device's processes are pinned to, on an emulated node; None elsewhere (all of them).
+
+        An emulated node's CPU keeps the figures of the machine its costs
+        were measured on, of which it gets this many cores.
+        """
+        node = self.node_of(device_name)
+        if node.emulation is None or self.device(device_name).kind != "CPU":
+            return None
+        return len(node.emulation.cores)
+
+    @property
+    def emulated(self):
+        """True when every node is emulated on this machine (``emu-*`` presets, ``network: {emulate: true}``)."""
+        return bool(self.nodes) and all(n.emulation is not None for n in self.nodes)
+
     # -- paths -----------------------------------------------------------
     def path(self, src, dst):
         """The :class:`Path` from device ``src`` to device ``dst``."""
@@ -217,7 +249,7 @@ class ResourceSpec:
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
-            "nodes": [asdict(n) for n in self.nodes],
+            "nodes": [_node_dict(n) for n in self.nodes],
         }
 
     def content_hash(self):
@@ -240,6 +272,8 @@ class ResourceSpec:
                 n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
                 if n.get("host_link") is not None:
                     n["host_link"] = LinkSpec(**n["host_link"])
+                if n.get("emulation") is not None:
+                    n["emulation"] = EmulatedNode(**n["emulation"])
                 nodes.append(NodeSpec(**n))
             except (KeyError, TypeError, ValueError) as exc:
                 message = f"malformed node ({type(exc).__name__}: {exc})"
@@ -260,3 +294,11 @@ class ResourceSpec:
 
     def __repr__(self):
         return f"ResourceSpec({self.name!r}, nodes={len(self.nodes)}, devices={len(self._devices)})"
+
+
+def _node_dict(node):
+    """``asdict(node)``, without ``emulation`` on a real node (so its documents and hashes stay as they were)."""
+    out = asdict(node)
+    if node.emulation is None:
+        del out["emulation"]
+    return out

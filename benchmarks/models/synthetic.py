@@ -11,8 +11,9 @@ import argparse
 import numpy as np
 
 
-def parse_args(description, batch_size, steps=2, argv=None, seq_len=None):
-    """Parse ``--steps``, ``--batch-size``, ``--seed`` and ``--mixed-precision`` (``--seq-len`` if ``seq_len``).
+def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=None):
+    """Parse ``--steps``, ``--batch-size``, ``--seed`` and ``--mixed-precision`` (``--seq-len`` if ``seq_len``,
+    ``--rows`` if ``rows``).
 
     ``--mixed-precision`` sets Keras' global dtype policy to ``mixed_float16``
     before the script builds its model.
@@ -25,9 +26,11 @@ def parse_args(description, batch_size, steps=2, argv=None, seq_len=None):
                         help="train under the mixed_float16 policy (float16 compute, float32 variables)")
     if seq_len is not None:
         parser.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
+    if rows is not None:
+        parser.add_argument("--rows", type=int, default=rows, help="rows of each embedding table")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch_size < 1 or getattr(args, "seq_len", 1) < 1:
-        parser.error("--steps, --batch-size and --seq-len must be positive")
+    if args.steps < 1 or args.batch_size < 1 or getattr(args, "seq_len", 1) < 1 or getattr(args, "rows", 1) < 1:
+        parser.error("--steps, --batch-size, --seq-len and --rows must be positive")
     if args.mixed_precision:
         import keras
 

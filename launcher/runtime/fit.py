@@ -152,6 +152,7 @@ class PlacedFit:
                 "plan": str(self.plan_path),
                 "steps": done,
                 "measured_step_time": reporter.measured_step_time(),
+                "step_times": list(reporter.times),
                 "predicted_step_time": reporter.predicted,
                 "variable_devices": trainer.variable_devices(),
                 "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],

@@ -126,6 +126,7 @@ class CollectiveRun:
             "replica": self.group.rank,
             "steps": self.steps,
             "measured_step_time": self.reporter.measured_step_time(),
+            "step_times": list(self.reporter.times),
             "predicted_step_time": self.reporter.predicted,
             "tf_devices": tf_devices,
             "variable_devices": {name: [planned if device == own else device] for name, device in tf_devices.items()},

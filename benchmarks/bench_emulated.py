@@ -1,0 +1,215 @@
+"""Measured against predicted step time on emulated clusters: the zoo's models, every strategy, three link rates.
+
+For each model (captured once) and each cluster (``emu-100mbit:2``,
+``emu-1gbit:2``, ``emu-10gbit:2``: two nodes of one core each, joined by a
+shaped link), the searched plan and every baseline run as a plan, with the
+launcher of ``autodist run`` (what ``autodist bench`` does), for real on the
+emulated cluster; a strategy's measured step time is the median of its run's
+last MEASURED_STEPS steps.  Per cell: every strategy's error
+(measured / predicted - 1), the pairwise ranking agreement over the pairs
+whose measured times differ by more than 10%, and whether the plan was the
+measured fastest (and within 5% of it).  Needs root (network namespaces).
+
+    python benchmarks/bench_emulated.py [--models mlp,small_cnn] [--clusters emu-1gbit:2] [--budget 2]
+
+Writes benchmarks/results/bench_emulated.json and .md; a run of fewer
+models or clusters than all is marked partial in both.
+"""
+
+import argparse
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from autodist.errors import AutoDistError  # noqa: E402
+from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
+
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+MODELS_DIR = os.path.join(REPO, "benchmarks", "models")
+CLUSTERS = ("emu-100mbit:2", "emu-1gbit:2", "emu-10gbit:2")
+RUN_STEPS = 6  # steps each run trains; the last MEASURED_STEPS are measured, the first ones are warm-up
+MEASURED_STEPS = 4
+# Model script -> its arguments, small enough that the whole benchmark takes about 20 minutes on 2 cores.
+MODELS = {
+    "mlp": ["--batch-size", "64"],
+    "wide_deep": ["--batch-size", "256", "--rows", "100000"],  # sparse embeddings, 3.3M rows x 33 columns in all
+    "transformer_lm": ["--batch-size", "4"],
+    "small_cnn": ["--batch-size", "64"],
+}
+DIFFERENT = 1.10  # pairs whose measured times differ by more than this factor count for the ranking agreement
+NEAR_BEST = 1.05  # the plan is "within 5%" of the best measured strategy
+
+
+def _script_args(model):
+    return [*MODELS[model], "--steps", str(RUN_STEPS)]
+
+
+def run_cell(model, graph_item, cluster, budget, cost_model, folder):
+    """Every strategy of one (model, cluster) cell: its row, with the error and the cell's agreement."""
+    from autodist.cli.bench_cmd import STRATEGIES, add_ranks, measured_times, run_strategy, strategy_plans, strategy_row
+    from autodist.resource_spec import load_cluster
+
+    spec = load_cluster(preset=cluster)
+    script = os.path.join(MODELS_DIR, f"{model}.py")
+    rows = []
+    for name, plan, why_not in strategy_plans(graph_item, spec, STRATEGIES, cost_model, budget_s=budget):
+        times, failed = None, None
+        path = os.path.join(folder, f"{model}-{cluster.replace(':', '-')}-{name}.json")
+        if plan is not None:
+            plan.save(path)
+            try:
+                record = run_strategy(name, plan, path, script, _script_args(model), folder, join_timeout=300)
+                times = measured_times(record, MEASURED_STEPS, name)
+            except AutoDistError as exc:  # one strategy that cannot run does not stop the benchmark
+                failed = str(exc)
+        row = strategy_row(name, plan, None, why_not, times)
+        if failed:
+            row["failed"] = failed
+        row.pop("plan")
+        row["error"] = (row["measured_over_predicted"] - 1) if row["measured_over_predicted"] else None
+        rows.append(row)
+    return cell_summary(model, cluster, add_ranks(rows))
+
+
+def cell_summary(model, cluster, rows):
+    """The cell's rows with its pairwise ranking agreement and how the plan did against the best."""
+    ran = [r for r in rows if r["measured_step_time"]]
+    pairs = agreed = 0
+    for i, a in enumerate(ran):
+        for b in ran[i + 1:]:
+            slow, fast = max(a, b, key=_measured), min(a, b, key=_measured)
+            if _measured(slow) > DIFFERENT * _measured(fast):
+                pairs += 1
+                agreed += slow["predicted_step_time"] > fast["predicted_step_time"]
+    measured = {r["name"]: r["measured_step_time"] for r in ran}
+    best = min(measured.values()) if measured else None
+    plan = measured.get("plan")
+    return {
+        "model": model, "cluster": cluster, "strategies": rows,
+        "pairs_differing": pairs, "pairs_agreeing": agreed,
+        "plan_over_best": plan / best if plan and best else None,
+        "plan_measured_fastest": bool(plan) and plan == best,
+        "plan_within_5pct_of_best": bool(plan) and plan <= NEAR_BEST * best,
+        "ring_over_plan": measured["ring"] / plan if plan and "ring" in measured else None,
+    }
+
+
+def _measured(row):
+    return row["measured_step_time"]
+
+
+def summary(cells):
+    errors = [abs(r["error"]) for c in cells for r in c["strategies"] if r["error"] is not None]
+    pairs = sum(c["pairs_differing"] for c in cells)
+    ring = [c["ring_over_plan"] for c in cells if c["ring_over_plan"]]
+    return {
+        "cells": len(cells),
+        "runs": len(errors),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "worst_abs_error": max(errors) if errors else None,
+        "pairwise_agreement": sum(c["pairs_agreeing"] for c in cells) / pairs if pairs else None,
+        "pairs_differing": pairs,
+        "cells_plan_within_5pct": sum(c["plan_within_5pct_of_best"] for c in cells),
+        "cells_plan_fastest": sum(c["plan_measured_fastest"] for c in cells),
+        "best_ring_over_plan": max(ring) if ring else None,
+    }
+
+
+def _f(value, scale=1.0, digits=2):
+    return "-" if value is None else f"{value * scale:.{digits}f}"
+
+
+def markdown(result):
+    s = result["summary"]
+    lines = ["# Measured vs predicted step time on emulated clusters", "",
+             f"`{result['command']}`  ", f"machine: {result['machine']}  ",
+             f"measured: median of the last {MEASURED_STEPS} of {RUN_STEPS} steps per run", ""]
+    if result["partial"]:
+        lines += [f"**Partial run**: {', '.join(result['models'])} on {', '.join(result['clusters'])} only; "
+                  "the full benchmark is `python benchmarks/bench_emulated.py`.", ""]
+    lines += [f"- median |measured/predicted - 1|: {_f(s['median_abs_error'], 100, 1)}%, worst "
+              f"{_f(s['worst_abs_error'], 100, 1)}% over {s['runs']} runs",
+              f"- pairwise ranking agreement: {_f(s['pairwise_agreement'], 100, 1)}% of {s['pairs_differing']} "
+              f"pairs whose measured times differ by more than 10%",
+              f"- the plan within 5% of the best measured strategy in {s['cells_plan_within_5pct']} of "
+              f"{s['cells']} cells (the fastest in {s['cells_plan_fastest']}); best ring / plan "
+              f"{_f(s['best_ring_over_plan'])}x", "",
+              "| model | cluster | strategy | measured ms | p25-p75 ms | predicted ms | error | rank measured "
+              "| rank predicted |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in result["cells"]:
+        for r in c["strategies"]:
+            note = r.get("skipped") or r.get("failed")
+            lines.append(f"| {c['model']} | {c['cluster']} | {r['name']} | {_f(r['measured_step_time'], 1e3)} "
+                         f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} "
+                         f"| {_f(r['predicted_step_time'], 1e3)} | {_f(r['error'], 100, 1)}% "
+                         f"| {r['measured_rank'] or '-'} | {r['predicted_rank'] or '-'} |"
+                         + (f" {note} |" if note else ""))
+    lines += ["", "| model | cluster | pairs agreeing | plan / best measured | plan fastest | ring / plan |",
+              "|---|---|---|---|---|---|"]
+    for c in result["cells"]:
+        lines.append(f"| {c['model']} | {c['cluster']} | {c['pairs_agreeing']} of {c['pairs_differing']} "
+                     f"| {_f(c['plan_over_best'])} | {'yes' if c['plan_measured_fastest'] else 'no'} "
+                     f"| {_f(c['ring_over_plan'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _names(text, known):
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(known)}, got {text!r}")
+    return names
+
+
+def main():
+    from autodist.api import graph_of
+    from autodist.resource_spec import load_cluster
+    from cost_models.model import load_cost_model
+    from launcher.emulation import check_can_emulate
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=lambda t: _names(t, list(MODELS)), default=list(MODELS))
+    parser.add_argument("--clusters", type=lambda t: _names(t, CLUSTERS), default=list(CLUSTERS))
+    parser.add_argument("--budget", type=float, default=2.0, help="search budget per plan, seconds")
+    args = parser.parse_args()
+    try:
+        check_can_emulate(load_cluster(preset=args.clusters[0]))
+    except AutoDistError as exc:
+        parser.exit(2, f"bench_emulated: error: {exc}\n")
+    cost_model = load_cost_model()
+    started = time.perf_counter()
+    cells = []
+    with tempfile.TemporaryDirectory(prefix="bench-emulated-") as folder:
+        for model in args.models:
+            graph_item = graph_of(os.path.join(MODELS_DIR, f"{model}.py"), _script_args(model))
+            for cluster in args.clusters:
+                print(f"bench_emulated: {model} on {cluster}", file=sys.stderr, flush=True)
+                cells.append(run_cell(model, graph_item, cluster, args.budget, cost_model, folder))
+    result = {
+        "command": "python benchmarks/bench_emulated.py " + shlex.join(sys.argv[1:]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+                   f"{os.getloadavg()[0]:.1f} at the end; shared with other jobs while measured",
+        "partial": args.models != list(MODELS) or args.clusters != list(CLUSTERS),
+        "models": args.models,
+        "clusters": args.clusters,
+        "run_steps": RUN_STEPS,
+        "measured_steps": MEASURED_STEPS,
+        "seconds": round(time.perf_counter() - started, 1),
+        "summary": summary(cells),
+        "cells": cells,
+    }
+    write_json_atomic(os.path.join(RESULTS, "bench_emulated.json"), result)
+    text = markdown(result)
+    write_text_atomic(os.path.join(RESULTS, "bench_emulated.md"), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

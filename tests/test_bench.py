@@ -1,0 +1,77 @@
+"""`autodist bench`: every strategy run for real beside its prediction, and bad input refused in one line.
+
+The runs are real: benchmarks/models/run_small_mlp.py captured, planned and
+trained by local TensorFlow tasks under the searched plan and each baseline.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autodist.cli.bench_cmd import STRATEGIES
+from tests.test_emulation import shared_folder  # noqa: F401
+from tests.test_run import SCRIPT, _processes_naming
+
+TINY = ["--budget", "0.5", "--", "--steps", "4", "--batch-size", "16"]
+
+
+def _bench(argv, cwd, prefix=()):
+    return subprocess.run([*prefix, sys.executable, "-m", "autodist", "bench", *argv], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+def _one_line_exit_2(done):
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1 and lines[0].startswith("autodist: error: "), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--strategies", "plan,rng"], "argument --strategies: unknown strategy 'rng' (did you mean 'ring'?)"),
+    (["--steps", "0"], "argument --steps: must be an integer from 1 to 100000, got '0'"),
+    ([], "cluster: give the cluster to run on: --preset NAME[:N] or --cluster FILE"),
+])
+def test_bad_options_are_one_line_and_exit_2(options, message, tmp_path):
+    preset = [] if not options else ["--preset", "cpu-local:2"]
+    line = _one_line_exit_2(_bench([SCRIPT, *preset, *options], tmp_path))
+    assert message in line
+    assert not os.listdir(tmp_path)  # refused before anything is written
+
+
+def test_an_emulated_cluster_without_root_is_one_line_and_exit_2(shared_folder):  # noqa: F811
+    folder, as_nobody = shared_folder
+    line = _one_line_exit_2(_bench([SCRIPT, "--preset", "emu-1gbit:2"], folder, as_nobody))
+    assert "cluster 'emu-1gbit:2' is emulated on this machine, which needs root" in line
+    assert not os.listdir(folder)
+
+
+@pytest.mark.slow
+def test_bench_runs_every_strategy_and_reports_both_times(tmp_path):
+    done = _bench([SCRIPT, "--preset", "cpu-local:2", "--steps", "3", "--format", "json", "-o", "plans", *TINY],
+                  tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout)["strategies"]
+    assert [r["name"] for r in rows] == list(STRATEGIES)
+    for r in rows:
+        assert r["measured_step_time"] > 0 and r["predicted_step_time"] > 0, r
+        assert r["measured_p25"] <= r["measured_step_time"] <= r["measured_p75"]
+        assert r["measured_over_predicted"] == pytest.approx(r["measured_step_time"] / r["predicted_step_time"])
+    assert sorted(r["measured_rank"] for r in rows) == sorted(r["predicted_rank"] for r in rows) == [1, 2, 3, 4, 5, 6]
+    assert sorted(os.listdir(tmp_path / "plans")) == sorted(f"{name}.json" for name in STRATEGIES)
+    assert not _processes_naming(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_a_script_that_raises_in_one_task_is_one_line_exit_2_and_nothing_left(tmp_path):
+    script = tmp_path / "raises_in_a_worker.py"
+    script.write_text(f"import sys\nimport autodist\nsys.path.insert(0, {os.path.dirname(SCRIPT)!r})\n"
+                      "if not autodist.is_chief():\n    raise RuntimeError('boom in the second replica')\n"
+                      "from run_small_mlp import main\nmain()\n")
+    line = _one_line_exit_2(_bench([str(script), "--preset", "cpu-local:2", "--strategies", "ring", *TINY], tmp_path))
+    assert "strategy ring: task worker:1" in line and line.endswith("RuntimeError: boom in the second replica")
+    assert not _processes_naming(str(tmp_path))
