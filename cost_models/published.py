@@ -119,7 +119,7 @@ def published_step(run):
 
 
 def step_at(config, batch):
-    """``(table at ``batch`` samples per GPU, scalars)`` of the captured step of ``config``."""
+    """``(table, scalars)`` of the captured step of ``config``, the table at ``batch`` samples per GPU."""
     tables, scalars = _tables(config)
     (a, ta), (b, tb) = sorted((int(scalars[f"batch_{k}"]), t) for k, t in tables.items())
     return at_batch(ta, a, tb, b, batch), scalars

@@ -34,11 +34,11 @@ def setting(resnet50_graph):
 def test_exposed_allreduce_falls_then_rises_with_the_bucket_count(setting):
     sim, base, order = setting
     exposed = {count: sim.simulate(_bucketed(base, order, count)).exposed_comm_time
-               for count in (1, 8, 32, 64, 128, len(order))}
+               for count in (1, 8, 32, 128, len(order))}
     # A few buckets start during the backward pass: most of the allreduce hides behind it.
     assert exposed[8] < exposed[1] / 4
     # Past what the stream carries in the backward pass, every further bucket's fixed cost shows.
-    assert exposed[32] < exposed[64] < exposed[128] < exposed[len(order)]
+    assert exposed[32] < exposed[128] < exposed[len(order)]
     assert exposed[len(order)] > exposed[1]
 
 
