@@ -193,7 +193,7 @@ class _Step:
     """What pricing one run's multi-GPU step needs, computed once (seconds)."""
 
     micro_batch: float  # one micro-batch's forward and backward on one GPU
-    backward_start: float  # when its backward ops start
+    backward_start: float  # when its backward starts: after the forward ops
     update: float
     buckets: tuple  # (fraction of the backward done when the bucket's gradients are all ready, allreduce seconds)
 
@@ -211,8 +211,7 @@ def _step(run):
     step = GpuStep(table, device_of(run.device), run.precision, run.xla, run.micro_batches, run.framework)
     _, share = step.shares(_params())
     train = np.where(step.update, 0.0, share)
-    backward = table["phase"] == "backward"
-    start = float(train[:int(np.argmax(backward))].sum()) if backward.any() else 0.0
+    start = float(train[table["phase"] == "forward"].sum())  # the backward starts once the forward ran
     spec = cluster_of(run)
     devices = [d.name for d in spec.gpus()]
     comm = CommModel(spec)
@@ -268,8 +267,8 @@ def fit(runs):
 def evaluate(runs=ROWS):
     """The ``cluster_published`` section: every point, in sample and with its system left out of the fit."""
     everything = fit(runs)
-    left_out = {system: fit([r for r in runs if r.system != system]) for system in dict.fromkeys(r.system
-                                                                                               for r in runs)}
+    systems = dict.fromkeys(r.system for r in runs)
+    left_out = {system: fit([r for r in runs if r.system != system]) for system in systems}
     rows = []
     for run in runs:
         fitted = predict(run, everything["collective_seconds"], everything["contention"])
@@ -299,7 +298,7 @@ def _summary(rows, suffix):
     return {f"median_throughput_error{suffix}": median, f"max_throughput_error{suffix}": max(errors),
             f"max_efficiency_points{suffix}": max(points),
             f"rows_within_efficiency_target{suffix}": sum(p <= TARGETS["efficiency_points"] for p in points),
-            f"rows_with_published_efficiency": len(points),
+            "rows_with_published_efficiency": len(points),
             f"meets{suffix}": median <= TARGETS["median_throughput_error"]
             and max(points) <= TARGETS["efficiency_points"]}
 
