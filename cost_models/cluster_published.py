@@ -15,16 +15,19 @@ micro-batch the gradients become ready at an even rate over the backward
 ops' time, and Horovod fuses them, in that order, into buckets of at most
 64 MiB; the buckets are allreduced in order on one stream (NCCL runs one
 collective at a time per communicator), each as the communication model
-prices a ring on collective ops (cost_models.comm) plus a fixed cost per
-collective; compute runs slower by a fraction of the time a collective
+prices an allreduce on collective ops (cost_models.comm: a ring, or NCCL's
+tree across nodes where faster) plus a fixed cost per collective; compute runs slower by a fraction of the time a collective
 runs beside it (NCCL's kernels take SMs and memory bandwidth); the
 optimizer update follows the last allreduce.
 
-Two constants are fitted on the points whose published scaling efficiency
-is known (:data:`FITTED`): the fixed cost per collective and the share of
-compute a running collective takes.  :func:`evaluate` reports every point
-with the constants fitted on all points and fitted without the point's
-system (leave one system out).
+Two constants are fitted (:func:`fit`, a grid) on the points whose
+published scaling efficiency is known: the fixed cost per collective and
+the share of compute a running collective takes.  :func:`evaluate` reports
+every point with the constants fitted on all points and fitted without the
+point's system (leave one system out).  They describe Horovod's runtime
+(its fixed cost per fused collective includes its coordination between
+ranks), so they price these rows only; the simulator prices autodist's own
+runtime.
 
 Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput;
 the published one is the row's stated speedup over one GPU, or the
