@@ -12,8 +12,8 @@ What one step does, as simulated:
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
    once the bucket's last gradient is ready, on collective ops (NCCL) when
    the plan allreduces everything, else summed by the runtime's ordinary
-   ops over gRPC (``CommModel.graph_allreduce_phases``).  The collectives
-   of one group of devices run one at a time, on one stream, in the order
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  The collective
+   ops of one group of devices run one at a time, on one stream, in the order
    they are issued: each, its fixed latency included, starts once the one
    before it ended, so many small buckets pay their fixed costs one after
    another and can outlast the backward pass they overlap.  PS, as the
@@ -296,7 +296,9 @@ class _SyncRun:
             phases,
             f"allreduce {algorithm} bucket {bucket}",
             lambda t: self._apply(t, names, slot, f"update bucket {bucket}"),
-            stream=devices,
+            # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not wait
+            # for each other.
+            stream=devices if collective_ops else (devices, bucket),
         )
 
     def _apply(self, t, names, slot, label):
