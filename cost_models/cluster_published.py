@@ -170,7 +170,8 @@ ROWS = tuple(
     + _runs("M14", "fp32", "bert_large-s128-fp32", "fp32", None, "tf2", 32, "DGX-2H", [(32, 4, 20094.14, None)],
             note="DGX-2H's 450 W V100s priced as V100-32GB")
     + _runs("M35", "v100", "resnet50-mp", "fp16", None, "pytorch", 256, "DGX-1", [(1, 1, 6174, None)],
-            (833, "G30/amp"), note="interconnect not stated: NVLink of an SXM node assumed")
+            (833, "G30/amp"), note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced "
+                                  "as Horovod's")
     + _runs("M42", "fp16", "resnet50-mp", "fp16", None, "tf1", 256, "p3.16xlarge",
             [(1, 1, 5000, None), (2, 1, 9860, None), (4, 1, 21300, None), (8, 1, 37000, None)],
             (740, "single GPU stated in the row"),
