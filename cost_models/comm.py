@@ -218,7 +218,8 @@ class CommModel:
             phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
         elif algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
-            if collective_ops and len(groups) > 1:  # NCCL takes its tree where that is faster: small messages
+            if collective_ops and len(groups) > 1 and self._all_gpus(devices):
+                # NCCL takes its tree where that is faster: small messages (TensorFlow's CPU collectives: a ring)
                 tree = self._tree(nbytes, devices, groups)
                 if sum(p.seconds for p in tree) < sum(p.seconds for p in phases):
                     phases = tree
@@ -383,6 +384,9 @@ class CommModel:
         depth = (len(groups) - 1).bit_length() + max(len(g) for g in groups) - 1
         half = nbytes / bandwidth + depth * latency
         return [Phase(half, links), Phase(half, links)]
+
+    def _all_gpus(self, devices):
+        return all(self.resource_spec.device(d).kind == "GPU" for d in devices)
 
     def _has_nvls(self, devices):
         """Whether ``devices`` (of one node) are Hopper GPUs on an NVLink switch, where NCCL offers NVLS."""

@@ -65,6 +65,11 @@ def test_one_node_and_graph_allreduce_keep_the_ring():
         pytest.approx(ring)
     # Not on collective ops (a hybrid plan's allreduce through ordinary ops): no NCCL tree.
     assert sum(p.seconds for p in comm.allreduce_phases(4096, devices, "ring")) == pytest.approx(_ring(4096, 16, B, a))
+    # TensorFlow's CPU collectives run a ring between nodes, whatever the size.
+    cpus = load_cluster(preset="cpu-2s-25g:4")
+    workers = [node.devices[0].name for node in cpus.nodes]
+    cpu_comm = CommModel(cpus)
+    assert cpu_comm.allreduce_phases(4096, workers, "ring", collective_ops=True) == cpu_comm._ring(4096, workers)
 
 
 def test_costmodel_collective_prints_the_tree_time_for_a_small_message():
