@@ -9,9 +9,11 @@ an H100).  Writes
 benchmarks/results/costmodel_eval.json.
 
     python benchmarks/costmodel_eval.py [--out PATH]
+    python benchmarks/costmodel_eval.py --section cluster_published   # recompute one section of the file
 """
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -20,7 +22,8 @@ import time
 from autodist.io import write_json_atomic
 from cost_models.calibration import machine_description
 from cost_models.dataset import read_meta, read_timings
-from cost_models.evaluation import evaluate, format_report, leave_one_model_out, op_holdout, step_target
+from cost_models.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out,
+                                   op_holdout, section_lines, step_target)
 from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,10 +75,27 @@ def time_op_costs():
     return out
 
 
+def update_section(path, name):
+    """Recompute section ``name`` of the evaluation recorded in ``path``, keeping the rest of the file."""
+    with open(path) as f:
+        result = json.load(f)
+    section = evaluate_section(name)
+    print("\n".join(section_lines(name, section)))
+    result["evaluation"][name] = section
+    result.setdefault("sections_updated", {})[name] = {"command": "python " + " ".join(
+        shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]), "machine": machine_description()}
+    write_json_atomic(path, result)
+    print(f"-> {path}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "results", "costmodel_eval.json"))
+    parser.add_argument("--section", choices=SECTIONS, default=None,
+                        help="recompute only this section and replace it in the existing --out file")
     args = parser.parse_args(argv)
+    if args.section:
+        return update_section(args.out, args.section)
     report = evaluate()
     print(format_report(report))
     result = {

@@ -240,6 +240,11 @@ class CommModel:
             phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
         elif algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
+            if collective_ops and len(groups) > 1 and self._all_gpus(devices):
+                # NCCL takes its tree where that is faster: small messages (TensorFlow's CPU collectives: a ring)
+                tree = self._tree(nbytes, devices, groups)
+                if sum(p.seconds for p in tree) < sum(p.seconds for p in phases):
+                    phases = tree
         elif algorithm == "hierarchical":
             phases = self._hierarchical(nbytes, groups)
         else:
@@ -389,6 +394,21 @@ class CommModel:
         bandwidth, latency, links = self._ring_links(devices)
         half = (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
         return [Phase(half, links), Phase(half, links)]
+
+    def _tree(self, nbytes, devices, groups):
+        """NCCL's tree allreduce over several nodes: a chain through each node's GPUs and a binary tree
+        between the nodes; a pipelined reduce up it, then a pipelined broadcast down, each
+        ``S/B + (ceil(log2 N) + G - 1) a`` on the ring's links (``B``, ``a``: the ring's slowest achieved
+        bandwidth and largest hop latency; ``N`` nodes of at most ``G`` GPUs).  Its latency grows with the
+        depth of the tree, not the number of GPUs, and its bandwidth term is the ring's times ``n/(n-1)``:
+        faster than the ring for small messages, slower for large ones (NCCL's choice between them)."""
+        bandwidth, latency, links = self._ring_links(devices)
+        depth = (len(groups) - 1).bit_length() + max(len(g) for g in groups) - 1
+        half = nbytes / bandwidth + depth * latency
+        return [Phase(half, links), Phase(half, links)]
+
+    def _all_gpus(self, devices):
+        return all(self.resource_spec.device(d).kind == "GPU" for d in devices)
 
     def _has_nvls(self, devices):
         """Whether ``devices`` (of one node) are Hopper GPUs on an NVLink switch, where NCCL offers NVLS."""

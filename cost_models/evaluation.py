@@ -19,6 +19,12 @@
   figure of the calibration set (cost_models.gpu_calibration): fitted on all
   rows, fitted without the row's model (the target), and the roofline prior
   alone; AMP over FP32 ratios; and whether each configuration fits its GPU.
+- ``collectives_published``: allreduce busbw against the published nccl-tests
+  rows, leave one system out (cost_models.collectives_published).
+- ``cluster_published``: multi-GPU throughput and scaling efficiency against
+  the published multi-GPU rows, in sample and leave one system out
+  (cost_models.cluster_published).  :func:`evaluate_section` computes one of
+  these two alone.
 """
 
 from __future__ import annotations
@@ -180,13 +186,33 @@ def bus_bandwidth(cost_model):
     return out
 
 
+def _published_sections():
+    """The sections that need nothing but the shipped data: name -> (evaluate, report lines)."""
+    from cost_models import cluster_published, collectives_published
+
+    return {"collectives_published": (collectives_published.evaluate, collectives_published.report_lines),
+            "cluster_published": (cluster_published.evaluate, cluster_published.report_lines)}
+
+
+SECTIONS = ("collectives_published", "cluster_published")
+
+
+def evaluate_section(name):
+    """One of :data:`SECTIONS`, computed alone."""
+    return _published_sections()[name][0]()
+
+
+def section_lines(name, section):
+    """Human-readable lines of section ``name``."""
+    return _published_sections()[name][1](section)
+
+
 def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None):
     """The whole evaluation as a JSON-ready dict (see the module docstring).
 
     ``gpu_calibration``: the published-figures file to judge the GPU model on
     (default: the shipped one).
     """
-    from cost_models import collectives_published
     from cost_models import gpu_calibration as gpu
     from cost_models.published import CALIBRATION_CSV, read_calibration
 
@@ -203,6 +229,8 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
     busbw = bus_bandwidth(cost_model or CostModel.default())
     published = gpu.evaluate(read_calibration(gpu_calibration or CALIBRATION_CSV))
     summary = published["summary"]
+    cluster = evaluate_section("cluster_published")
+    scaling = cluster["summary"]
     return {
         "params": dict(params),
         "data": {"file": timings_path, "rows": len(timings), "timed_rows": len(timings.timed()),
@@ -212,7 +240,8 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
         "leave_one_model_out": lomo,
         "allreduce_busbw": busbw,
         "gpu_published": published,
-        "collectives_published": collectives_published.evaluate(),
+        "collectives_published": evaluate_section("collectives_published"),
+        "cluster_published": cluster,
         "meets": {
             "op_mape": ops["mape"] is not None and ops["mape"] <= TARGETS["op_mape"],
             "step_error": step is not None and step["max_error"] <= TARGETS["step_error"],
@@ -222,6 +251,9 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
             "gpu_precision_ratio": all(abs(r["error"]) <= gpu.TARGETS["ratio_error"]
                                        for r in published["precision_ratios"]),
             "gpu_memory": summary["all_fit_in_memory"] and not (published["memory_check"] or {}).get("fits", True),
+            "cluster_throughput": scaling["median_throughput_error_left_out"]
+            <= cluster["targets"]["median_throughput_error"],
+            "cluster_efficiency": scaling["max_efficiency_points_left_out"] <= cluster["targets"]["efficiency_points"],
         },
     }
 
@@ -264,10 +296,9 @@ def format_report(report):
             f"{b['nccl_tests_busbw'] / 1e9:4.0f} GB/s  error {_pct(b['error'])} (target <= 15%)"
         )
     lines += _gpu_lines(report["gpu_published"])
-    if "collectives_published" in report:
-        from cost_models.collectives_published import report_lines
-
-        lines += report_lines(report["collectives_published"])
+    for name in SECTIONS:
+        if name in report:
+            lines += section_lines(name, report[name])
     return "\n".join(lines)
 
 

@@ -115,6 +115,11 @@ def _tables(config):
 
 def published_step(run):
     """``(table at the run's batch, scalars)`` of the step behind ``run``."""
-    tables, scalars = _tables(run.config)
+    return step_at(run.config, run.batch)
+
+
+def step_at(config, batch):
+    """``(table, scalars)`` of the captured step of ``config``, the table at ``batch`` samples per GPU."""
+    tables, scalars = _tables(config)
     (a, ta), (b, tb) = sorted((int(scalars[f"batch_{k}"]), t) for k, t in tables.items())
-    return at_batch(ta, a, tb, b, run.batch), scalars
+    return at_batch(ta, a, tb, b, batch), scalars

@@ -12,7 +12,11 @@ What one step does, as simulated:
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
    once the bucket's last gradient is ready, on collective ops (NCCL) when
    the plan allreduces everything, else summed by the runtime's ordinary
-   ops over gRPC (``CommModel.graph_allreduce_phases``).  PS, as the
+   ops over gRPC (``CommModel.graph_allreduce_phases``).  The collective
+   ops of one group of devices run one at a time, on one stream, in the order
+   they are issued: each, its fixed latency included, starts once the one
+   before it ended, so many small buckets pay their fixed costs one after
+   another and can outlast the backward pass they overlap.  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
@@ -357,6 +361,7 @@ class _SyncRun:
         self.worker_groups = {}
         self.heap = []
         self.seq = 0
+        self.stream_free = {}  # devices of a collective group -> when its stream is next free
 
     def device_busy(self):
         """Seconds each device computes, updates or serves."""
@@ -371,29 +376,34 @@ class _SyncRun:
     def ready(self, schedule, var):
         return schedule.gradient_ready[var] if self.overlap else schedule.end
 
-    def submit(self, t, phases, label, on_done, atomic=False):
+    def submit(self, t, phases, label, on_done, stream=None):
+        """Queue ``phases`` from ``t``; a collective names its ``stream`` (its devices) and runs atomically."""
         if not phases:
             on_done(t)
             return
-        heapq.heappush(self.heap, (t, self.seq, 0, phases, label, on_done, atomic))
+        heapq.heappush(self.heap, (t, self.seq, 0, phases, label, on_done, stream))
         self.seq += 1
 
     def drain(self):
-        """Run every queued transfer; a collective runs its phases back to back
-        (one NCCL stream), separate transfers queue phase by phase."""
+        """Run every queued transfer; a collective runs its phases back to back, on its group's one
+        stream in the order the collectives are issued (each starts, latency included, once the one
+        before it ended); separate transfers queue phase by phase."""
         heap, links, sim = self.heap, self.links, self.sim
         while heap:
-            t, _, index, phases, label, on_done, atomic = heapq.heappop(heap)
+            t, _, index, phases, label, on_done, stream = heapq.heappop(heap)
+            atomic = stream is not None
             last = len(phases) if atomic else index + 1
-            end = t
+            end = max(t, self.stream_free.get(stream, t)) if atomic else t
             for latency, occupancy, used in phases[index:last]:
                 start, end = links.occupy(used, end + latency, occupancy)
                 if self.trace:
                     self.events.append((label, "sync", "+".join(used) or "local", start, end))
             if last < len(phases):
-                heapq.heappush(heap, (end, self.seq, last, phases, label, on_done, atomic))
+                heapq.heappush(heap, (end, self.seq, last, phases, label, on_done, stream))
                 self.seq += 1
             else:
+                if atomic:
+                    self.stream_free[stream] = end
                 on_done(end)
 
     # -- allreduce ---------------------------------------------------------
@@ -418,7 +428,9 @@ class _SyncRun:
             phases,
             f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else ""),
             lambda t: self._apply(t + cast, names, slot, f"update bucket {bucket}"),
-            atomic=True,
+            # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not wait
+            # for each other.
+            stream=devices if collective_ops else (devices, bucket),
         )
 
     def _apply(self, t, names, slot, label):

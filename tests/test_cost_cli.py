@@ -68,7 +68,8 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
         assert r["executor_on_measured_ops"]["measured_seconds"] == r["default_executor"]["measured_seconds"]
     assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
     assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error", "gpu_median_error", "gpu_max_error",
-                                    "gpu_precision_ratio", "gpu_memory"}
+                                    "gpu_precision_ratio", "gpu_memory", "cluster_throughput", "cluster_efficiency"}
+    assert report["cluster_published"]["rows"] and report["collectives_published"]["rows"]
     gpu = report["gpu_published"]
     assert {r["id"].split("/")[0] for r in gpu["rows"]} == set(SMALL_GPU_ROWS)
     for row in gpu["rows"]:

@@ -17,6 +17,8 @@ def register(subparsers):
                     help="folder with op_timings.csv.gz and op_timings.json (default: the shipped data)")
     ev.add_argument("--gpu-calibration", default=None, metavar="CSV",
                     help="published single-GPU figures to judge the GPU model on (default: the shipped calibration set)")
+    ev.add_argument("--section", default=None, choices=("collectives_published", "cluster_published"),
+                    help="compute and print only this section (it needs only the shipped data)")
     ev.set_defaults(func=run_eval)
     fit = sub.add_parser("fit-gpu", help="fit the GPU kernel model on the published calibration figures")
     fit.add_argument("--calibration", default=None, metavar="CSV",
@@ -38,8 +40,13 @@ def add_cost_model_argument(parser):
 
 
 def run_eval(args):
-    from cost_models.evaluation import evaluate, format_report
+    from cost_models.evaluation import evaluate, evaluate_section, format_report, section_lines
 
+    if args.section:
+        section = evaluate_section(args.section)
+        print(json.dumps({args.section: section}, indent=1, sort_keys=True) if args.json
+              else "\n".join(section_lines(args.section, section)))
+        return 0
     report = evaluate(args.data, gpu_calibration=args.gpu_calibration)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
