@@ -65,20 +65,30 @@ class TransferCalibration:
         return float(out) if out.ndim == 0 else out
 
     def to_dict(self):
-        return dict(format=FORMAT, version=VERSION, **asdict(self))
+        return versioned_dict(self, FORMAT, VERSION)
 
     def save(self, path):
         write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path):
-        data = read_json(path)
-        if data.get("format") != FORMAT or data.get("version") != VERSION:
-            raise CostModelError(f"not a transfer calibration (expected {FORMAT} v{VERSION})", source=path)
-        try:
-            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
-        except TypeError as exc:
-            raise CostModelError(str(exc), source=path) from None
+        return load_versioned(cls, path, FORMAT, VERSION, "a transfer calibration")
+
+
+def versioned_dict(record, fmt, version):
+    """A measurement dataclass as JSON data, with its format name and version."""
+    return dict(format=fmt, version=version, **asdict(record))
+
+
+def load_versioned(cls, path, fmt, version, what):
+    """The ``cls`` record saved at ``path``; CostModelError if it is not ``fmt`` at ``version`` or lacks a field."""
+    data = read_json(path)
+    if data.get("format") != fmt or data.get("version") != version:
+        raise CostModelError(f"not {what} (expected {fmt} v{version})", source=path)
+    try:
+        return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
+    except TypeError as exc:
+        raise CostModelError(str(exc), source=path) from None
 
 
 def fit_line(nbytes, seconds):

@@ -18,13 +18,13 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from autodist.errors import CostModelError
-from autodist.io import read_json, write_json_atomic
-from cost_models.calibration import _free_port, machine_description
+from autodist.io import write_json_atomic
+from cost_models.calibration import _free_port, load_versioned, machine_description, versioned_dict
 from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.remote_step_calibration"
@@ -50,20 +50,14 @@ class RemoteStepCalibration:
         return self.base + self.per_task * tasks
 
     def to_dict(self):
-        return dict(format=FORMAT, version=VERSION, **asdict(self))
+        return versioned_dict(self, FORMAT, VERSION)
 
     def save(self, path):
         write_json_atomic(path, self.to_dict())
 
     @classmethod
     def load(cls, path):
-        data = read_json(path)
-        if data.get("format") != FORMAT or data.get("version") != VERSION:
-            raise CostModelError(f"not a remote step calibration (expected {FORMAT} v{VERSION})", source=path)
-        try:
-            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
-        except TypeError as exc:
-            raise CostModelError(str(exc), source=path) from None
+        return load_versioned(cls, path, FORMAT, VERSION, "a remote step calibration")
 
 
 _TASK_SCRIPT = """

@@ -12,7 +12,8 @@ import pytest
 from autodist.graph.rebatch import at_batch
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel
-from placement.baselines import data_parallel, ready_order
+from placement.baselines import data_parallel
+from placement.problem import Problem
 from placement.simulator import Simulator
 
 
@@ -26,8 +27,8 @@ def _bucketed(base, order, count):
 def setting(resnet50_graph):
     spec = load_cluster(preset="p3.16xlarge:4")
     item = at_batch(resnet50_graph, 64 * len(spec.gpus()))
-    sim = Simulator(item, spec, CostModel.default())
-    return sim, data_parallel(sim), ready_order(sim)
+    sim = Simulator(Problem(item, spec, CostModel.default()))
+    return sim, data_parallel(sim.problem), sim.problem.ready_order
 
 
 @pytest.mark.slow
@@ -45,7 +46,7 @@ def test_exposed_allreduce_falls_then_rises_with_the_bucket_count(setting):
 @pytest.mark.slow
 def test_collectives_of_one_group_run_one_after_another(setting):
     sim, base, order = setting
-    assert sim.overhead > 0  # TensorFlow's fixed cost per collective over TCP between the nodes
+    assert sim.problem.overhead > 0  # TensorFlow's fixed cost per collective over TCP between the nodes
     result = sim.simulate(_bucketed(base, order, len(order)), trace=True)
     spans = {}
     for name, category, _, start, end in result.events:
@@ -56,4 +57,4 @@ def test_collectives_of_one_group_run_one_after_another(setting):
     spans = sorted(spans.values())
     # Each collective's links are taken only after the one before ended and its own fixed latency passed.
     for (_, before), (after, _) in zip(spans, spans[1:]):
-        assert after >= before + sim.overhead * (1 - 1e-9)
+        assert after >= before + sim.problem.overhead * (1 - 1e-9)

@@ -229,7 +229,7 @@ def test_plan_command_searches_and_emits(tmp_path, mlp_graph, capsys):
     graph = tmp_path / "graph.json"
     mlp_graph.save(graph)
     plan_path, out = tmp_path / "plan.json", tmp_path / "k8s"
-    argv = ["plan", graph, "--preset", "dgx-h100:2", "-o", plan_path, "--budget", "0.5", "--emit-k8s", out]
+    argv = ["plan", graph, "--preset", "dgx-h100:2", "-o", plan_path, "--moves", "100", "--emit-k8s", out]
     assert run_cli(*argv) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(f"{plan_path}: predicted step ")
     from autodist.plan import Plan

@@ -29,7 +29,7 @@ def baseline_report(graph_item, preset, baseline):
     """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``."""
     spec, cost_model = from_preset(preset), CostModel.default()
     simulator = Simulator(Problem(graph_item, spec, cost_model))
-    strategy = BASELINES[baseline](simulator)
+    strategy = BASELINES[baseline](simulator.problem)
     plan = Plan.from_strategy(graph_item, spec, strategy, simulator.simulate(strategy), cost_model.id, seed=0)
     return plan, build_report(plan, graph_item, cost_model=cost_model), simulator
 
