@@ -130,7 +130,7 @@ def test_resnet50_on_4x8_a100_groups_overlap_and_beats_greedy_ps(resnet50_graph,
     spec = load_cluster(preset="dgx-a100:4")
     result = optimize(resnet50_graph, spec, cost_model, seed=0, budget_s=1.0)
     sim = Simulator(Problem(resnet50_graph, spec, cost_model))
-    ready = sim._schedule(result.strategy.replicas[0], (), False).gradient_ready
+    ready = sim._share(result.strategy)._schedule(result.strategy.replicas[0], (), False, 1).gradient_ready
     assert len(set(ready.values())) > 50  # gradients become ready all through backward
     best = min(c.simulation.step_time for c in result.candidates)
     assert result.lower_bound <= result.simulation.step_time <= best
