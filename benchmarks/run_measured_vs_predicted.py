@@ -71,7 +71,7 @@ def main():
     result = {
         "command": "python benchmarks/run_measured_vs_predicted.py " + shlex.join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-                   "shared with other jobs while measured",
+                   f"load average {os.getloadavg()[0]:.1f} at the end",
         "preset": PRESET,
         "rows": rows,
     }
