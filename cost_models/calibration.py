@@ -28,13 +28,38 @@ VERSION = 1
 SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
 
 
+class VersionedRecord:
+    """A measurement dataclass saved as JSON with its ``FORMAT`` name and ``VERSION`` (``WHAT`` names it in errors)."""
+
+    FORMAT = VERSION = WHAT = None
+
+    def to_dict(self):
+        return dict(format=self.FORMAT, version=self.VERSION, **asdict(self))
+
+    def save(self, path):
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path):
+        """The record saved at ``path``; CostModelError if it is not this format and version or lacks a field."""
+        data = read_json(path)
+        if data.get("format") != cls.FORMAT or data.get("version") != cls.VERSION:
+            raise CostModelError(f"not {cls.WHAT} (expected {cls.FORMAT} v{cls.VERSION})", source=path)
+        try:
+            return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
+        except TypeError as exc:
+            raise CostModelError(str(exc), source=path) from None
+
+
 @dataclass
-class TransferCalibration:
+class TransferCalibration(VersionedRecord):
     """A fitted ``overhead + bytes / bandwidth`` line and the points behind it.
 
     ``measurements`` is a list of ``{"bytes", "seconds", "repeats"}`` with
     the median seconds of each size.
     """
+
+    FORMAT, VERSION, WHAT = FORMAT, VERSION, "a transfer calibration"
 
     overhead: float
     bandwidth: float
@@ -64,31 +89,6 @@ class TransferCalibration:
         out = np.where(inside, interp, self.line(x))
         return float(out) if out.ndim == 0 else out
 
-    def to_dict(self):
-        return versioned_dict(self, FORMAT, VERSION)
-
-    def save(self, path):
-        write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path):
-        return load_versioned(cls, path, FORMAT, VERSION, "a transfer calibration")
-
-
-def versioned_dict(record, fmt, version):
-    """A measurement dataclass as JSON data, with its format name and version."""
-    return dict(format=fmt, version=version, **asdict(record))
-
-
-def load_versioned(cls, path, fmt, version, what):
-    """The ``cls`` record saved at ``path``; CostModelError if it is not ``fmt`` at ``version`` or lacks a field."""
-    data = read_json(path)
-    if data.get("format") != fmt or data.get("version") != version:
-        raise CostModelError(f"not {what} (expected {fmt} v{version})", source=path)
-    try:
-        return cls(**{k: v for k, v in data.items() if k not in ("format", "version")})
-    except TypeError as exc:
-        raise CostModelError(str(exc), source=path) from None
 
 
 def fit_line(nbytes, seconds):

@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autodist.errors import CostModelError
-from autodist.io import write_json_atomic
-from cost_models.calibration import _free_port, load_versioned, machine_description, versioned_dict
+from cost_models.calibration import VersionedRecord, _free_port, machine_description
 from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.remote_step_calibration"
@@ -33,11 +32,13 @@ TASKS = (1, 2, 3)
 
 
 @dataclass
-class RemoteStepCalibration:
+class RemoteStepCalibration(VersionedRecord):
     """``seconds = base + per_task * tasks`` of one client-driven step, and the medians behind it.
 
     ``measurements``: ``{"tasks", "seconds", "repeats", "seconds_per_session"}``.
     """
+
+    FORMAT, VERSION, WHAT = FORMAT, VERSION, "a remote step calibration"
 
     base: float
     per_task: float
@@ -49,15 +50,6 @@ class RemoteStepCalibration:
         """The fixed cost of one step whose function has parts on ``tasks`` remote tasks."""
         return self.base + self.per_task * tasks
 
-    def to_dict(self):
-        return versioned_dict(self, FORMAT, VERSION)
-
-    def save(self, path):
-        write_json_atomic(path, self.to_dict())
-
-    @classmethod
-    def load(cls, path):
-        return load_versioned(cls, path, FORMAT, VERSION, "a remote step calibration")
 
 
 _TASK_SCRIPT = """
