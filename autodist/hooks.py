@@ -11,6 +11,11 @@ patches nothing.
 - :func:`training_steps`: calls of the script's training step (an
   ``autodist.function``, or any ``tf.function`` of the script's own code
   whose trace applies gradients with a Keras optimizer) go to a handler;
+- :func:`layer_calls`: calls of Keras layers go to a handler (the runtime
+  builds a layer's ops on its op group's device);
+- :func:`keras_take`: ``keras.ops.take`` (what ``Embedding`` looks rows up
+  with) goes to a handler (the runtime gathers a PS variable's rows on its
+  parameter servers);
 - :func:`run_script`: a script run as ``python script args`` would run it.
 """
 
@@ -77,6 +82,34 @@ def optimizer_apply(handler):
         return handler(original, optimizer, grads, trainable_variables)
 
     with patched(BaseOptimizer, "apply", apply):
+        yield
+
+
+@contextlib.contextmanager
+def layer_calls(handler):
+    """Inside: calling a Keras layer, ``layer(*args, **kwargs)``, is ``handler(original, layer, args, kwargs)``."""
+    import keras
+
+    def call(layer, *args, **kwargs):
+        return handler(original, layer, args, kwargs)
+
+    with patched(keras.layers.Layer, "__call__", call) as original:
+        yield
+
+
+@contextlib.contextmanager
+def keras_take(handler):
+    """Inside: ``keras.ops.take(x, indices, axis)`` is ``handler(original, x, indices, axis)``.
+
+    ``x`` is what the caller passed: an ``Embedding`` passes its variable
+    itself, which inside ``stateless_call`` reads the value it was given.
+    """
+    from keras.src import backend
+
+    def take(x, indices, axis=None):
+        return handler(original, x, indices, axis)
+
+    with patched(backend.numpy, "take", take) as original:
         yield
 
 

@@ -1,7 +1,8 @@
 """The runtime sums a worker task's replicas' PS gradients before one push and pulls each shard once.
 
 Two replicas on this process's CPU are one task (the same device string's task), so each PS
-shard is pulled once and each dense PS gradient is summed locally before its push; training
+shard is pulled once and each dense PS gradient is summed locally before its push; the
+embedding's rows are gathered on its PS instead, so no whole shard of it is pulled; training
 still gives plain Keras' weights.
 """
 
@@ -56,3 +57,28 @@ def test_one_pull_and_one_push_per_task_and_the_same_weights():
     reference.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
     for name, value in trained_weights(reference).items():
         np.testing.assert_allclose(trained_weights(model)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_embedding_on_ps_sends_its_rows_not_its_shards():
+    """What the simulator prices for a sparse PS variable: the rows a replica looks up travel, not the shard."""
+    from run_small_mlp import build_model, make_data
+
+    from launcher.runtime.trainer import PlacedTrainer
+
+    x, y = make_data(STEPS, BATCH, seed=5)
+    model = build_model(0)
+    trainer = PlacedTrainer(model, _all_ps_layout(model))
+    running = trainer.running_ops(x[:BATCH], y[:BATCH])
+    reads = {op.name: op for op in running if op.name.rsplit("/", 1)[-1].startswith("ps_pull")
+             and not op.name.rsplit("/", 1)[-1].startswith("ps_pulled")}
+    consumers = {}
+    for op in running:
+        for tensor in op.inputs:
+            if tensor.op.name in reads:
+                consumers.setdefault(tensor.op.name, set()).add(op.type)
+    embedding_reads = [name for name, op in reads.items() if list(op.inputs[0].shape) == [32, 8]]
+    assert len(embedding_reads) == 2  # its two shards of 32 rows
+    for name in embedding_reads:
+        assert consumers[name] == {"GatherV2"}, consumers[name]  # rows gathered where the shard lives
+    dense_reads = set(reads) - set(embedding_reads)
+    assert all(consumers[name] == {"Identity"} for name in dense_reads)  # pulled whole, once per task

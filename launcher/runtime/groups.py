@@ -41,22 +41,19 @@ def layer_slots(layer_names, group_slots):
 @contextlib.contextmanager
 def layers_on_devices(model, devices, group_slots):
     """Inside: calling a top-level layer of ``model`` builds its ops on its group's device."""
-    import keras
     import tensorflow as tf
+
+    from autodist.hooks import layer_calls
 
     slots = layer_slots([layer.name for layer in model.layers], group_slots)
     targets = {id(layer): devices[slots[layer.name]] for layer in model.layers if slots.get(layer.name, 0)}
-    original = keras.layers.Layer.__call__
 
-    def call(layer, *args, **kwargs):
+    def call(original, layer, args, kwargs):
         device = targets.get(id(layer))
         if device is None:
             return original(layer, *args, **kwargs)
         with tf.device(device):
             return original(layer, *args, **kwargs)
 
-    keras.layers.Layer.__call__ = call
-    try:
+    with layer_calls(call):
         yield slots
-    finally:
-        keras.layers.Layer.__call__ = original

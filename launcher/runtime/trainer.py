@@ -4,11 +4,14 @@ One client (the chief) builds one step graph with explicit devices:
 
 - PS variables are split into their planned shards, one Keras variable per
   shard on its PS task; each worker task pulls every shard once onto its
-  first replica device, where its other replicas copy it from; every replica
-  takes its gradient per shard (an IndexedSlices of the touched rows for a
-  sparse one); a task sums its replicas' gradients on its first replica
-  device and pushes that sum once; the tasks' sums are summed on the shard's
-  PS, and the shard's optimizer update runs there.
+  first replica device, where its other replicas copy it from; rows looked
+  up with ``keras.ops.take`` (an ``Embedding``) are gathered on the PS
+  instead, so that only the rows a replica touches travel (TensorFlow prunes
+  a whole-shard pull that nothing reads); every replica takes its gradient
+  per shard (an IndexedSlices of the touched rows for a sparse one); a task
+  sums its replicas' gradients on its first replica device and pushes that
+  sum once; the tasks' sums are summed on the shard's PS, and the shard's
+  optimizer update runs there.
 - Allreduce variables get one copy per replica on the replica's device; the
   gradients of one bucket are flattened together and summed across replicas
   with the planned algorithm (see :mod:`launcher.runtime.allreduce`); each
@@ -53,6 +56,37 @@ def _sum_gradients(grads, name):
                                 tf.concat([g.indices for g in grads], axis=0), grads[0].dense_shape)
     return tf.add_n([tf.convert_to_tensor(g) for g in grads], name=name)
 
+
+def _shard_gradient(copied, looked_up, name):
+    """A shard's gradient through its pulled copy plus through rows gathered on its PS (either may be None)."""
+    present = [g for g in (copied, looked_up) if g is not None]
+    return _sum_gradients(present, name) if present else None
+
+
+def _gather_rows(shards, devices, sizes, ids):
+    """``ids``' rows of a variable split along axis 0 into ``shards`` (tensors on ``devices``, ``sizes`` rows
+    each), each shard's rows gathered on its own device; negative ids count from the end, as in Keras."""
+    import tensorflow as tf
+
+    ids = tf.convert_to_tensor(ids)
+    rows = sum(sizes)
+    flat = tf.reshape(ids, [-1])
+    flat = tf.where(flat < 0, flat + tf.cast(rows, flat.dtype), flat)
+    if len(shards) == 1:
+        with tf.device(devices[0]):
+            found = tf.gather(shards[0], flat)
+    else:
+        ends = np.cumsum(sizes)
+        owner = tf.searchsorted(tf.constant(ends[:-1], flat.dtype), flat, side="right")
+        local = flat - tf.gather(tf.constant(ends - np.asarray(sizes), flat.dtype), owner)
+        wanted = tf.dynamic_partition(local, owner, len(shards))
+        positions = tf.dynamic_partition(tf.range(tf.size(flat)), owner, len(shards))
+        pieces = []
+        for shard, device, want in zip(shards, devices, wanted):
+            with tf.device(device):
+                pieces.append(tf.gather(shard, want))
+        found = tf.dynamic_stitch(positions, pieces)
+    return tf.reshape(found, tf.concat([tf.shape(ids), tf.shape(shards[0])[1:]], axis=0))
 
 
 class PlacedTrainer:
@@ -143,53 +177,88 @@ class PlacedTrainer:
 
     # -- the step ----------------------------------------------------------
     def _read(self, name, replica, tape):
-        """The variable's value on this replica, and the watched tensors its gradient is taken for.
+        """The variable's value on this replica, the watched tensors its gradient is taken for, and, for a PS
+        variable split along its rows, the function that gathers rows of it on its PS tasks (else None).
 
         An allreduce copy is read where it lives; a PS variable's shards are
-        pulled from their PS tasks once per worker task (onto its first
-        replica device), copied to the replica and joined there, and its
-        gradient is taken per shard copy, so a sparse gradient stays an
-        IndexedSlices holding only the rows this replica touched.
+        read on their PS tasks, pulled from there once per worker task (onto
+        its first replica device), copied to the replica and joined there.
+        Its gradient is taken per shard, through the copy and through the rows
+        gathered on the PS, so a sparse gradient stays an IndexedSlices
+        holding only the rows this replica touched.
         """
         import tensorflow as tf
 
         if name in self.copies:
             value = tf.convert_to_tensor(self.copies[name][replica])
             tape.watch(value)
-            return value, [value]
+            return value, [value], None
         place = self.layout.variables[name]
         hub = self._hub[replica]
-        parts = []
+        remote, parts = [], []
         for k, (var, dev) in enumerate(zip(self.shards[name], place.devices)):
-            if (name, k, hub) not in self._pulled:
+            if (name, k) not in self._pulled:
                 with tf.device(dev):
-                    pulled = tf.identity(tf.convert_to_tensor(var), name="ps_pull")
+                    self._pulled[(name, k)] = tf.identity(tf.convert_to_tensor(var), name="ps_pull")
+            remote.append(self._pulled[(name, k)])
+            if (name, k, hub) not in self._pulled:
                 with tf.device(self.devices[hub]):
-                    self._pulled[(name, k, hub)] = tf.identity(pulled, name="ps_pulled")
+                    self._pulled[(name, k, hub)] = tf.identity(remote[k], name="ps_pulled")
             with tf.device(self.devices[replica]):
                 parts.append(tf.identity(self._pulled[(name, k, hub)], name="ps_local_copy"))
-        tape.watch(parts)
-        return (parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)), parts
+        tape.watch(parts + remote)
+        value = parts[0] if len(parts) == 1 else tf.concat(parts, axis=place.axis)
+        lookup = None
+        if value.shape.rank and (place.axis == 0 or len(parts) == 1):
+            sizes = [int(var.shape[0]) for var in self.shards[name]]
+
+            def lookup(ids):
+                return _gather_rows(remote, place.devices, sizes, ids)
+
+        return value, parts + remote, lookup
+
+    @staticmethod
+    def _rows_on_ps(lookups):
+        """The ``keras.ops.take`` hook: rows of the variables in ``lookups`` (path -> gather) come from their PS."""
+        import keras
+        import tensorflow as tf
+
+        def take(original, x, indices, axis):
+            lookup = lookups.get(x.path) if isinstance(x, keras.Variable) else None
+            if lookup is None or axis != 0 or isinstance(indices, (tf.SparseTensor, tf.RaggedTensor)):
+                return original(x, indices, axis=axis)
+            return lookup(indices)
+
+        return take
 
     def _replica_gradients(self, x, y, lo, hi, n, replica):
         """Loss share and gradients of one replica: a dense tensor per allreduce
         variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
         import tensorflow as tf
 
+        from autodist.hooks import keras_take
         from launcher.runtime.groups import layers_on_devices
 
         xs, ys = x[lo:hi], y[lo:hi]
         state = [tf.convert_to_tensor(v) for v in self._state]
         slots = self.layout.replica_slots[replica] if self.layout.replica_slots else (self.devices[replica],)
-        with tf.GradientTape() as tape:
+        # Only the watched reads: a shard's variable, watched too, would join its pulled copy to its PS read.
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
             reads = [self._read(name, replica, tape) for name in self._names]
-            with layers_on_devices(self.model, slots, self.layout.group_slots):
-                y_pred, new_state = self.model.stateless_call([value for value, _ in reads], state, xs,
+            lookups = {name: lookup for name, (_, _, lookup) in zip(self._names, reads) if lookup}
+            with layers_on_devices(self.model, slots, self.layout.group_slots), keras_take(self._rows_on_ps(lookups)):
+                y_pred, new_state = self.model.stateless_call([value for value, _, _ in reads], state, xs,
                                                               training=True)
             share = tf.cast(hi - lo, y_pred.dtype) / tf.cast(n, y_pred.dtype)
             loss = self.model.compute_loss(x=xs, y=ys, y_pred=y_pred, training=True) * share
-        grads = tape.gradient(loss, [sources for _, sources in reads])
-        out = [g if name in self.shards else tf.convert_to_tensor(g[0]) for name, g in zip(self._names, grads)]
+        grads = tape.gradient(loss, [sources for _, sources, _ in reads])
+        out = []
+        for name, g in zip(self._names, grads):
+            if name not in self.shards:
+                out.append(tf.convert_to_tensor(g[0]))
+                continue
+            count = len(self.shards[name])
+            out.append([_shard_gradient(g[k], g[count + k], "ps_shard_gradient") for k in range(count)])
         return loss, out, new_state
 
     def _accumulated_gradients(self, x, y, lo, hi, n, replica):
@@ -258,7 +327,7 @@ class PlacedTrainer:
 
         n = tf.shape(x)[0]
         count = len(self.devices)
-        self._pulled = {}  # this trace's pulls, one per (variable, shard, task)
+        self._pulled = {}  # this trace's shard reads on the PS, per (variable, shard), and pulls, per task
         losses, grads, states = [], [], []
         for r, dev in enumerate(self.devices):
             lo, hi = n * r // count, n * (r + 1) // count
@@ -315,18 +384,31 @@ class PlacedTrainer:
         for weight, var in zip(self.model.non_trainable_variables, self._state):
             weight.assign(var.numpy())
 
+    def running_ops(self, x, y):
+        """The ops of the traced step that TensorFlow runs: those its outputs and its stateful ops need
+        (it prunes the rest, e.g. a whole-shard pull whose rows were gathered on the PS instead)."""
+        graph = self._traced_step().get_concrete_function(x, y).graph
+        wanted = [t.op for t in graph.outputs] + list(graph.control_outputs)
+        seen = {op.name for op in wanted}
+        while wanted:
+            op = wanted.pop()
+            for dep in [t.op for t in op.inputs] + list(op.control_inputs):
+                if dep.name not in seen:
+                    seen.add(dep.name)
+                    wanted.append(dep)
+        return [op for op in graph.get_operations() if op.name in seen]
+
     def transfers(self, x, y):
-        """Cross-device edges of the traced step: (kind, op type, source device, destination device).
+        """Cross-device edges of the ops the traced step runs: (kind, op type, source device, destination device).
 
         ``kind`` is ``ps-pull`` (PS to worker), ``ps-push`` (worker to PS),
         ``allreduce`` (between replicas) or ``activation`` (between the
         devices of one replica); edges from the client's inputs are left out.
         """
-        graph = self._traced_step().get_concrete_function(x, y).graph
         slots = self.layout.replica_slots or tuple((d,) for d in self.devices)
         replica_of = {canonical_device(d): r for r, devices in enumerate(slots) for d in devices}
         found = set()
-        for op in graph.get_operations():
+        for op in self.running_ops(x, y):
             if not op.device:
                 continue
             dst = canonical_device(op.device)
