@@ -163,6 +163,10 @@ class CommModel:
         """The fixed cost of one step that a client drives on ``tasks`` remote tasks (its dispatch and wait)."""
         return self.remote_step.seconds(tasks) if self.remote_step is not None else 0.0
 
+    def replica_loop_seconds(self, loop):
+        """The fixed cost of one step that each replica's own ``loop`` (``"fit"``, ``"function"``, ``""``) drives."""
+        return self.remote_step.replica_loop_seconds(loop) if self.remote_step is not None else 0.0
+
     # -- links ---------------------------------------------------------------
     def effective_path(self, src, dst):
         """(bandwidth, latency, links) of the path ``src -> dst`` as achieved."""

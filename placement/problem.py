@@ -156,10 +156,14 @@ class Problem:
         return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
 
     def client_time(self, strategy):
-        """The fixed cost per step of a plan that one client drives (launcher.runtime.trainer): the client
-        dispatches the step to every worker and PS task.  Plans on collective ops have no such client."""
+        """The fixed cost per step of the loop that drives it.  A plan on collective ops runs the script's own
+        loop in every replica (Keras' fit loop, or the script's loop calling its step function): on a CPU the
+        loop and the ops take turns on the same cores, while on a GPU the loop runs ahead of the kernels it has
+        launched, hidden behind them (0 here).  Another plan is driven by one client
+        (launcher.runtime.trainer), which dispatches the step to every worker and PS task."""
         if strategy.allreduces_everything():
-            return 0.0
+            on_cpus = all(self.resource_spec.device(r[0]).kind == "CPU" for r in strategy.replicas)
+            return self.comm.replica_loop_seconds(self.graph_item.job.step) if on_cpus else 0.0
         spec = self.resource_spec
         tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
         tasks |= {("ps", d) for d in strategy.ps_devices}

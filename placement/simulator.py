@@ -132,8 +132,8 @@ class SimResult:
     ``compute_time``: when the slowest replica finishes forward and backward;
     ``exposed_comm_time``: ``step_time - compute_time - client_time`` (sync
     and updates not hidden behind compute); ``client_time``: the fixed cost of
-    a step one client drives on remote tasks (0 for plans on collective ops,
-    where every worker runs its own step); ``link_busy`` / ``device_busy``: seconds each
+    the loop that drives the step (one client's dispatch to every task, or
+    for plans on collective ops every replica's own fit or step loop); ``link_busy`` / ``device_busy``: seconds each
     resource is occupied; ``memory``: peak bytes per device; ``memory_limit``:
     each used device's capacity; ``events``: ``(name, category, resource,
     start, end)`` tuples of one replica per class plus every transfer.

@@ -45,7 +45,7 @@ def _fresh_bucket(strategy):
 def test_exposed_comm_excludes_the_update(mlp_graph):
     plan, doc, simulator = baseline_report(mlp_graph, "dgx-h100:2", "ring")
     p = doc["plan"]
-    assert p["client_time"] == 0.0, "a plan on collective ops has no client"
+    assert p["client_time"] == 0.0, "on GPUs each replica's own loop runs ahead of its kernels"
     assert p["exposed_comm_time"] + p["update_time"] == pytest.approx(p["step_time"] - p["compute_time"])
 
     # After the last transfer ends only updates run: all of that is update time, none of it communication.
@@ -119,7 +119,7 @@ def test_client_dispatch_is_apart_from_compute_and_communication(mlp_graph):
     assert b["client_fraction"] > max(b["exposed_comm_fraction"], b["exposed_update_fraction"], 0.2)
     assert b["bound_by"] == "client" and b["sentence"].startswith("Client-bound")
     assert ms(p["client_time"]) in b["sentence"]
-    assert f"dispatches the step to every task: {ms(p['client_time'])}" in " ".join(render(doc).split())
+    assert f"the loop that drives the step takes {ms(p['client_time'])}" in " ".join(render(doc).split())
 
 
 @pytest.fixture(scope="module")

@@ -211,14 +211,17 @@ def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_mod
 
 def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, ethernet, cost_model):
     """PS plans run from one client that dispatches every step to each worker and PS task; collective plans
-    have every worker run its own step."""
+    have every replica run its own loop (the fixture's step function), which on GPUs runs ahead of the kernels
+    and on CPUs takes turns with the ops."""
     calibration = cost_model.remote_step
-    assert calibration is not None and calibration.measurements
+    assert calibration is not None and calibration.measurements and mlp_graph.job.step == "function"
     sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
     ring = sim.simulate(baselines.data_parallel(sim.problem))
     ps_plan = baselines.greedy_ps(sim.problem)
     ps = sim.simulate(ps_plan)
     tasks = len({ethernet.device(d).node for r in ps_plan.replicas for d in r}) + len(set(ps_plan.ps_devices))
     assert ring.client_time == 0.0
+    on_cpus = Simulator(Problem(mlp_graph, load_cluster(preset="cpu-2s-25g:2"), cost_model))
+    assert on_cpus.simulate(baselines.data_parallel(on_cpus.problem)).client_time == calibration.function_step > 0
     assert ps.client_time == pytest.approx(calibration.base + calibration.per_task * tasks) and tasks >= 3
     assert ps.step_time >= ps.compute_time + ps.client_time

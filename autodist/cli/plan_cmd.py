@@ -40,7 +40,7 @@ def summary(plan):
     jobs = ", ".join(f"{len(plan.tasks_of(j))} {j}" for j in ("chief", "worker", "ps") if plan.tasks_of(j))
     return (
         f"predicted step {pred['step_time'] * 1e3:.3f} ms (compute {pred['compute_time'] * 1e3:.3f} ms, "
-        f"exposed communication {pred['exposed_comm_time'] * 1e3:.3f} ms); tasks: {jobs}"
+        f"then {pred['exposed_comm_time'] * 1e3:.3f} ms of synchronisation and updates); tasks: {jobs}"
     )
 
 

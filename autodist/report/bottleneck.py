@@ -4,8 +4,10 @@ The bound is the busiest resource when it is nearly always busy (a device:
 compute, or a parameter server's updates; a link: bandwidth).  Otherwise it
 is the longest wait of the step: transfers after compute (and then latency
 only when the transfer model's latency terms outweigh its
-bytes-over-bandwidth terms), optimizer updates after compute, or the
-client's dispatch of the step before it (plans that one client drives).
+bytes-over-bandwidth terms), optimizer updates after compute, or the loop
+that drives the step before it (the client's dispatch, for plans that one
+client drives; each replica's own fit or step loop, for plans on
+collective ops).
 """
 
 from __future__ import annotations
@@ -83,6 +85,13 @@ def _busiest(busy, step, **extra):
     return {"resource": top[0], "busy_time": top[1], "busy_fraction": top[1] / step if step else 0.0, **extra}
 
 
+def on_collectives(data):
+    """Whether the plan (as a dict) runs on collective ops: no PS, every replica on one device."""
+    strategy = data["strategy"]
+    return (all(s["method"] == "allreduce" for s in strategy["sync"].values())
+            and all(len(replica) == 1 for replica in strategy["replicas"]))
+
+
 def bottleneck(data, split, latency_share, client_time):
     """The busiest link and device, what bounds the step, and one sentence a person can act on.
 
@@ -96,7 +105,7 @@ def bottleneck(data, split, latency_share, client_time):
     latency_share : float or None
         The latency share of the plan's transfers (``Pricing.transfer_terms``).
     client_time : float
-        Seconds the plan's client dispatches the step before it runs.
+        Seconds the loop that drives the step takes before it runs (``SimResult.client_time``).
     """
     prediction = data["prediction"]
     step = prediction["step_time"]
@@ -148,6 +157,12 @@ def _sentence(data, b, waiting, split, client_time):
                             for kind, r in (("device", device), ("link", link)) if r)
         return (f"{waits[0].upper()}{waits[1:]}; {busiest}. Report on the job's graph to see whether transfers or "
                 "updates bound the step.")
+    if bound == "client" and on_collectives(data):
+        return (
+            f"Loop-bound: for {b['client_fraction']:.0%} of the step ({ms(client_time)}) each replica's own training "
+            f"loop (Keras' fit loop, or the script's loop calling its step) runs around the step's ops, and {waits}. "
+            "Fewer, larger steps (a larger batch per step) spread that fixed cost over more samples."
+        )
     if bound == "client":
         return (
             f"Client-bound: for {b['client_fraction']:.0%} of the step ({ms(client_time)}) its client dispatches it "

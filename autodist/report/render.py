@@ -165,7 +165,8 @@ def _comparison(doc, md):
             "After compute, exposed comm is the time the step waits on transfers and update the time it applies "
             "optimizer updates while no transfer runs"
             + ("." if p["update_time"] is not None else " (a plan file holds no timeline to tell them apart).")
-            + (f" Before compute, the plan's client dispatches the step to every task: {ms(p['client_time'])}."
+            + (f" Besides, the loop that drives the step takes {ms(p['client_time'])} (a plan with PS: its client "
+               "dispatching the step to every task; on collective ops: each replica's own fit or step loop)."
                if p["client_time"] else "")
             + f" {p['replicas']} replicas, {p['ps_tasks']} PS tasks. Speed-up over greedy PS: "
             f"{factor(p['speedup_over_greedy_ps'])}; over the best baseline ({p['best_baseline'] or '-'}): "

@@ -114,7 +114,8 @@ class CollectiveGroup:
 
     # -- gradients -----------------------------------------------------------------
     def sum_gradients(self, grads, variables, share, checksum):
-        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and wire dtype.
+        """Every gradient times ``share``, summed over the replicas: one collective per planned bucket and wire dtype
+        (none for one replica, whose gradients are the sum, as the simulator prices it).
 
         A bucket the plan compresses goes as float16 or bfloat16 (cast after
         the ``share`` scaling, cast back to each gradient's dtype after the
@@ -133,6 +134,9 @@ class CollectiveGroup:
             raise LaunchError(f"variable {unknown[0]!r} of the step is not allreduced by the plan "
                               "(was the plan made for this script?)", field="strategy.sync")
         out = list(grads)
+        if self.size == 1:  # one replica's gradients are the sum: no collective, and sparse ones stay sparse
+            self.variables.update((n, v) for n, v, g in zip(names, variables, grads) if g is not None)
+            return out
         groups = {}
         for i, (g, name) in enumerate(zip(grads, names)):
             if g is not None:
@@ -270,7 +274,7 @@ class CollectiveGroup:
 
         flat = tf.nest.flatten(out)
         floats = [i for i, t in enumerate(flat) if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating]
-        if not floats:
+        if not floats or self.size == 1:
             return out
         values = [tf.cast(tf.reshape(flat[i], [-1]), tf.float64) for i in floats]
         summed = self.all_sum(tf.concat(values, axis=0) * share, name="output_average")
