@@ -21,7 +21,7 @@ def _all_ps_layout(model):
     variables = {}
     for w in model.trainable_weights:
         shards = (LOCAL_CPU, LOCAL_CPU) if w.path.startswith("embedding") else (LOCAL_CPU,)
-        variables[w.path] = VariablePlacement(w.path, "ps", shards, axis=0)
+        variables[w.path] = VariablePlacement(w.path, "ps", shards, axis=0, sparse=w.path.startswith("embedding"))
     return RunLayout((LOCAL_CPU, LOCAL_CPU), ("n0", "n0"), variables, predicted_step_time=1e-3, plan_name="local")
 
 
@@ -82,3 +82,30 @@ def test_an_embedding_on_ps_sends_its_rows_not_its_shards():
         assert consumers[name] == {"GatherV2"}, consumers[name]  # rows gathered where the shard lives
     dense_reads = set(reads) - set(embedding_reads)
     assert all(consumers[name] == {"Identity"} for name in dense_reads)  # pulled whole, once per task
+    assert trainer.whole_pulls_of_sparse(x[:BATCH], y[:BATCH]) == []
+
+
+def test_rows_read_without_keras_take_are_named_as_whole_pulls():
+    """A layer that reads rows with tf.gather on its variable pulls whole shards: the runtime says so."""
+    import keras
+    import tensorflow as tf
+
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+    from launcher.runtime.trainer import PlacedTrainer
+
+    class GatherRows(keras.layers.Layer):
+        def build(self, input_shape):
+            self.table = self.add_weight(shape=(64, 4), name="table")
+
+        def call(self, ids):
+            return tf.reduce_sum(tf.gather(self.table, ids), axis=1)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), GatherRows(name="rows"), keras.layers.Dense(1)],
+                             name="lookup")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    variables = {w.path: VariablePlacement(w.path, "ps", (LOCAL_CPU,), sparse=w.path.endswith("rows/table"))
+                 for w in model.trainable_weights}
+    trainer = PlacedTrainer(model, RunLayout((LOCAL_CPU,), ("n0",), variables, predicted_step_time=1e-3))
+    x, y = np.arange(24, dtype=np.int32).reshape(8, 3), np.zeros((8, 1), np.float32)
+    assert trainer.whole_pulls_of_sparse(x, y) == ["lookup/rows/table"]

@@ -134,6 +134,10 @@ class PlacedFit:
                 if first_batch is None:
                     check_global_batch(self.layout, global_batch_rows(xb))
                     first_batch = (xb, yb)
+                    for name in trainer.whole_pulls_of_sparse(xb, yb):
+                        print(f"autodist: warning: {name!r} is read other than through keras.ops.take (an "
+                              "Embedding's lookup), so every step pulls its whole PS shards where the plan priced "
+                              "the rows it touches", file=self.out, flush=True)
                 hooks.on_train_batch_begin(b)
                 start = time.perf_counter()
                 loss = trainer.step(xb, yb)

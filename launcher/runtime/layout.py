@@ -23,6 +23,7 @@ class VariablePlacement:
 
     ``devices``: for ``method="ps"`` the device of each shard (split along
     ``axis``); for ``method="allreduce"`` the device of each replica's copy.
+    ``sparse``: the plan priced its gradient as the rows a step touches.
     """
 
     name: str
@@ -32,6 +33,7 @@ class VariablePlacement:
     algorithm: str = "ring"
     bucket: int = 0
     compression: str = "none"
+    sparse: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class RunLayout:
         replica_slots = tuple(tuple(plan.device_string(d, job="worker") for d in r) for r in strategy.replicas)
         replica_nodes = tuple(plan.resource_spec.device(r[0]).node for r in strategy.replicas)
         variables = {}
+        sparse = {v["name"] for v in plan.variables if v.get("sparse")}
         for name, sync in sorted(strategy.sync.items()):
             variables[name] = VariablePlacement(
                 name=name,
@@ -70,6 +73,7 @@ class RunLayout:
                 algorithm=sync.algorithm,
                 bucket=sync.bucket,
                 compression=sync.compression,
+                sparse=name in sparse,
             )
         return cls(
             replica_devices=tuple(slots[0] for slots in replica_slots),

@@ -194,16 +194,16 @@ class PlacedTrainer:
             tape.watch(value)
             return value, [value], None
         place = self.layout.variables[name]
-        hub = self._hub[replica]
+        hub, index = self._hub[replica], self._names.index(name)
         remote, parts = [], []
         for k, (var, dev) in enumerate(zip(self.shards[name], place.devices)):
             if (name, k) not in self._pulled:
                 with tf.device(dev):
-                    self._pulled[(name, k)] = tf.identity(tf.convert_to_tensor(var), name="ps_pull")
+                    self._pulled[(name, k)] = tf.identity(tf.convert_to_tensor(var), name=f"ps_pull_v{index}_s{k}")
             remote.append(self._pulled[(name, k)])
             if (name, k, hub) not in self._pulled:
                 with tf.device(self.devices[hub]):
-                    self._pulled[(name, k, hub)] = tf.identity(remote[k], name="ps_pulled")
+                    self._pulled[(name, k, hub)] = tf.identity(remote[k], name=f"ps_pulled_v{index}_s{k}")
             with tf.device(self.devices[replica]):
                 parts.append(tf.identity(self._pulled[(name, k, hub)], name="ps_local_copy"))
         tape.watch(parts + remote)
@@ -397,6 +397,14 @@ class PlacedTrainer:
                     seen.add(dep.name)
                     wanted.append(dep)
         return [op for op in graph.get_operations() if op.name in seen]
+
+    def whole_pulls_of_sparse(self, x, y):
+        """The sparse PS variables (as the plan priced them) whose whole shards the traced step pulls: their rows
+        are read other than through ``keras.ops.take`` (e.g. ``tf.gather`` on the variable)."""
+        pulls = {op.name.rsplit("/", 1)[-1] for op in self.running_ops(x, y)}
+        return [name for i, name in enumerate(self._names)
+                if name in self.shards and self.layout.variables[name].sparse
+                and any(p.startswith(f"ps_pulled_v{i}_") for p in pulls)]
 
     def transfers(self, x, y):
         """Cross-device edges of the ops the traced step runs: (kind, op type, source device, destination device).
