@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from cost_models.types import Phase
-from autodist.errors import InputError
+from autodist.errors import CostModelError, InputError
 from autodist.resource_spec.spec import receive_link, send_link
 
 # Fraction of a link's per-direction line rate that transfers and collectives
@@ -141,11 +141,17 @@ class CommModel:
     remote_step : cost_models.remote_step.RemoteStepCalibration or None
         The measured fixed cost of a step one client drives on remote tasks;
         without one, that cost is not counted.
+    emulated_link : cost_models.emulated_link.EmulatedLinkCalibration or None
+        What TensorFlow's gRPC achieves over this machine's emulated links:
+        the NIC of an emulated node runs at the fraction measured for its
+        rate; without it, transfers between emulated nodes cannot be priced.
     """
 
-    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None,
+                 emulated_link=None):
         self.resource_spec = resource_spec
         self.remote_step = remote_step
+        self.emulated_link = emulated_link
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
@@ -158,6 +164,24 @@ class CommModel:
         if kind not in self.efficiency:
             raise InputError(f"no achieved-bandwidth figure for link kind {kind!r}", field="links")
         return self.efficiency[kind]
+
+    def nic_efficiency(self, node, nic):
+        """Achieved fraction of ``nic``'s line rate on ``node``: measured for an emulated node's, else by kind."""
+        if node.emulation is None:
+            return self.link_efficiency(nic.kind, nic.rdma)
+        if self.emulated_link is None:
+            raise CostModelError("no emulated link calibration to price emulated nodes' links: run "
+                                 "'autodist profile emulated-links' (as root)", source=node.name)
+        return self.emulated_link.efficiency(nic.bandwidth)
+
+    def _emulated_nic(self, src, dst):
+        """(node, NIC) that sets an inter-node path's rate when both ends are emulated nodes, else None."""
+        spec = self.resource_spec
+        a, b = spec.node_of(src), spec.node_of(dst)
+        if a.emulation is None or b.emulation is None:
+            return None
+        nic_a, nic_b = a.nics[a.nic_for(spec.device(src))], b.nics[b.nic_for(spec.device(dst))]
+        return (a, nic_a) if nic_a.bandwidth <= nic_b.bandwidth else (b, nic_b)
 
     def client_step_seconds(self, tasks):
         """The fixed cost of one step that a client drives on ``tasks`` remote tasks (its dispatch and wait)."""
@@ -173,21 +197,24 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        return path.bandwidth * self.link_efficiency(path.medium, path.rdma), path.latency, path.links
+        emulated = self._emulated_nic(src, dst) if path.kind == "inter-node" else None
+        efficiency = self.nic_efficiency(*emulated) if emulated else self.link_efficiency(path.medium, path.rdma)
+        return path.bandwidth * efficiency, path.latency, path.links
 
     # -- point to point ------------------------------------------------------
     def grpc_path(self, src, dst):
         """(bandwidth, latency, links) of TensorFlow's gRPC from ``src`` to ``dst`` (another task).
 
         Across nodes the NIC runs TCP (``TCP_EFFICIENCY`` of its line rate,
-        RDMA or not); every transfer is held to ``GRPC_BANDWIDTH``.  Loopback
+        RDMA or not; an emulated node's, its measured fraction); every
+        transfer is held to ``GRPC_BANDWIDTH``.  Loopback
         keeps its calibrated achieved bandwidth.
         """
         path = self.resource_spec.path(src, dst)
         bandwidth, latency, links = self.effective_path(src, dst)
         if path.medium == "loopback" or not links:
             return bandwidth, latency, links
-        if path.kind == "inter-node":
+        if path.kind == "inter-node" and not self._emulated_nic(src, dst):
             bandwidth = path.bandwidth * TCP_EFFICIENCY
         return min(bandwidth, GRPC_BANDWIDTH), latency, links
 
@@ -474,7 +501,7 @@ class CommModel:
                 users.setdefault(node.nic_for(spec.device(name)), []).append(name)
             for k, names in users.items():
                 nic = node.nics[k]
-                share_bw = nic.bandwidth * self.link_efficiency(nic.kind, nic.rdma) / len(names)
+                share_bw = nic.bandwidth * self.nic_efficiency(node, nic) / len(names)
                 bandwidth = min(bandwidth, share_bw)
                 latency = max(latency, 2 * nic.latency)
                 links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))

@@ -13,6 +13,7 @@ import numpy as np
 
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
+from cost_models.emulated_link import EmulatedLinkCalibration
 from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
@@ -32,6 +33,7 @@ ONE_THREAD_META = os.path.join(DATA_DIR, "op_model_one_thread.json")
 CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
 COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
 REMOTE_STEP = os.path.join(DATA_DIR, "remote_step_calibration.json")
+EMULATED_LINK = os.path.join(DATA_DIR, "emulated_link_calibration.json")
 COST_MODEL_ENV = "AUTODIST_COST_MODEL"
 
 
@@ -70,10 +72,13 @@ class CostModel:
         cost_models.gpu); without them, GPU devices cannot be priced.
     remote_step : cost_models.remote_step.RemoteStepCalibration or None
         The measured fixed cost of a step one client drives on remote tasks.
+    emulated_link : cost_models.emulated_link.EmulatedLinkCalibration or None
+        What TensorFlow's gRPC achieves over this machine's emulated links;
+        without it, emulated clusters cannot be priced.
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None, gpu=None, remote_step=None):
+                 executor=None, one_thread_model=None, gpu=None, remote_step=None, emulated_link=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -83,6 +88,7 @@ class CostModel:
         self.one_thread_model = one_thread_model
         self.gpu = gpu
         self.remote_step = remote_step
+        self.emulated_link = emulated_link
         self._id = None
 
     @classmethod
@@ -117,7 +123,7 @@ class CostModel:
 
         if self.collectives is not None:
             h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
-        for part in (self.gpu, self.remote_step):
+        for part in (self.gpu, self.remote_step, self.emulated_link):
             if part is not None:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
@@ -245,7 +251,8 @@ class CostModel:
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
-        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step)
+        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step,
+                         emulated_link=self.emulated_link)
 
 
 def _probe_matrix(op_model):
@@ -352,17 +359,18 @@ def fit_executor(timings, steps, overhead, cores):
 
 
 def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None,
-                   remote_step=None):
+                   remote_step=None, emulated_link=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``gpu`` the GPU kernel model's parameters and ``remote_step`` the client step cost, passed through.
+    ``gpu`` the GPU kernel model's parameters, ``remote_step`` the client step cost and ``emulated_link`` the
+    emulated links' achieved rates, passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, remote_step)
+                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -379,7 +387,8 @@ def _model_in(folder):
     from cost_models.op_model import load_model
 
     calibration, collectives = _calibrations(folder)
-    remote_step = _remote_step(folder)
+    remote_step = _record(folder, REMOTE_STEP, RemoteStepCalibration)
+    emulated_link = _record(folder, EMULATED_LINK, EmulatedLinkCalibration)
     gpu = GpuKernelParams.load(GPU_MODEL)
     ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(_in(ops, TIMINGS)):
@@ -393,13 +402,14 @@ def _model_in(folder):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu, remote_step)
+                         executor, one_thread_model, gpu, remote_step, emulated_link)
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(_in(ops, TIMINGS_META))
         return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
-                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step)
+                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step,
+                              emulated_link=emulated_link)
 
 
 def _in(folder, shipped_path):
@@ -413,10 +423,11 @@ def _calibrations(folder=DATA_DIR):
     return tuple(TransferCalibration.load(path) if os.path.exists(path) else None for path in paths)
 
 
-def _remote_step(folder=DATA_DIR):
-    """The remote step calibration of ``folder``, else the shipped one (``None`` where missing)."""
-    path = _in(folder, REMOTE_STEP) if os.path.exists(_in(folder, REMOTE_STEP)) else REMOTE_STEP
-    return RemoteStepCalibration.load(path) if os.path.exists(path) else None
+def _record(folder, shipped_path, record):
+    """The ``record`` (a VersionedRecord class) saved in ``folder`` under the shipped file's name, else the
+    shipped one (``None`` where missing)."""
+    path = _in(folder, shipped_path) if os.path.exists(_in(folder, shipped_path)) else shipped_path
+    return record.load(path) if os.path.exists(path) else None
 
 
 def user_folder():

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,23 @@ def _links():
 
 
 # -- the spec ----------------------------------------------------------------
+
+
+def test_emulated_links_are_priced_at_the_fraction_measured_for_their_rate():
+    from autodist.errors import CostModelError
+    from cost_models import CostModel
+    from cost_models.comm import CommModel
+    from cost_models.emulated_link import EmulatedLinkCalibration
+
+    measured = EmulatedLinkCalibration([{"rate_bytes": 1e7, "efficiency": 0.9}, {"rate_bytes": 1e9, "efficiency": 0.3}])
+    assert measured.efficiency(1e8) == pytest.approx(0.6)  # halfway in log rate
+    assert (measured.efficiency(1e6), measured.efficiency(1e10)) == (0.9, 0.3)  # the nearest measured rate
+    cost_model = CostModel.default()
+    spec = load_cluster(preset="emu-100mbit:2")
+    bandwidth, _, _ = cost_model.comm_model(spec).effective_path("emu-0/CPU:0", "emu-1/CPU:0")
+    assert bandwidth == pytest.approx(12.5e6 * cost_model.emulated_link.efficiency(12.5e6))
+    with pytest.raises(CostModelError, match="emulated-links"):
+        CommModel(spec).effective_path("emu-0/CPU:0", "emu-1/CPU:0")
 
 
 @pytest.mark.parametrize("preset, rate", [("emu-100mbit", 12.5e6), ("emu-1gbit", 125e6), ("emu-10gbit", 1.25e9)])
@@ -258,29 +276,6 @@ def test_ctrl_c_stops_an_emulated_run_and_leaves_nothing(emulated_plan):
     assert not _namespaces(run_namespaces(cli.pid))
 
 
-GRPC_PULL = """
-import json, sys, time
-import numpy as np
-import tensorflow as tf
-
-cluster, nbytes = json.loads(sys.argv[1]), int(sys.argv[2])
-tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
-with tf.device("/job:worker/replica:0/task:1/device:CPU:0"):
-    remote = tf.Variable(tf.zeros([nbytes // 4]))
-
-@tf.function
-def pull():
-    with tf.device("/job:worker/replica:0/task:0/device:CPU:0"):
-        return tf.reduce_sum(tf.identity(remote.read_value()))
-
-pull().numpy()  # traces, and warms the connection
-times = []
-for _ in range(3):
-    start = time.perf_counter()
-    pull().numpy()
-    times.append(time.perf_counter() - start)
-print(nbytes / float(np.median(times)))
-"""
 
 
 @needs_root
@@ -288,22 +283,10 @@ print(nbytes / float(np.median(times)))
 def test_a_100_mbit_link_carries_its_rate_through_tensorflow_grpc():
     """A bandwidth measurement of the emulator (not a timing of autodist): within 10% of 100 Mbit/s.
 
-    The rate is the wire's (Ethernet, IP and TCP headers included), so TensorFlow's bytes see about 95% of it.
+    The rate is the wire's (Ethernet, IP and TCP headers included), so TensorFlow's bytes see about 95% of it;
+    ``autodist profile emulated-links`` measures the same way what the cost model prices.
     """
-    spec = load_cluster(preset="emu-100mbit:2")
-    with EmulatedNetwork(spec) as network:
-        cluster = {"worker": [network.address("emu-0"), network.address("emu-1")]}
-        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
-        server = subprocess.Popen(network.command("emu-1", [sys.executable, "-m", "launcher.runtime.server"]),
-                                  env=dict(os.environ, TF_CONFIG=config, TF_CPP_MIN_LOG_LEVEL="2"))
-        try:
-            out = subprocess.run(network.command("emu-0", [sys.executable, "-c", GRPC_PULL, json.dumps(cluster),
-                                                           str(16 * 2**20)]),
-                                 capture_output=True, text=True, timeout=180,
-                                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-        finally:
-            server.kill()
-            server.wait()
-    assert out.returncode == 0, out.stderr[-2000:]
-    rate = float(out.stdout.split()[-1])
+    from cost_models.emulated_link import measure_emulated_link
+
+    rate = statistics.median(measure_emulated_link("emu-100mbit", 16 * 2**20, repeats=3))
     assert rate == pytest.approx(100e6 / 8, rel=0.10)

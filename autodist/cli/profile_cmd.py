@@ -66,6 +66,12 @@ def register(subparsers):
     _add_out(rs, "remote_step_calibration.json")
     rs.set_defaults(func=run_remote_steps)
 
+    el = sub.add_parser("emulated-links", help="measure what TensorFlow's gRPC achieves over each emulated preset's "
+                                               "shaped link (needs root)")
+    el.add_argument("--repeats", type=int, default=5, help="timed pulls per preset (default 5)")
+    _add_out(el, "emulated_link_calibration.json")
+    el.set_defaults(func=run_emulated_links)
+
 
 def _add_out(parser, what):
     parser.add_argument("--out", default=None, metavar="DIR",
@@ -167,6 +173,21 @@ def run_remote_steps(args):
     calibration.save(path)
     print(f"client step {calibration.base * 1e3:.2f} ms + {calibration.per_task * 1e3:.2f} ms per remote task "
           f"({len(calibration.measurements)} task counts) -> {path}")
+    return 0
+
+
+def run_emulated_links(args):
+    from cost_models.emulated_link import calibrate_emulated_links
+    from cost_models.model import EMULATED_LINK
+
+    if args.repeats < 1:
+        raise InputError("must be at least 1", field="--repeats")
+    path = os.path.join(_out_folder(args), os.path.basename(EMULATED_LINK))
+    command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    calibration = calibrate_emulated_links(repeats=args.repeats, command=command)
+    calibration.save(path)
+    rates = ", ".join(f"{p['rate_bytes'] * 8 / 1e6:g} Mbit/s: {p['efficiency']:.0%}" for p in calibration.points)
+    print(f"gRPC over emulated links achieves {rates} -> {path}")
     return 0
 
 
