@@ -648,9 +648,11 @@ class Simulator:
         if trace:
             for schedule, _ in classes:
                 events.extend(schedule.events)
-            if client_time:  # the client dispatches the step before any of it runs
+            if client_time:  # the loop that drives the step runs before any of it
                 events = [(n, c, r, start + client_time, end + client_time) for n, c, r, start, end in events]
-                events.append(("dispatch the step to every task", "client", "client", 0.0, client_time))
+                loop = ("each replica's own loop" if strategy.allreduces_everything()
+                        else "dispatch the step to every task")
+                events.append((loop, "client", "client", 0.0, client_time))
         return SimResult(
             step_time=step_time,
             compute_time=compute_time,

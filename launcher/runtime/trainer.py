@@ -27,6 +27,8 @@ class and config) holding the slots of the variables that live there.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from autodist.errors import LaunchError
@@ -211,10 +213,7 @@ class PlacedTrainer:
         lookup = None
         if value.shape.rank and (place.axis == 0 or len(parts) == 1):
             sizes = [int(var.shape[0]) for var in self.shards[name]]
-
-            def lookup(ids):
-                return _gather_rows(remote, place.devices, sizes, ids)
-
+            lookup = functools.partial(_gather_rows, remote, place.devices, sizes)
         return value, parts + remote, lookup
 
     @staticmethod
