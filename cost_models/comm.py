@@ -141,11 +141,18 @@ class CommModel:
     remote_step : cost_models.remote_step.RemoteStepCalibration or None
         The measured fixed cost of a step one client drives on remote tasks;
         without one, that cost is not counted.
+    overlap : cost_models.overlap.NcclOverlap or None
+        The fitted fixed cost per collective and compute contention of a
+        training step's NCCL collectives on GPUs (:meth:`compute_contention`);
+        without it neither is counted, as nccl-tests sees a collective.
     """
 
-    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None):
+    def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None,
+                 overlap=None):
         self.resource_spec = resource_spec
         self.remote_step = remote_step
+        self.overlap = overlap
+        self._on_gpus = {}  # devices of a collective -> whether all are GPUs
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
@@ -214,14 +221,17 @@ class CommModel:
         return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
 
     # -- collectives ---------------------------------------------------------
-    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False):
+    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False, in_step=True):
         """Phases of one allreduce of ``nbytes`` over ``devices``.
 
         A fused bucket is one allreduce of the bucket's summed bytes, so it
         pays the per-collective latency terms once instead of once per tensor.
         ``collective_ops``: the runtime sums it with TensorFlow's collective
         ops (plans that allreduce everything) rather than with transfers
-        between the replicas' devices.
+        between the replicas' devices.  On GPUs those are NCCL's, and one
+        of a training step (``in_step``) pays the fitted fixed cost per
+        collective (``overlap``) instead of TensorFlow's gRPC overhead; one
+        that nccl-tests times alone pays neither.
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -249,10 +259,26 @@ class CommModel:
             phases = self._hierarchical(nbytes, groups)
         else:
             phases = self._master(nbytes, groups)
-        if self._uses_grpc(devices):
-            first = phases[0]
-            phases[0] = Phase(first.seconds + self.per_tensor_overhead, first.links)
+        fixed = self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        if self.compute_contention(devices, collective_ops) is not None:
+            fixed = self.overlap.collective_seconds if in_step else 0.0
+        if fixed:
+            phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
         return [p for p in phases if p.seconds > 0 or p.links]
+
+    def compute_contention(self, devices, collective_ops=True):
+        """The fraction of its time beside compute that a training allreduce over ``devices`` takes from it.
+
+        The fitted NCCL contention for collective ops on GPUs (``overlap``);
+        ``None`` for anything else (and without ``overlap``), which takes
+        nothing from compute.
+        """
+        if self.overlap is None or not collective_ops:
+            return None
+        key = tuple(devices)
+        if key not in self._on_gpus:
+            self._on_gpus[key] = self._all_gpus(key)
+        return self.overlap.contention if self._on_gpus[key] else None
 
     def allreduce_time(self, nbytes, devices, algorithm="ring"):
         """Uncontended allreduce time: the sum of its phases."""
@@ -283,7 +309,7 @@ class CommModel:
         for name in devices:
             self.resource_spec.device(name)
         if op == "allreduce":
-            return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+            return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True, in_step=False)
         n = len(devices)
         bandwidth, latency, links = self._ring_links(devices)
         volume = nbytes if op == "broadcast" else (n - 1) / n * nbytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import numpy as np
 
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
@@ -70,10 +72,13 @@ class CostModel:
         cost_models.gpu); without them, GPU devices cannot be priced.
     remote_step : cost_models.remote_step.RemoteStepCalibration or None
         The measured fixed cost of a step one client drives on remote tasks.
+    overlap : cost_models.overlap.NcclOverlap or None
+        The fixed cost per collective and compute contention of NCCL
+        collectives on GPUs, fitted on published scaling (see cost_models.overlap).
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None, gpu=None, remote_step=None):
+                 executor=None, one_thread_model=None, gpu=None, remote_step=None, overlap=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -83,6 +88,7 @@ class CostModel:
         self.one_thread_model = one_thread_model
         self.gpu = gpu
         self.remote_step = remote_step
+        self.overlap = overlap
         self._id = None
 
     @classmethod
@@ -93,6 +99,12 @@ class CostModel:
         version is refitted from the shipped timings (a few seconds).
         """
         return _model_in(DATA_DIR)
+
+    def with_overlap(self, overlap):
+        """This model with ``overlap`` (a :class:`~cost_models.overlap.NcclOverlap`, or ``None``: not counted)."""
+        other = copy.copy(self)
+        other.overlap, other._id = overlap, None
+        return other
 
     @property
     def id(self):
@@ -117,7 +129,7 @@ class CostModel:
 
         if self.collectives is not None:
             h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
-        for part in (self.gpu, self.remote_step):
+        for part in (self.gpu, self.remote_step, self.overlap):
             if part is not None:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
@@ -245,7 +257,8 @@ class CostModel:
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
-        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step)
+        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step,
+                         overlap=self.overlap)
 
 
 def _probe_matrix(op_model):
@@ -352,17 +365,18 @@ def fit_executor(timings, steps, overhead, cores):
 
 
 def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None,
-                   remote_step=None):
+                   remote_step=None, overlap=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``gpu`` the GPU kernel model's parameters and ``remote_step`` the client step cost, passed through.
+    ``gpu`` the GPU kernel model's parameters, ``remote_step`` the client step cost and ``overlap`` the NCCL
+    overlap constants, passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, remote_step)
+                     fit_one_thread_model(timings, params), gpu, remote_step, overlap)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -381,6 +395,7 @@ def _model_in(folder):
     calibration, collectives = _calibrations(folder)
     remote_step = _remote_step(folder)
     gpu = GpuKernelParams.load(GPU_MODEL)
+    overlap = NcclOverlap.load(OVERLAP_FILE)
     ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(_in(ops, TIMINGS)):
         raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=_in(ops, TIMINGS))
@@ -393,13 +408,14 @@ def _model_in(folder):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu, remote_step)
+                         executor, one_thread_model, gpu, remote_step, overlap)
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(_in(ops, TIMINGS_META))
         return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
-                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step)
+                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step,
+                              overlap=overlap)
 
 
 def _in(folder, shipped_path):

@@ -139,6 +139,9 @@ def test_search_compresses_a_network_bound_job_only_when_allowed(cost_model):
     # allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
     step, ids, y, _ = build_embedding_step("sgd", batch_size=8192)
     graph = capture_step(step, ids, y, model_name="embedding")
+    # Without the fitted fixed cost of an NCCL collective (cost_models.overlap), which alone keeps this small
+    # model on one T4: the test is of the bytes an allreduce sends.
+    cost_model = cost_model.with_overlap(None)
     spec = load_cluster(preset="g4dn.12xlarge:2")
     kept = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True)
     assert {s.compression for s in kept.strategy.sync.values()} == {"none"}

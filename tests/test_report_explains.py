@@ -25,9 +25,9 @@ from tests.test_report import LONG_NUMBER
 EMBEDDING = "deep_embedding/embeddings"
 
 
-def baseline_report(graph_item, preset, baseline):
+def baseline_report(graph_item, preset, baseline, cost_model=None):
     """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``."""
-    spec, cost_model = from_preset(preset), CostModel.default()
+    spec, cost_model = from_preset(preset), cost_model or CostModel.default()
     simulator = Simulator(Problem(graph_item, spec, cost_model))
     strategy = BASELINES[baseline](simulator.problem)
     plan = Plan.from_strategy(graph_item, spec, strategy, simulator.simulate(strategy), cost_model.id, seed=0)
@@ -59,7 +59,8 @@ def test_exposed_comm_excludes_the_update(mlp_graph):
 
 
 def test_bottleneck_is_compute_when_the_busiest_gpu_is_saturated(mlp_graph):
-    _, doc, _ = baseline_report(mlp_graph, "dgx-h100:2", "ring")
+    # Without the fitted fixed cost of an NCCL collective (cost_models.overlap), which outlasts this small step.
+    _, doc, _ = baseline_report(mlp_graph, "dgx-h100:2", "ring", CostModel.default().with_overlap(None))
     b, p = doc["bottleneck"], doc["plan"]
     # Most of the step comes after compute (updates, mostly), yet the busiest GPU is nearly always busy.
     assert 1 - p["compute_time"] / p["step_time"] > 0.2
