@@ -35,13 +35,18 @@ from autodist.resource_spec.spec import receive_link, send_link
 #    infiniband on C7, C8, C9 and C15, roce on C14's three EFA rows), the
 #    median of what each row implies; tests/test_collective_cli.py checks
 #    these equal a fresh fit.
-#  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links").
+#  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links"):
+#    host-device copies, and GPUs peer to peer behind a PCIe switch.
+#  - pcie-cpu: GPUs that reach each other through the CPU's host bridge
+#    (a PCIe fabric with ``via_cpu``), staged in host memory; fitted on row
+#    C13's 3-GPU allreduce (cost_models.collectives_published).
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
 #  - loopback: the TensorFlow gRPC calibration already measures achieved
 #    bandwidth, so it is used as is.
 LINK_EFFICIENCY = {
     "nvlink": 0.774,
     "pcie": 0.8,
+    "pcie-cpu": 0.635,
     "ethernet": 0.7,
     "infiniband": 0.935,
     "roce": 0.640,
@@ -176,7 +181,14 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        return path.bandwidth * self.link_efficiency(path.medium, path.rdma), path.latency, path.links
+        kind = "pcie-cpu" if path.medium == "pcie" and self._gpus_via_cpu(src, dst) else path.medium
+        return path.bandwidth * self.link_efficiency(kind, path.rdma), path.latency, path.links
+
+    def _gpus_via_cpu(self, src, dst):
+        """Whether GPUs ``src`` and ``dst`` of one node reach each other through its CPU (a ``via_cpu`` PCIe fabric)."""
+        spec = self.resource_spec
+        a, b = spec.device(src), spec.device(dst)
+        return a.node == b.node and a.kind == b.kind == "GPU" and spec.node_of(src).fabric.via_cpu
 
     # -- point to point ------------------------------------------------------
     def grpc_path(self, src, dst):

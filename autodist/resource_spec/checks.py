@@ -35,7 +35,7 @@ def _link_problems(link, field):
         yield f"{field}.bandwidth", f"must be a positive number of bytes/s, got {link.bandwidth!r:.60}"
     if not _known(link.latency):
         yield f"{field}.latency", f"must be a number of seconds >= 0, got {link.latency!r:.60}"
-    for flag in ("rdma", "gpudirect"):
+    for flag in ("rdma", "gpudirect", "via_cpu"):
         if not isinstance(getattr(link, flag), bool):
             yield f"{field}.{flag}", f"must be true or false, got {getattr(link, flag)!r:.60}"
 

@@ -22,10 +22,12 @@ one: ``peak_flops`` (dtype -> FLOP/s), ``memory``, ``memory_bandwidth`` (the
 last two may be ``unknown``, as discovery writes them for unknown products).
 Links (``fabric``, ``host_link``, each of ``nics``): a link preset name
 (``ib-ndr``, ``pcie-gen4``...), or ``{preset | kind, bandwidth | speed |
-generation, latency, rdma, gpudirect}``; NICs also take ``count``.  Kinds:
+generation, latency, rdma, gpudirect, via_cpu}``; NICs also take ``count``.  Kinds:
 nvlink (or nvswitch), pcie, loopback, infiniband, roce, ethernet.  Without a
 ``fabric`` a node gets its GPU model's (else PCIe Gen4); latency defaults by
-kind, rdma to true for infiniband and roce.
+kind, rdma to true for infiniband and roce.  ``via_cpu: true`` on a pcie
+fabric: its GPUs reach each other through the CPU's host bridge (no PCIe
+switch between them), priced slower than peer to peer.
 
 A cluster emulated on this machine (``autodist run`` builds it with network
 namespaces and ``tc``, see resource_spec/emulated.py) says so at the top,
@@ -85,7 +87,7 @@ NETWORK_KEYS = ("emulate",)
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
              "host_link", "nics", "labels", "delay")
 DEVICE_KEYS = ("model", "count", "peak_flops", "memory", "memory_bandwidth")
-LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect")
+LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect", "via_cpu")
 NIC_KEYS = LINK_KEYS + ("count",)
 
 # libyaml's safe loader and dumper where PyYAML has them: same documents, much faster.
@@ -479,11 +481,13 @@ def _override_link(reader, link, value, field):
         link = replace(link, bandwidth=reader.quantity(value["speed"], f"{field}.speed", "speed"))
     if "latency" in value:
         link = replace(link, latency=reader.quantity(value["latency"], f"{field}.latency", "latency"))
-    for flag in ("rdma", "gpudirect"):
+    for flag in ("rdma", "gpudirect", "via_cpu"):
         if flag in value:
             link = replace(link, **{flag: reader.flag(value[flag], f"{field}.{flag}")})
     if link.gpudirect and not link.rdma:
         reader.fail(f"{field}.gpudirect", "GPUDirect RDMA needs rdma: true")
+    if link.via_cpu and link.kind != "pcie":
+        reader.fail(f"{field}.via_cpu", f"only a pcie link joins GPUs through the CPU, not {link.kind}")
     return link
 
 
@@ -580,6 +584,7 @@ def _link_to_dict(link):
         "latency": _format(link.latency, "latency"),
         "rdma": link.rdma,
         "gpudirect": link.gpudirect,
+        **({"via_cpu": True} if link.via_cpu else {}),
     }
 
 

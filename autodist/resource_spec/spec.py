@@ -53,13 +53,19 @@ class DeviceSpec:
 
 @dataclass
 class LinkSpec:
-    """A link kind with its per-direction bandwidth and latency."""
+    """A link kind with its per-direction bandwidth and latency.
+
+    ``via_cpu``: on a PCIe fabric, GPUs reach each other through the CPU's
+    host bridge, staged in host memory (no peer-to-peer through a PCIe
+    switch); written only where true.
+    """
 
     kind: str
     bandwidth: float
     latency: float
     rdma: bool = False
     gpudirect: bool = False
+    via_cpu: bool = False
 
 
 @dataclass
@@ -297,8 +303,12 @@ class ResourceSpec:
 
 
 def _node_dict(node):
-    """``asdict(node)``, without ``emulation`` on a real node (so its documents and hashes stay as they were)."""
+    """``asdict(node)``, without ``emulation`` on a real node nor a link's false ``via_cpu`` (so its documents and
+    hashes stay as they were)."""
     out = asdict(node)
     if node.emulation is None:
         del out["emulation"]
+    for link in [out["fabric"], out["host_link"], *out["nics"]]:
+        if link is not None and not link["via_cpu"]:
+            del link["via_cpu"]
     return out
