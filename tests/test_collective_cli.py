@@ -138,6 +138,7 @@ def test_pcie_topologies_are_priced_apart(tmp_path):
     assert _collective("--cluster", str(bridged), "--op", "allreduce", "--bytes", str(S))["busbw"] > peer["busbw"]
     # A cluster file says it, and writes it back; documents of other fabrics stay as they were.
     assert "via_cpu: true" in dump_cluster(spec)
+    assert "pcie via CPU" in _autodist("cluster", "show", "--preset", "g4dn.12xlarge").stdout
     assert "via_cpu" not in json.dumps(load(preset="dgx-h100").to_dict())
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, fabric: {kind: nvlink, speed: 100 Gb/s, "

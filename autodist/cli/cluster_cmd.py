@@ -96,7 +96,7 @@ def _devices_table(spec):
 
 def _link_row(node, role, link, count, serves):
     return [
-        node.name, role, link.kind, count, f"{link.bandwidth / 1e9:.4g}", f"{link.latency * 1e6:.3g}",
+        node.name, role, link.kind + (" via CPU" if link.via_cpu else ""), count, f"{link.bandwidth / 1e9:.4g}", f"{link.latency * 1e6:.3g}",
         "yes" if link.rdma else "no", "yes" if link.gpudirect else "no", serves,
     ]
 
