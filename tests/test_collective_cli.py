@@ -145,3 +145,32 @@ def test_pcie_topologies_are_priced_apart(tmp_path):
                      "via_cpu: true}}\n")
     out = _autodist("costmodel", "collective", "--cluster", str(wrong), "--op", "allreduce", "--bytes", "1024")
     assert out.returncode == 2 and "via_cpu" in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_nvlink_bridges_join_gpus_in_pairs(tmp_path):
+    """Four A100s in NVLink-bridged pairs, the pairs joined through the CPU (row C13's box): an allreduce inside a
+    pair runs at NVLink's rate, one across pairs and the ring of all four at PCIe's through the CPU."""
+    from autodist.resource_spec import load_cluster as load
+    from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
+
+    box = tmp_path / "bridged.yaml"
+    box.write_text("nodes:\n  - {name: box, gpus: {model: A100-80GB, count: 4}, fabric: pcie-gen4-cpu, "
+                   "bridge: nvlink-a100}\n")
+    spec = load(str(box))
+    S = str(2**30)
+
+    def busbw(*devices):
+        return _collective("--cluster", str(box), "--op", "allreduce", "--bytes", S, "--devices", *devices)["busbw"]
+
+    bridge, fabric = spec.nodes[0].bridge, spec.nodes[0].fabric
+    assert busbw("box/GPU:0", "box/GPU:1") == pytest.approx(bridge.bandwidth * LINK_EFFICIENCY["nvlink"], rel=1e-3)
+    across = busbw("box/GPU:1", "box/GPU:2")
+    assert across == pytest.approx(fabric.bandwidth * LINK_EFFICIENCY["pcie-cpu"], rel=1e-3)
+    assert busbw("box/GPU:0", "box/GPU:1", "box/GPU:2", "box/GPU:3") == pytest.approx(across, rel=1e-3)
+    # Written back and read again; a node without bridges keeps its document.
+    assert parse_cluster(dump_cluster(spec)).content_hash() == spec.content_hash()
+    assert "bridge" not in json.dumps(load(preset="g4dn.12xlarge").to_dict())
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, bridge: pcie-gen3}\n")
+    out = _autodist("costmodel", "collective", "--cluster", str(wrong), "--op", "allreduce", "--bytes", "1024")
+    assert out.returncode == 2 and "bridge" in out.stderr and out.stderr.strip().count("\n") == 0

@@ -84,6 +84,8 @@ def spec_problems(nodes):
             yield from _link_problems(nic, f"{field}.nics[{k}]")
         if node.host_link is not None:
             yield from _link_problems(node.host_link, f"{field}.host_link")
+        if node.bridge is not None:
+            yield from _link_problems(node.bridge, f"{field}.bridge")
         if node.emulation is not None:
             yield from _emulation_problems(node.emulation, f"{field}.emulation")
     if len({node.emulation is None for node in nodes}) > 1:

@@ -27,7 +27,9 @@ nvlink (or nvswitch), pcie, loopback, infiniband, roce, ethernet.  Without a
 ``fabric`` a node gets its GPU model's (else PCIe Gen4); latency defaults by
 kind, rdma to true for infiniband and roce.  ``via_cpu: true`` on a pcie
 fabric: its GPUs reach each other through the CPU's host bridge (no PCIe
-switch between them), priced slower than peer to peer.
+switch between them), priced slower than peer to peer.  ``bridge`` (an
+nvlink link): NVLink bridges join the GPUs in pairs (0-1, 2-3, ...), the
+other pairs talk over the fabric.
 
 A cluster emulated on this machine (``autodist run`` builds it with network
 namespaces and ``tc``, see resource_spec/emulated.py) says so at the top,
@@ -85,7 +87,7 @@ MAX_PER_GROUP = 1024
 TOP_KEYS = ("name", "network", "nodes")
 NETWORK_KEYS = ("emulate",)
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
-             "host_link", "nics", "labels", "delay")
+             "host_link", "bridge", "nics", "labels", "delay")
 DEVICE_KEYS = ("model", "count", "peak_flops", "memory", "memory_bandwidth")
 LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect", "via_cpu")
 NIC_KEYS = LINK_KEYS + ("count",)
@@ -311,6 +313,9 @@ def _read_node_group(reader, entry, field):
     devices = _read_devices(reader, entry, field)
     fabric = _read_link(reader, entry["fabric"], f"{field}.fabric") if "fabric" in entry else None
     host_link = _read_link(reader, entry["host_link"], f"{field}.host_link") if "host_link" in entry else None
+    bridge = _read_link(reader, entry["bridge"], f"{field}.bridge") if "bridge" in entry else None
+    if bridge is not None and bridge.kind != "nvlink":
+        reader.fail(f"{field}.bridge", f"a bridge joins GPUs by NVLink, not {bridge.kind}")
     nics = _read_nics(reader, entry["nics"], f"{field}.nics") if "nics" in entry else None
     labels = _read_labels(reader, entry.get("labels", {}), f"{field}.labels")
 
@@ -327,6 +332,8 @@ def _read_node_group(reader, entry, field):
             node.fabric = fabric
         if host_link is not None:
             node.host_link = host_link
+        if bridge is not None:
+            node.bridge = bridge
         if nics is not None:
             node.nics = list(nics)
         if node.fabric is None:
@@ -547,6 +554,8 @@ def _node_to_dict(node):
     out["fabric"] = _link_to_dict(node.fabric)
     if node.host_link is not None:
         out["host_link"] = _link_to_dict(node.host_link)
+    if node.bridge is not None:
+        out["bridge"] = _link_to_dict(node.bridge)
     if node.nics:
         out["nics"] = _group([_link_to_dict(n) for n in node.nics])
     if node.labels:
