@@ -40,6 +40,8 @@ from autodist.resource_spec.spec import receive_link, send_link
 #  - pcie-cpu: GPUs that reach each other through the CPU's host bridge
 #    (a PCIe fabric with ``via_cpu``), staged in host memory; fitted on row
 #    C13's 3-GPU allreduce (cost_models.collectives_published).
+#  - nvlink-bridge: the two GPUs of an NVLink-bridged pair (a node's
+#    ``bridge``); fitted on row C13's 2-GPU allreduce over an NV12 pair.
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
 #  - loopback: the TensorFlow gRPC calibration already measures achieved
 #    bandwidth, so it is used as is.
@@ -47,6 +49,7 @@ LINK_EFFICIENCY = {
     "nvlink": 0.774,
     "pcie": 0.8,
     "pcie-cpu": 0.635,
+    "nvlink-bridge": 0.693,
     "ethernet": 0.7,
     "infiniband": 0.935,
     "roce": 0.640,
@@ -181,14 +184,20 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        kind = "pcie-cpu" if path.medium == "pcie" and self._gpus_via_cpu(src, dst) else path.medium
-        return path.bandwidth * self.link_efficiency(kind, path.rdma), path.latency, path.links
+        return path.bandwidth * self.link_efficiency(self._gpu_topology(src, dst, path), path.rdma), path.latency, \
+            path.links
 
-    def _gpus_via_cpu(self, src, dst):
-        """Whether GPUs ``src`` and ``dst`` of one node reach each other through its CPU (a ``via_cpu`` PCIe fabric)."""
+    def _gpu_topology(self, src, dst, path):
+        """The link kind whose efficiency prices ``path``: its medium, or how two GPUs of one node meet (an NVLink
+        bridge, or a ``via_cpu`` PCIe fabric)."""
         spec = self.resource_spec
         a, b = spec.device(src), spec.device(dst)
-        return a.node == b.node and a.kind == b.kind == "GPU" and spec.node_of(src).fabric.via_cpu
+        if path.kind != "intra-node" or not a.kind == b.kind == "GPU":
+            return path.medium
+        node = spec.node_of(src)
+        if node.bridged(a, b):
+            return "nvlink-bridge"
+        return "pcie-cpu" if path.medium == "pcie" and node.fabric.via_cpu else path.medium
 
     # -- point to point ------------------------------------------------------
     def grpc_path(self, src, dst):

@@ -92,7 +92,7 @@ def test_shipped_efficiencies_are_the_fit_on_the_published_rows():
     from cost_models.comm import NVLS_EFFICIENCY
 
     fitted = fit()
-    assert sorted(fitted) == ["infiniband", "nvlink", "nvls", "pcie-cpu", "roce"]
+    assert sorted(fitted) == ["infiniband", "nvlink", "nvlink-bridge", "nvls", "pcie-cpu", "roce"]
     shipped = {**LINK_EFFICIENCY, "nvls": NVLS_EFFICIENCY}
     for kind, value in fitted.items():
         assert shipped[kind] == pytest.approx(value, abs=5e-4), kind
@@ -104,9 +104,11 @@ def test_collectives_published_is_scored_leave_one_system_out():
     report = evaluate()
     assert [r["row"] for r in report["rows"]] == [r.row for r in ROWS]
     by_row = {r["row"]: r for r in report["rows"]}
-    # NVLS, EFA and PCIe through the CPU each have one system only: predicted with the shipped value, not scored.
+    # NVLS, EFA, NVLink bridges and PCIe through the CPU each have one system only: predicted with the shipped
+    # value, not scored.
     assert not by_row["C2"]["fitted_on_other_systems"] and not by_row["C14 (3 nodes)"]["fitted_on_other_systems"]
     assert not by_row["C13 (3 GPUs)"]["fitted_on_other_systems"]
+    assert not by_row["C13 (2 GPUs)"]["fitted_on_other_systems"]
     assert by_row["C9"]["fitted_on_other_systems"]
     assert report["rows_scored"] == sum(r["fitted_on_other_systems"] for r in report["rows"])
     assert 0 <= report["median_error"] <= report["max_error"]
@@ -149,7 +151,7 @@ def test_pcie_topologies_are_priced_apart(tmp_path):
 
 def test_nvlink_bridges_join_gpus_in_pairs(tmp_path):
     """Four A100s in NVLink-bridged pairs, the pairs joined through the CPU (row C13's box): an allreduce inside a
-    pair runs at NVLink's rate, one across pairs and the ring of all four at PCIe's through the CPU."""
+    pair runs at the bridge's rate, one across pairs and the ring of all four at PCIe's through the CPU."""
     from autodist.resource_spec import load_cluster as load
     from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
 
@@ -163,7 +165,8 @@ def test_nvlink_bridges_join_gpus_in_pairs(tmp_path):
         return _collective("--cluster", str(box), "--op", "allreduce", "--bytes", S, "--devices", *devices)["busbw"]
 
     bridge, fabric = spec.nodes[0].bridge, spec.nodes[0].fabric
-    assert busbw("box/GPU:0", "box/GPU:1") == pytest.approx(bridge.bandwidth * LINK_EFFICIENCY["nvlink"], rel=1e-3)
+    assert busbw("box/GPU:0", "box/GPU:1") == pytest.approx(bridge.bandwidth * LINK_EFFICIENCY["nvlink-bridge"],
+                                                            rel=1e-3)
     across = busbw("box/GPU:1", "box/GPU:2")
     assert across == pytest.approx(fabric.bandwidth * LINK_EFFICIENCY["pcie-cpu"], rel=1e-3)
     assert busbw("box/GPU:0", "box/GPU:1", "box/GPU:2", "box/GPU:3") == pytest.approx(across, rel=1e-3)
