@@ -177,7 +177,9 @@ def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
         link = b["busiest_link"]  # None when the plan moves nothing between devices (one replica)
         saturated = max(b["busiest_device"]["busy_fraction"], link["busy_fraction"] if link else 0.0) >= 0.9
         assert b["exposed_comm_fraction"] is None and b["latency_share"] is None
-        assert saturated or b["bound_by"] in (None, "compute")
+        # The client's dispatch is in the plan file (a PS plan, which a short search may return now that an NCCL
+        # collective on GPUs has its fitted fixed cost), so it may name the bound too.
+        assert saturated or b["bound_by"] in (None, "compute", "client")
         assert (b["bound_by"] is None) == ("Report on the job's graph" in b["sentence"])
     assert "Counterfactuals need the job's graph" in text and not LONG_NUMBER.search(text)
 
