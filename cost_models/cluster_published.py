@@ -14,20 +14,20 @@ shipped fit on the single-GPU rows); during the backward pass of the last
 micro-batch the gradients become ready at an even rate over the backward
 ops' time, and Horovod fuses them, in that order, into buckets of at most
 64 MiB; the buckets are allreduced in order on one stream (NCCL runs one
-collective at a time per communicator), each as the communication model
-prices an allreduce on collective ops (cost_models.comm: a ring, or NCCL's
-tree across nodes where faster) plus a fixed cost per collective; compute runs slower by a fraction of the time a collective
-runs beside it (NCCL's kernels take SMs and memory bandwidth); the
-optimizer update follows the last allreduce.
+collective at a time per communicator), each priced by the communication
+model the simulator uses (cost_models.comm: NCCL on collective ops, a ring,
+or NCCL's tree across nodes where faster, plus Horovod's fixed cost per
+fused collective, which the simulator leaves out for autodist's own
+runtime); compute loses the contention share of the
+time a collective runs beside it (cost_models.overlap.contention_delay, as
+in the simulator); the optimizer update follows the last allreduce.
 
-Two constants are fitted (:func:`fit`, a grid) on the points whose
-published scaling efficiency is known: the fixed cost per collective and
-the share of compute a running collective takes.  :func:`evaluate` reports
-every point with the constants fitted on all points and fitted without the
-point's system (leave one system out).  They describe Horovod's runtime
-(its fixed cost per fused collective includes its coordination between
-ranks), so they price these rows only; the simulator prices autodist's own
-runtime.
+The two constants of cost_models.overlap are fitted here (:func:`fit`, a
+grid) on the points whose published scaling efficiency is known, and
+:func:`write_shipped` saves that fit as the package data the simulator
+takes NCCL's contention from.  :func:`evaluate` reports every point
+with the shipped constants and with constants fitted without the point's
+system (leave one system out).
 
 Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput;
 the published one is the row's stated speedup over one GPU, or the
@@ -43,6 +43,7 @@ from functools import lru_cache
 import numpy as np
 
 from cost_models.comm import CommModel
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay
 from cost_models.gpu import GpuKernelParams, GpuStep
 from cost_models.published import step_at
 
@@ -199,7 +200,7 @@ class _Step:
     micro_batch: float  # one micro-batch's forward and backward on one GPU
     backward_start: float  # when its backward starts: after the forward ops
     update: float
-    buckets: tuple  # (fraction of the backward done when the bucket's gradients are all ready, allreduce seconds)
+    buckets: tuple  # (fraction of the backward done when the bucket's gradients are all ready, bytes)
 
 
 @lru_cache(maxsize=1)
@@ -216,68 +217,86 @@ def _step(run):
     _, share = step.shares(_params())
     train = np.where(step.update, 0.0, share)
     start = float(train[table["phase"] == "forward"].sum())  # the backward starts once the forward ran
-    spec = cluster_of(run)
-    devices = [d.name for d in spec.gpus()]
-    comm = CommModel(spec)
     total = int(scalars["parameter_bytes"])
-    buckets = []
-    for done in range(0, total, FUSION_BYTES):
-        nbytes = min(FUSION_BYTES, total - done)
-        seconds = sum(p.seconds for p in comm.allreduce_phases(nbytes, devices, "ring", collective_ops=True))
-        buckets.append(((done + nbytes) / total, seconds))
-    return _Step(float(train.sum()), start, float(share[step.update].sum()), tuple(buckets))
+    buckets = tuple(((done + min(FUSION_BYTES, total - done)) / total, min(FUSION_BYTES, total - done))
+                    for done in range(0, total, FUSION_BYTES))
+    return _Step(float(train.sum()), start, float(share[step.update].sum()), buckets)
 
 
-def multi_gpu_step(step, micro_batches, collective_seconds, contention):
+@lru_cache(maxsize=None)
+def _devices(run):
+    spec = cluster_of(run)
+    return spec, tuple(d.name for d in spec.gpus())
+
+
+@lru_cache(maxsize=None)
+def _collectives(run, collective_seconds):
+    """``(seconds of each bucket's allreduce, whether they take from compute)`` as the simulator's communication
+    model prices them with ``collective_seconds`` per collective: NCCL on collective ops, a ring or its tree
+    across nodes."""
+    spec, devices = _devices(run)
+    comm = CommModel(spec, overlap=NcclOverlap(collective_seconds, 1.0))
+    seconds = {}
+    for _, nbytes in _step(run).buckets:
+        if nbytes not in seconds:
+            phases = comm.allreduce_phases(nbytes, devices, "ring", collective_ops=True, horovod=True)
+            seconds[nbytes] = sum(p.seconds for p in phases)
+    return tuple(seconds[nbytes] for _, nbytes in _step(run).buckets), comm.compute_contention(devices) is not None
+
+
+def multi_gpu_step(step, micro_batches, bucket_seconds, contention):
     """Seconds of one data-parallel step (see the module docstring).
 
-    Buckets run in order on one stream, each ``collective_seconds`` plus its
-    allreduce; compute loses ``contention`` times the time collectives run
-    beside it.
+    Buckets run in order on one stream, bucket ``i`` for
+    ``bucket_seconds[i]``; compute loses ``contention`` of the time they run
+    beside it (cost_models.overlap.contention_delay).
     """
     earlier = (micro_batches - 1) * step.micro_batch
     compute_end = earlier + step.micro_batch
     span = step.micro_batch - step.backward_start
-    free = hidden = 0.0
-    for fraction, seconds in step.buckets:
+    free = 0.0
+    spans = []
+    for (fraction, _), seconds in zip(step.buckets, bucket_seconds):
         start = max(earlier + step.backward_start + fraction * span, free)
-        free = start + collective_seconds + seconds
-        hidden += max(0.0, min(free, compute_end) - start)
-    return max(compute_end + contention * hidden, free) + step.update
+        free = start + seconds
+        spans.append((start, free, contention))
+    return max(compute_end, free) + contention_delay(compute_end, spans) + step.update
 
 
-def predict(run, collective_seconds, contention):
-    """``(samples per second, scaling efficiency)`` predicted for ``run``."""
+def predict(run, overlap):
+    """``(samples per second, scaling efficiency)`` predicted for ``run`` with ``overlap`` (a :class:`NcclOverlap`)."""
     step = _step(run)
-    multi = multi_gpu_step(step, run.micro_batches, collective_seconds, contention)
+    seconds, takes_compute = _collectives(run, overlap.collective_seconds)
+    multi = multi_gpu_step(step, run.micro_batches, seconds, overlap.contention if takes_compute else 0.0)
     single = run.micro_batches * step.micro_batch + step.update
     gpus = run.nodes * SYSTEMS[run.system][1]
     return run.batch * run.micro_batches * gpus / multi, single / multi
 
 
 def fit(runs):
-    """``{"collective_seconds", "contention"}`` that minimise the squared efficiency error of ``runs``
-    (those with a published efficiency), over a grid."""
+    """The :class:`NcclOverlap` that minimises the squared efficiency error of ``runs`` (those with a published
+    efficiency), over a grid of the fixed cost per collective and the contention."""
     scored = [r for r in runs if r.efficiency is not None]
     best = None
     for fixed in COLLECTIVE_SECONDS:
         for contention in CONTENTION:
-            loss = sum((predict(r, fixed, contention)[1] - r.efficiency) ** 2 for r in scored)
+            overlap = NcclOverlap(float(fixed), float(contention))
+            loss = sum((predict(r, overlap)[1] - r.efficiency) ** 2 for r in scored)
             if best is None or loss < best[0] - 1e-15:
-                best = (loss, float(fixed), float(contention))
-    return {"collective_seconds": best[1], "contention": best[2], "fitted_on": [r.id for r in scored]}
+                best = (loss, overlap)
+    return NcclOverlap(best[1].collective_seconds, best[1].contention, [r.id for r in scored])
 
 
 def evaluate(runs=ROWS):
-    """The ``cluster_published`` section: every point, in sample and with its system left out of the fit."""
-    everything = fit(runs)
+    """The ``cluster_published`` section: every point with the shipped constants (the product's), and with the
+    constants fitted without the point's system (leave one system out)."""
+    shipped = NcclOverlap.load(OVERLAP_FILE)
     systems = dict.fromkeys(r.system for r in runs)
     left_out = {system: fit([r for r in runs if r.system != system]) for system in systems}
     rows = []
     for run in runs:
-        fitted = predict(run, everything["collective_seconds"], everything["contention"])
-        other = left_out[run.system]
-        lono = predict(run, other["collective_seconds"], other["contention"])
+        fitted = predict(run, shipped)
+        lono = predict(run, left_out[run.system])
         row = {"id": run.id, "config": run.config, "system": run.system, "nodes": run.nodes,
                "gpus": run.nodes * SYSTEMS[run.system][1], "precision": run.precision, "batch": run.batch,
                "micro_batches": run.micro_batches, "published": run.throughput,
@@ -290,9 +309,22 @@ def evaluate(runs=ROWS):
             row["efficiency_points_left_out"] = lono[1] - run.efficiency
         rows.append(row)
     return {"rows": rows, "skipped": [{"row": r, "reason": why} for r, why in SKIPPED],
-            "fitted_on_all_rows": everything,
-            "fitted_without_system": left_out, "targets": TARGETS,
+            "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(runs)),
+            "fitted_without_system": {system: _constants(o) for system, o in left_out.items()}, "targets": TARGETS,
             "summary": {**_summary(rows, ""), **_summary(rows, "_left_out")}}
+
+
+def _constants(overlap):
+    return {"collective_seconds": overlap.collective_seconds, "contention": overlap.contention,
+            "fitted_on": overlap.fitted_on}
+
+
+def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.cluster_published --fit"):
+    """Fit on every row with a published efficiency and save the result as the shipped :class:`NcclOverlap`."""
+    fitted = fit(ROWS)
+    fitted.command = command
+    fitted.save(path)
+    return fitted
 
 
 def _summary(rows, suffix):
@@ -309,10 +341,10 @@ def _summary(rows, suffix):
 
 def report_lines(section):
     """Human-readable lines of :func:`evaluate`'s section."""
-    fitted = section["fitted_on_all_rows"]
-    lines = [f"multi-GPU throughput vs published scaling rows (fixed cost per collective "
+    fitted = section["shipped"]
+    lines = [f"multi-GPU throughput vs published scaling rows (shipped fixed cost per collective "
              f"{fitted['collective_seconds'] * 1e3:.1f} ms, compute loses {fitted['contention'] * 100:.0f}% of the "
-             "time a collective runs beside it; fitted on all rows / without the row's system):"]
+             "time a collective runs beside it, fitted on all rows / fitted without the row's system):"]
     for r in section["rows"]:
         eff = ""
         if r["published_efficiency"] is not None:
@@ -324,10 +356,18 @@ def report_lines(section):
     for s in section["skipped"]:
         lines.append(f"  {s['row']:<12} not evaluated: {s['reason']}")
     summary = section["summary"]
-    for suffix, label in (("", "fitted on all rows"), ("_left_out", "system left out")):
+    for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")):
         lines.append(f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
                      f"(target <= 15%), worst {summary['max_throughput_error' + suffix] * 100:.1f}%; efficiency within "
                      f"8 points on {summary['rows_within_efficiency_target' + suffix]} of "
                      f"{summary['rows_with_published_efficiency']} rows, worst "
                      f"{summary['max_efficiency_points' + suffix] * 100:.1f} points")
     return lines
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--fit"]:
+        sys.exit("usage: python -m cost_models.cluster_published --fit   (refit and write " + OVERLAP_FILE + ")")
+    print(write_shipped())

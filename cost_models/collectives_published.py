@@ -5,8 +5,10 @@ The rows are the allreduce rows (C) of the calibration set,
 GPUs, fabric and NICs well enough to rebuild the cluster; each is an 8-GPU
 node or nodes of them, a large message, and the busbw nccl-tests printed.
 Each row says which link sets its pace (``kind``): the NVLink fabric inside
-one node (``nvlink``, or ``nvls`` where NCCL ran NVLink SHARP), else the
-nodes' NICs (``infiniband``, ``roce`` for RDMA over Ethernet such as EFA).
+one node (``nvlink``, or ``nvls`` where NCCL ran NVLink SHARP), an NVLink
+bridge between two GPUs (``nvlink-bridge``), PCIe between GPUs through the
+CPU (``pcie-cpu``), else the nodes' NICs (``infiniband``, ``roce`` for RDMA
+over Ethernet such as EFA).
 At large messages the predicted busbw is proportional to that link's
 achieved fraction of line rate, so a row implies that fraction as its
 measured over its predicted busbw times the fraction it was predicted
@@ -51,12 +53,21 @@ def _nodes(count, gpu, nics=(), fabric=None):
 
 
 _A100 = _nodes(1, "A100-80GB")
+# C13's box: A100s joined in pairs by 12 NVLinks, the pairs over PCIe Gen4 through the CPU ("PCIe/SYS").  Its
+# 2-GPU run is one pair; its 3-GPU run a ring of a pair and a GPU of the next pair, whose PCIe hop sets the pace.
+_A100_PAIRS = {"name": "A100 NVLink pairs via CPU", "nodes": [{"name": "n", "gpus": {"model": "A100-80GB", "count": 2},
+                                                              "fabric": "pcie-gen4-cpu", "bridge": "nvlink-a100"}]}
+_A100_VIA_CPU = {"name": "3x A100 via CPU", "nodes": [{"name": "n", "gpus": {"model": "A100-80GB", "count": 3},
+                                                      "fabric": "pcie-gen4-cpu"}]}
 _H100 = _nodes(1, "H100-SXM")
 
 ROWS = (
     PublishedCollective("C1", "A100 NVSwitch node", _A100, 8 * GiB, 231.58e9, "nvlink"),
     PublishedCollective("C7 (1 node)", "A100 NVSwitch node", _A100, 4 * GiB, 232.54e9, "nvlink"),
     PublishedCollective("C11", "A100 NVSwitch node", _A100, 1 * GiB, 200e9, "nvlink"),
+    PublishedCollective("C13 (2 GPUs)", "A100 NVLink pair", _A100_PAIRS, 12 * GiB, 208e9, "nvlink-bridge"),
+    PublishedCollective("C13 (3 GPUs)", "A100 pairs joined through the CPU", _A100_VIA_CPU, 12 * GiB, 20e9,
+                        "pcie-cpu"),
     PublishedCollective("C2", "H100 NVSwitch node", _H100, 8 * GiB, 478.87e9, "nvls"),
     PublishedCollective("C4 (NVLS)", "H100 NVSwitch node", _H100, 8 * GiB, 480e9, "nvls"),
     PublishedCollective("C4 (ring)", "H100 NVSwitch node", _H100, 8 * GiB, 370e9, "nvlink", "ring"),

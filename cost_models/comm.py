@@ -35,13 +35,21 @@ from autodist.resource_spec.spec import receive_link, send_link
 #    infiniband on C7, C8, C9 and C15, roce on C14's three EFA rows), the
 #    median of what each row implies; tests/test_collective_cli.py checks
 #    these equal a fresh fit.
-#  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links").
+#  - pcie: Gen3 x16 measures ~12.6 of 15.75 GB/s (hardware.md, "Links"):
+#    host-device copies, and GPUs peer to peer behind a PCIe switch.
+#  - pcie-cpu: GPUs that reach each other through the CPU's host bridge
+#    (a PCIe fabric with ``via_cpu``), staged in host memory; fitted on row
+#    C13's 3-GPU allreduce (cost_models.collectives_published).
+#  - nvlink-bridge: the two GPUs of an NVLink-bridged pair (a node's
+#    ``bridge``); fitted on row C13's 2-GPU allreduce over an NV12 pair.
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
 #  - loopback: the TensorFlow gRPC calibration already measures achieved
 #    bandwidth, so it is used as is.
 LINK_EFFICIENCY = {
     "nvlink": 0.774,
     "pcie": 0.8,
+    "pcie-cpu": 0.635,
+    "nvlink-bridge": 0.693,
     "ethernet": 0.7,
     "infiniband": 0.935,
     "roce": 0.640,
@@ -145,13 +153,19 @@ class CommModel:
         What TensorFlow's gRPC achieves over this machine's emulated links:
         the NIC of an emulated node runs at the fraction measured for its
         rate; without it, transfers between emulated nodes cannot be priced.
+    overlap : cost_models.overlap.NcclOverlap or None
+        The fitted fixed cost per collective and compute contention of a
+        training step's NCCL collectives on GPUs (:meth:`compute_contention`);
+        without it neither is counted, as nccl-tests sees a collective.
     """
 
     def __init__(self, resource_spec, calibration=None, collectives=None, efficiency=None, remote_step=None,
-                 emulated_link=None):
+                 emulated_link=None, overlap=None):
         self.resource_spec = resource_spec
         self.remote_step = remote_step
         self.emulated_link = emulated_link
+        self.overlap = overlap
+        self._on_gpus = {}  # devices of a collective -> whether all are GPUs
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0
@@ -198,8 +212,22 @@ class CommModel:
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
         emulated = self._emulated_nic(src, dst) if path.kind == "inter-node" else None
-        efficiency = self.nic_efficiency(*emulated) if emulated else self.link_efficiency(path.medium, path.rdma)
-        return path.bandwidth * efficiency, path.latency, path.links
+        if emulated:
+            return path.bandwidth * self.nic_efficiency(*emulated), path.latency, path.links
+        return path.bandwidth * self.link_efficiency(self._gpu_topology(src, dst, path), path.rdma), path.latency, \
+            path.links
+
+    def _gpu_topology(self, src, dst, path):
+        """The link kind whose efficiency prices ``path``: its medium, or how two GPUs of one node meet (an NVLink
+        bridge, or a ``via_cpu`` PCIe fabric)."""
+        spec = self.resource_spec
+        a, b = spec.device(src), spec.device(dst)
+        if path.kind != "intra-node" or not a.kind == b.kind == "GPU":
+            return path.medium
+        node = spec.node_of(src)
+        if node.bridged(a, b):
+            return "nvlink-bridge"
+        return "pcie-cpu" if path.medium == "pcie" and node.fabric.via_cpu else path.medium
 
     # -- point to point ------------------------------------------------------
     def grpc_path(self, src, dst):
@@ -245,14 +273,19 @@ class CommModel:
         return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
 
     # -- collectives ---------------------------------------------------------
-    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False):
+    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False, horovod=False):
         """Phases of one allreduce of ``nbytes`` over ``devices``.
 
         A fused bucket is one allreduce of the bucket's summed bytes, so it
         pays the per-collective latency terms once instead of once per tensor.
         ``collective_ops``: the runtime sums it with TensorFlow's collective
         ops (plans that allreduce everything) rather than with transfers
-        between the replicas' devices.
+        between the replicas' devices.  On GPUs those are NCCL's, with no
+        gRPC overhead.  ``horovod``: the collective is one of Horovod's fused
+        buckets, which pays the fixed cost per collective fitted on the
+        published Horovod runs (``overlap``: its coordination between ranks);
+        TensorFlow's collective ops, which autodist's runtime runs, and
+        nccl-tests do not.
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -280,10 +313,26 @@ class CommModel:
             phases = self._hierarchical(nbytes, groups)
         else:
             phases = self._master(nbytes, groups)
-        if self._uses_grpc(devices):
-            first = phases[0]
-            phases[0] = Phase(first.seconds + self.per_tensor_overhead, first.links)
+        fixed = self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        if self.compute_contention(devices, collective_ops) is not None:
+            fixed = self.overlap.collective_seconds if horovod else 0.0
+        if fixed:
+            phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
         return [p for p in phases if p.seconds > 0 or p.links]
+
+    def compute_contention(self, devices, collective_ops=True):
+        """The fraction of its time beside compute that a training allreduce over ``devices`` takes from it.
+
+        The fitted NCCL contention for collective ops on GPUs (``overlap``);
+        ``None`` for anything else (and without ``overlap``), which takes
+        nothing from compute.
+        """
+        if self.overlap is None or not collective_ops:
+            return None
+        key = tuple(devices)
+        if key not in self._on_gpus:
+            self._on_gpus[key] = self._all_gpus(key)
+        return self.overlap.contention if self._on_gpus[key] else None
 
     def allreduce_time(self, nbytes, devices, algorithm="ring"):
         """Uncontended allreduce time: the sum of its phases."""

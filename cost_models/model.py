@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.calibration import TransferCalibration
 from cost_models.emulated_link import EmulatedLinkCalibration
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
@@ -75,10 +77,14 @@ class CostModel:
     emulated_link : cost_models.emulated_link.EmulatedLinkCalibration or None
         What TensorFlow's gRPC achieves over this machine's emulated links;
         without it, emulated clusters cannot be priced.
+    overlap : cost_models.overlap.NcclOverlap or None
+        The fixed cost per collective and compute contention of NCCL
+        collectives on GPUs, fitted on published scaling (see cost_models.overlap).
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None, gpu=None, remote_step=None, emulated_link=None):
+                 executor=None, one_thread_model=None, gpu=None, remote_step=None, emulated_link=None,
+                 overlap=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -89,6 +95,7 @@ class CostModel:
         self.gpu = gpu
         self.remote_step = remote_step
         self.emulated_link = emulated_link
+        self.overlap = overlap
         self._id = None
 
     @classmethod
@@ -99,6 +106,12 @@ class CostModel:
         version is refitted from the shipped timings (a few seconds).
         """
         return _model_in(DATA_DIR)
+
+    def with_overlap(self, overlap):
+        """This model with ``overlap`` (a :class:`~cost_models.overlap.NcclOverlap`, or ``None``: not counted)."""
+        other = copy.copy(self)
+        other.overlap, other._id = overlap, None
+        return other
 
     @property
     def id(self):
@@ -123,7 +136,7 @@ class CostModel:
 
         if self.collectives is not None:
             h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
-        for part in (self.gpu, self.remote_step, self.emulated_link):
+        for part in (self.gpu, self.remote_step, self.emulated_link, self.overlap):
             if part is not None:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
@@ -252,7 +265,7 @@ class CostModel:
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
         return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step,
-                         emulated_link=self.emulated_link)
+                         emulated_link=self.emulated_link, overlap=self.overlap)
 
 
 def _probe_matrix(op_model):
@@ -359,18 +372,18 @@ def fit_executor(timings, steps, overhead, cores):
 
 
 def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None,
-                   remote_step=None, emulated_link=None):
+                   remote_step=None, emulated_link=None, overlap=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``gpu`` the GPU kernel model's parameters, ``remote_step`` the client step cost and ``emulated_link`` the
-    emulated links' achieved rates, passed through.
+    ``gpu`` the GPU kernel model's parameters, ``remote_step`` the client step cost, ``emulated_link`` the
+    emulated links' achieved rates and ``overlap`` the NCCL overlap constants, passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link)
+                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link, overlap)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -390,6 +403,7 @@ def _model_in(folder):
     remote_step = _record(folder, REMOTE_STEP, RemoteStepCalibration)
     emulated_link = _record(folder, EMULATED_LINK, EmulatedLinkCalibration)
     gpu = GpuKernelParams.load(GPU_MODEL)
+    overlap = NcclOverlap.load(OVERLAP_FILE)
     ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(_in(ops, TIMINGS)):
         raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=_in(ops, TIMINGS))
@@ -402,14 +416,14 @@ def _model_in(folder):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu, remote_step, emulated_link)
+                         executor, one_thread_model, gpu, remote_step, emulated_link, overlap)
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(_in(ops, TIMINGS_META))
         return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
                               calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step,
-                              emulated_link=emulated_link)
+                              emulated_link=emulated_link, overlap=overlap)
 
 
 def _in(folder, shipped_path):

@@ -16,7 +16,11 @@ What one step does, as simulated:
    ops of one group of devices run one at a time, on one stream, in the order
    they are issued: each, its fixed latency included, starts once the one
    before it ended, so many small buckets pay their fixed costs one after
-   another and can outlast the backward pass they overlap.  PS, as the
+   another and can outlast the backward pass they overlap.  NCCL
+   collectives on GPUs pay the fixed cost per collective, and take the share
+   of the compute they run beside, that cost_models.overlap fits on
+   published scaling: the step grows by what the slowed compute outlasts
+   (``contention_delay``, counted as exposed communication).  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
    over gRPC, the PS applies the update when all pushes of that shard are
@@ -95,6 +99,7 @@ import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from cost_models.overlap import contention_delay
 from placement.problem import Problem
 
 
@@ -362,6 +367,7 @@ class _SyncRun:
         self.heap = []
         self.seq = 0
         self.stream_free = {}  # devices of a collective group -> when its stream is next free
+        self.collective_spans = []  # (start, end, compute contention) of collectives that take from compute
 
     def device_busy(self):
         """Seconds each device computes, updates or serves."""
@@ -393,7 +399,7 @@ class _SyncRun:
             t, _, index, phases, label, on_done, stream = heapq.heappop(heap)
             atomic = stream is not None
             last = len(phases) if atomic else index + 1
-            end = max(t, self.stream_free.get(stream, t)) if atomic else t
+            end = begin = max(t, self.stream_free.get(stream, t)) if atomic else t
             for latency, occupancy, used in phases[index:last]:
                 start, end = links.occupy(used, end + latency, occupancy)
                 if self.trace:
@@ -404,6 +410,9 @@ class _SyncRun:
             else:
                 if atomic:
                     self.stream_free[stream] = end
+                    contention = self.collective_ops and self.problem.comm.compute_contention(stream)
+                    if contention:
+                        self.collective_spans.append((begin, end, contention))
                 on_done(end)
 
     # -- allreduce ---------------------------------------------------------
@@ -643,6 +652,7 @@ class Simulator:
         client_time = self.problem.client_time(strategy)
         step_time = client_time + max(max(run.finish), max(run.upd_free.values(), default=0.0),
                                       max(run.ps_free.values(), default=0.0))
+        step_time += contention_delay(compute_time, run.collective_spans)
         memory = self.memory(strategy, slots)
         events = run.events
         if trace:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from cost_models import cluster_published as cp
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 from cost_models.published import step_at
 
 
@@ -69,10 +70,25 @@ def test_one_stream_serialises_buckets_and_each_collective_costs_its_fixed_time(
     table, scalars = step_at(run.config, run.batch)
     assert len(step.buckets) == -(-int(scalars["parameter_bytes"]) // cp.FUSION_BYTES)
     compute = run.micro_batches * step.micro_batch + step.update
-    assert cp.multi_gpu_step(step, run.micro_batches, 0.0, 0.0) >= compute
+    bare, _ = cp._collectives(run, 0.0)
+    assert cp.multi_gpu_step(step, run.micro_batches, bare, 0.0) >= compute
     # A fixed cost per collective longer than the backward pass: the buckets queue one after another.
     fixed = step.micro_batch
-    serial = cp.multi_gpu_step(step, run.micro_batches, fixed, 0.0)
+    slow, takes_compute = cp._collectives(run, fixed)
+    assert takes_compute and slow == pytest.approx([s + fixed for s in bare])
+    serial = cp.multi_gpu_step(step, run.micro_batches, slow, 0.0)
     assert serial >= (run.micro_batches - 1) * step.micro_batch + step.backward_start + len(step.buckets) * fixed
     # Compute that loses time to collectives beside it only gets slower.
-    assert cp.multi_gpu_step(step, run.micro_batches, 0.0, 1.0) > cp.multi_gpu_step(step, run.micro_batches, 0.0, 0.0)
+    assert cp.multi_gpu_step(step, run.micro_batches, bare, 1.0) > cp.multi_gpu_step(step, run.micro_batches, bare, 0.0)
+
+
+def test_the_shipped_overlap_is_a_fresh_fit_on_the_m_rows(section):
+    """One overlap model: the package data is what the fit on Table 2 gives, and the section scores with it."""
+    shipped = NcclOverlap.load(OVERLAP_FILE)
+    fresh = cp.fit(cp.ROWS)
+    assert (shipped.collective_seconds, shipped.contention) == (fresh.collective_seconds, fresh.contention)
+    assert shipped.fitted_on == fresh.fitted_on and all(r.startswith("M") for r in shipped.fitted_on)
+    assert "published-training-figures.md" in shipped.source
+    assert section["shipped"]["contention"] == shipped.contention
+    run = next(r for r in cp.ROWS if r.id == "M9/amp-32n")
+    assert _row(section, run.id)["predicted"] == pytest.approx(cp.predict(run, shipped)[0])

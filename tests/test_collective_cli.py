@@ -92,7 +92,7 @@ def test_shipped_efficiencies_are_the_fit_on_the_published_rows():
     from cost_models.comm import NVLS_EFFICIENCY
 
     fitted = fit()
-    assert sorted(fitted) == ["infiniband", "nvlink", "nvls", "roce"]
+    assert sorted(fitted) == ["infiniband", "nvlink", "nvlink-bridge", "nvls", "pcie-cpu", "roce"]
     shipped = {**LINK_EFFICIENCY, "nvls": NVLS_EFFICIENCY}
     for kind, value in fitted.items():
         assert shipped[kind] == pytest.approx(value, abs=5e-4), kind
@@ -104,11 +104,76 @@ def test_collectives_published_is_scored_leave_one_system_out():
     report = evaluate()
     assert [r["row"] for r in report["rows"]] == [r.row for r in ROWS]
     by_row = {r["row"]: r for r in report["rows"]}
-    # NVLS and EFA each have one system only: predicted with the shipped value, not scored.
+    # NVLS, EFA, NVLink bridges and PCIe through the CPU each have one system only: predicted with the shipped
+    # value, not scored.
     assert not by_row["C2"]["fitted_on_other_systems"] and not by_row["C14 (3 nodes)"]["fitted_on_other_systems"]
+    assert not by_row["C13 (3 GPUs)"]["fitted_on_other_systems"]
+    assert not by_row["C13 (2 GPUs)"]["fitted_on_other_systems"]
     assert by_row["C9"]["fitted_on_other_systems"]
     assert report["rows_scored"] == sum(r["fitted_on_other_systems"] for r in report["rows"])
     assert 0 <= report["median_error"] <= report["max_error"]
     assert all(r["predicted_busbw"] > 0 for r in report["rows"])
     lines = report_lines(report)
     assert len(lines) == len(ROWS) + 2 and "scored rows within 15%" in lines[-1]
+
+
+def test_pcie_topologies_are_priced_apart(tmp_path):
+    """g4dn.12xlarge's T4s reach each other through the CPU (fitted on row C13); the same GPUs behind a PCIe
+    switch go peer to peer (hardware.md's measured Gen3 rate); NVLink between them is faster still."""
+    from autodist.resource_spec import load_cluster as load
+    from autodist.resource_spec.cluster_file import dump_cluster
+
+    S, n = 2**30, 4
+    spec = load(preset="g4dn.12xlarge")
+    fabric = spec.nodes[0].fabric
+    assert fabric.kind == "pcie" and fabric.via_cpu
+    via_cpu = _collective("--preset", "g4dn.12xlarge", "--op", "allreduce", "--bytes", str(S))
+    B, a = fabric.bandwidth * LINK_EFFICIENCY["pcie-cpu"], fabric.latency
+    assert via_cpu["time"] == pytest.approx(2 * (n - 1) / n * S / B + 2 * (n - 1) * a)
+    switch = tmp_path / "switch.yaml"
+    switch.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, fabric: {kind: pcie, generation: 3}}\n")
+    peer = _collective("--cluster", str(switch), "--op", "allreduce", "--bytes", str(S))
+    assert peer["busbw"] / via_cpu["busbw"] == pytest.approx(LINK_EFFICIENCY["pcie"] / LINK_EFFICIENCY["pcie-cpu"],
+                                                             rel=1e-4)
+    bridged = tmp_path / "nvlink.yaml"
+    bridged.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, fabric: nvlink-v100}\n")
+    assert _collective("--cluster", str(bridged), "--op", "allreduce", "--bytes", str(S))["busbw"] > peer["busbw"]
+    # A cluster file says it, and writes it back; documents of other fabrics stay as they were.
+    assert "via_cpu: true" in dump_cluster(spec)
+    assert "pcie via CPU" in _autodist("cluster", "show", "--preset", "g4dn.12xlarge").stdout
+    assert "via_cpu" not in json.dumps(load(preset="dgx-h100").to_dict())
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, fabric: {kind: nvlink, speed: 100 Gb/s, "
+                     "via_cpu: true}}\n")
+    out = _autodist("costmodel", "collective", "--cluster", str(wrong), "--op", "allreduce", "--bytes", "1024")
+    assert out.returncode == 2 and "via_cpu" in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_nvlink_bridges_join_gpus_in_pairs(tmp_path):
+    """Four A100s in NVLink-bridged pairs, the pairs joined through the CPU (row C13's box): an allreduce inside a
+    pair runs at the bridge's rate, one across pairs and the ring of all four at PCIe's through the CPU."""
+    from autodist.resource_spec import load_cluster as load
+    from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
+
+    box = tmp_path / "bridged.yaml"
+    box.write_text("nodes:\n  - {name: box, gpus: {model: A100-80GB, count: 4}, fabric: pcie-gen4-cpu, "
+                   "bridge: nvlink-a100}\n")
+    spec = load(str(box))
+    S = str(2**30)
+
+    def busbw(*devices):
+        return _collective("--cluster", str(box), "--op", "allreduce", "--bytes", S, "--devices", *devices)["busbw"]
+
+    bridge, fabric = spec.nodes[0].bridge, spec.nodes[0].fabric
+    assert busbw("box/GPU:0", "box/GPU:1") == pytest.approx(bridge.bandwidth * LINK_EFFICIENCY["nvlink-bridge"],
+                                                            rel=1e-3)
+    across = busbw("box/GPU:1", "box/GPU:2")
+    assert across == pytest.approx(fabric.bandwidth * LINK_EFFICIENCY["pcie-cpu"], rel=1e-3)
+    assert busbw("box/GPU:0", "box/GPU:1", "box/GPU:2", "box/GPU:3") == pytest.approx(across, rel=1e-3)
+    # Written back and read again; a node without bridges keeps its document.
+    assert parse_cluster(dump_cluster(spec)).content_hash() == spec.content_hash()
+    assert "bridge" not in json.dumps(load(preset="g4dn.12xlarge").to_dict())
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("nodes:\n  - {name: box, gpus: {model: T4, count: 4}, bridge: pcie-gen3}\n")
+    out = _autodist("costmodel", "collective", "--cluster", str(wrong), "--op", "allreduce", "--bytes", "1024")
+    assert out.returncode == 2 and "bridge" in out.stderr and out.stderr.strip().count("\n") == 0

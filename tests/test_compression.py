@@ -16,6 +16,7 @@ import pytest
 from autodist.errors import InputError
 from autodist.plan import Plan
 from autodist.resource_spec import load_cluster
+from autodist.resource_spec.cluster_file import cluster_from_dict
 from autodist.strategy import COMPRESSIONS, Strategy, VarSync
 from tests.plan_runs import run_plan, save_plan
 from tests.test_run import BATCH, CLUSTER, REPLICAS, STEPS, reference_weights, small_job  # noqa: F401
@@ -135,11 +136,12 @@ def test_search_compresses_a_network_bound_job_only_when_allowed(cost_model):
     from placement import optimize
     from tests.conftest import build_embedding_step
 
-    # Two nodes of four T4s on PCIe and 50 GbE, a global batch of 8192 rows: a few replicas pay for their
-    # allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
+    # Two nodes of four T4s behind a PCIe switch and 50 GbE, a global batch of 8192 rows: a few replicas pay for
+    # their allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
     step, ids, y, _ = build_embedding_step("sgd", batch_size=8192)
     graph = capture_step(step, ids, y, model_name="embedding")
-    spec = load_cluster(preset="g4dn.12xlarge:2")
+    spec = cluster_from_dict({"name": "t4-switch", "nodes": [
+        {"name": "node", "count": 2, "preset": "g4dn.12xlarge", "fabric": "pcie-gen3"}]}, source="test")
     kept = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True)
     assert {s.compression for s in kept.strategy.sync.values()} == {"none"}
     found = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True, allow_compression=True)

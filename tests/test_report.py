@@ -142,8 +142,11 @@ def test_timeline_is_a_chrome_trace(capsys, tmp_path, mlp_file):
     trace = json.loads(trace_file.read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    assert any("/GPU:" in n and "/fabric" not in n for n in names), "a track per device"
-    assert any("/nic" in n or "/fabric" in n for n in names), "a track per link"
+    devices = {n for n in names if "/GPU:" in n and "/fabric" not in n}
+    assert devices, "a track per device"
+    # A plan over several GPUs has a track per link; this small MLP's is one GPU (the fitted fixed cost of an
+    # NCCL collective, cost_models.overlap, outlasts its step), which moves nothing.
+    assert len(devices) == 1 or any("/nic" in n or "/fabric" in n for n in names), "a track per link"
     assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
 
 
@@ -174,7 +177,9 @@ def test_report_of_a_plan_file_and_compare(capsys, tmp_path, mlp_graph):
         link = b["busiest_link"]  # None when the plan moves nothing between devices (one replica)
         saturated = max(b["busiest_device"]["busy_fraction"], link["busy_fraction"] if link else 0.0) >= 0.9
         assert b["exposed_comm_fraction"] is None and b["latency_share"] is None
-        assert saturated or b["bound_by"] in (None, "compute")
+        # The client's dispatch is in the plan file (a PS plan, which a short search may return now that an NCCL
+        # collective on GPUs has its fitted fixed cost), so it may name the bound too.
+        assert saturated or b["bound_by"] in (None, "compute", "client")
         assert (b["bound_by"] is None) == ("Report on the job's graph" in b["sentence"])
     assert "Counterfactuals need the job's graph" in text and not LONG_NUMBER.search(text)
 

@@ -71,7 +71,7 @@ def test_bottleneck_is_compute_when_the_busiest_gpu_is_saturated(mlp_graph):
 
 
 def test_latency_sentence_when_the_latency_terms_dominate(mlp_graph):
-    plan, doc, simulator = baseline_report(mlp_graph, "p3.16xlarge:2", "ring")
+    plan, doc, simulator = baseline_report(mlp_graph, "cpu-2s-25g:2", "ring")
     b = doc["bottleneck"]
     # By hand: each fused bucket's collective at 0 bytes (its latency terms) and at its bytes.
     devices = tuple(r[0] for r in plan.strategy.replicas)

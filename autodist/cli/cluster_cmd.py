@@ -96,7 +96,8 @@ def _devices_table(spec):
 
 def _link_row(node, role, link, count, serves):
     return [
-        node.name, role, link.kind, count, f"{link.bandwidth / 1e9:.4g}", f"{link.latency * 1e6:.3g}",
+        node.name, role, link.kind + (" via CPU" if link.via_cpu else ""), count, f"{link.bandwidth / 1e9:.4g}",
+        f"{link.latency * 1e6:.3g}",
         "yes" if link.rdma else "no", "yes" if link.gpudirect else "no", serves,
     ]
 
@@ -124,6 +125,9 @@ def _links_table(spec):
         rows.append(_link_row(node, "fabric", node.fabric, 1, f"{count} device{'' if count == 1 else 's'}"))
         if node.host_link is not None:
             rows.append(_link_row(node, "host", node.host_link, 1, "CPU <-> GPUs"))
+        if node.bridge is not None:
+            pairs = len(node.gpus()) // 2
+            rows.append(_link_row(node, "bridge", node.bridge, pairs, "GPU pairs 0-1, 2-3, ..."))
         rows += [_link_row(node, name, nic, count, serves) for name, count, nic, serves in _nic_runs(node)]
     return ["links (bandwidth per direction)"] + _table(header, rows)
 

@@ -35,7 +35,7 @@ def _link_problems(link, field):
         yield f"{field}.bandwidth", f"must be a positive number of bytes/s, got {link.bandwidth!r:.60}"
     if not _known(link.latency):
         yield f"{field}.latency", f"must be a number of seconds >= 0, got {link.latency!r:.60}"
-    for flag in ("rdma", "gpudirect"):
+    for flag in ("rdma", "gpudirect", "via_cpu"):
         if not isinstance(getattr(link, flag), bool):
             yield f"{field}.{flag}", f"must be true or false, got {getattr(link, flag)!r:.60}"
 
@@ -84,6 +84,8 @@ def spec_problems(nodes):
             yield from _link_problems(nic, f"{field}.nics[{k}]")
         if node.host_link is not None:
             yield from _link_problems(node.host_link, f"{field}.host_link")
+        if node.bridge is not None:
+            yield from _link_problems(node.bridge, f"{field}.bridge")
         if node.emulation is not None:
             yield from _emulation_problems(node.emulation, f"{field}.emulation")
     if len({node.emulation is None for node in nodes}) > 1:

@@ -22,10 +22,14 @@ one: ``peak_flops`` (dtype -> FLOP/s), ``memory``, ``memory_bandwidth`` (the
 last two may be ``unknown``, as discovery writes them for unknown products).
 Links (``fabric``, ``host_link``, each of ``nics``): a link preset name
 (``ib-ndr``, ``pcie-gen4``...), or ``{preset | kind, bandwidth | speed |
-generation, latency, rdma, gpudirect}``; NICs also take ``count``.  Kinds:
+generation, latency, rdma, gpudirect, via_cpu}``; NICs also take ``count``.  Kinds:
 nvlink (or nvswitch), pcie, loopback, infiniband, roce, ethernet.  Without a
 ``fabric`` a node gets its GPU model's (else PCIe Gen4); latency defaults by
-kind, rdma to true for infiniband and roce.
+kind, rdma to true for infiniband and roce.  ``via_cpu: true`` on a pcie
+fabric: its GPUs reach each other through the CPU's host bridge (no PCIe
+switch between them), priced slower than peer to peer.  ``bridge`` (an
+nvlink link): NVLink bridges join the GPUs in pairs (0-1, 2-3, ...), the
+other pairs talk over the fabric.
 
 A cluster emulated on this machine (``autodist run`` builds it with network
 namespaces and ``tc``, see resource_spec/emulated.py) says so at the top,
@@ -83,9 +87,9 @@ MAX_PER_GROUP = 1024
 TOP_KEYS = ("name", "network", "nodes")
 NETWORK_KEYS = ("emulate",)
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
-             "host_link", "nics", "labels", "delay")
+             "host_link", "bridge", "nics", "labels", "delay")
 DEVICE_KEYS = ("model", "count", "peak_flops", "memory", "memory_bandwidth")
-LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect")
+LINK_KEYS = ("preset", "kind", "bandwidth", "speed", "generation", "latency", "rdma", "gpudirect", "via_cpu")
 NIC_KEYS = LINK_KEYS + ("count",)
 
 # libyaml's safe loader and dumper where PyYAML has them: same documents, much faster.
@@ -309,6 +313,9 @@ def _read_node_group(reader, entry, field):
     devices = _read_devices(reader, entry, field)
     fabric = _read_link(reader, entry["fabric"], f"{field}.fabric") if "fabric" in entry else None
     host_link = _read_link(reader, entry["host_link"], f"{field}.host_link") if "host_link" in entry else None
+    bridge = _read_link(reader, entry["bridge"], f"{field}.bridge") if "bridge" in entry else None
+    if bridge is not None and bridge.kind != "nvlink":
+        reader.fail(f"{field}.bridge", f"a bridge joins GPUs by NVLink, not {bridge.kind}")
     nics = _read_nics(reader, entry["nics"], f"{field}.nics") if "nics" in entry else None
     labels = _read_labels(reader, entry.get("labels", {}), f"{field}.labels")
 
@@ -325,6 +332,8 @@ def _read_node_group(reader, entry, field):
             node.fabric = fabric
         if host_link is not None:
             node.host_link = host_link
+        if bridge is not None:
+            node.bridge = bridge
         if nics is not None:
             node.nics = list(nics)
         if node.fabric is None:
@@ -479,11 +488,13 @@ def _override_link(reader, link, value, field):
         link = replace(link, bandwidth=reader.quantity(value["speed"], f"{field}.speed", "speed"))
     if "latency" in value:
         link = replace(link, latency=reader.quantity(value["latency"], f"{field}.latency", "latency"))
-    for flag in ("rdma", "gpudirect"):
+    for flag in ("rdma", "gpudirect", "via_cpu"):
         if flag in value:
             link = replace(link, **{flag: reader.flag(value[flag], f"{field}.{flag}")})
     if link.gpudirect and not link.rdma:
         reader.fail(f"{field}.gpudirect", "GPUDirect RDMA needs rdma: true")
+    if link.via_cpu and link.kind != "pcie":
+        reader.fail(f"{field}.via_cpu", f"only a pcie link joins GPUs through the CPU, not {link.kind}")
     return link
 
 
@@ -543,6 +554,8 @@ def _node_to_dict(node):
     out["fabric"] = _link_to_dict(node.fabric)
     if node.host_link is not None:
         out["host_link"] = _link_to_dict(node.host_link)
+    if node.bridge is not None:
+        out["bridge"] = _link_to_dict(node.bridge)
     if node.nics:
         out["nics"] = _group([_link_to_dict(n) for n in node.nics])
     if node.labels:
@@ -580,6 +593,7 @@ def _link_to_dict(link):
         "latency": _format(link.latency, "latency"),
         "rdma": link.rdma,
         "gpudirect": link.gpudirect,
+        **({"via_cpu": True} if link.via_cpu else {}),
     }
 
 

@@ -183,6 +183,11 @@ LINK_PRESETS = {
     "pcie-gen3": LinkSpec("pcie", 15.75 * GBPS, 1 * US),
     "pcie-gen4": LinkSpec("pcie", 31.5 * GBPS, 1 * US),
     "pcie-gen5": LinkSpec("pcie", 63 * GBPS, 1 * US),
+    # The same links where GPUs reach each other through the CPU's host bridge
+    # (nvidia-smi topo: PHB, NODE or SYS; no PCIe switch for peer-to-peer), which
+    # cost_models.comm prices slower ("pcie-cpu").
+    "pcie-gen3-cpu": LinkSpec("pcie", 15.75 * GBPS, 1 * US, via_cpu=True),
+    "pcie-gen4-cpu": LinkSpec("pcie", 31.5 * GBPS, 1 * US, via_cpu=True),
     # hw.md "InfiniBand EDR / HDR / NDR": 12.5 / 25 / 50 GB/s, ~1-2 us end to end.
     "ib-edr": LinkSpec("infiniband", 12.5 * GBPS, 0.75 * US, rdma=True),
     "ib-hdr": LinkSpec("infiniband", 25 * GBPS, 0.75 * US, rdma=True),
@@ -262,10 +267,11 @@ MACHINES = {
         "A100-40GB", 8, "xeon-8275cl-2s", "nvlink-a100", (("efa-100g", 4, True),), "pcie-gen4",
     ),
     # aws.amazon.com/ec2/instance-types/g4: g4dn.12xlarge, 4x T4 on PCIe,
-    # 50 Gb/s networking, no RDMA.
+    # 50 Gb/s networking, no RDMA.  AWS does not publish its PCIe tree: the T4s
+    # are assumed to reach each other through the CPU (no PCIe switch).
     "g4dn.12xlarge": MachinePreset(
-        "AWS g4dn.12xlarge: 4x T4 on PCIe Gen3, 50 GbE TCP",
-        "T4", 4, "xeon-8259cl-24c", "pcie-gen3", (("eth-50g", 1, False),),
+        "AWS g4dn.12xlarge: 4x T4 on PCIe Gen3 through the CPU, 50 GbE TCP",
+        "T4", 4, "xeon-8259cl-24c", "pcie-gen3-cpu", (("eth-50g", 1, False),),
     ),
     # aws.amazon.com/ec2/instance-types/p3: p3.16xlarge, 8x V100 16GB with
     # NVLink, 25 Gb/s networking, no RDMA.

@@ -53,13 +53,19 @@ class DeviceSpec:
 
 @dataclass
 class LinkSpec:
-    """A link kind with its per-direction bandwidth and latency."""
+    """A link kind with its per-direction bandwidth and latency.
+
+    ``via_cpu``: on a PCIe fabric, GPUs reach each other through the CPU's
+    host bridge, staged in host memory (no peer-to-peer through a PCIe
+    switch); written only where true.
+    """
 
     kind: str
     bandwidth: float
     latency: float
     rdma: bool = False
     gpudirect: bool = False
+    via_cpu: bool = False
 
 
 @dataclass
@@ -81,8 +87,11 @@ class NodeSpec:
     """One machine: its devices, the fabric between them and its NICs.
 
     ``host_link``, when given, joins the host CPU to the GPUs (PCIe); without
-    it a CPU device reaches the other devices over ``fabric``.  ``emulation``
-    is set on the nodes of an emulated cluster (and written only there).
+    it a CPU device reaches the other devices over ``fabric``.  ``bridge``,
+    when given, joins the GPUs in pairs (GPU 0 with 1, 2 with 3, ...: NVLink
+    bridges), each GPU's port ``"<device>/bridge"``; other pairs of GPUs
+    talk over ``fabric``.  ``emulation`` is set on the nodes of an emulated
+    cluster; ``bridge`` and ``emulation`` are written only where set.
     """
 
     name: str
@@ -93,6 +102,11 @@ class NodeSpec:
     labels: dict = field(default_factory=dict)
     host_link: LinkSpec | None = None
     emulation: EmulatedNode | None = None
+    bridge: LinkSpec | None = None
+
+    def bridged(self, a, b):
+        """Whether devices ``a`` and ``b`` of this node are GPUs of one bridged pair."""
+        return self.bridge is not None and a.kind == b.kind == "GPU" and a.index // 2 == b.index // 2
 
     def gpus(self):
         return [d for d in self.devices if d.kind == "GPU"]
@@ -213,6 +227,9 @@ class ResourceSpec:
         if a.name == b.name:
             return Path("same-device", (), float("inf"), 0.0)
         na, nb = self._nodes[a.node], self._nodes[b.node]
+        if na is nb and na.bridged(a, b):
+            links = (send_link(f"{a.name}/bridge"), receive_link(f"{b.name}/bridge"))
+            return Path("intra-node", links, na.bridge.bandwidth, na.bridge.latency, medium=na.bridge.kind)
         if na is nb:
             slow = min(na.port_of(a), na.port_of(b), key=lambda link: (link.bandwidth, link.kind))
             links = (send_link(f"{a.name}/fabric"), receive_link(f"{b.name}/fabric"))
@@ -239,6 +256,8 @@ class ResourceSpec:
         for node in self.nodes:
             for d in node.devices:
                 ports[f"{d.name}/fabric"] = node.port_of(d).bandwidth
+                if node.bridge is not None and d.kind == "GPU":
+                    ports[f"{d.name}/bridge"] = node.bridge.bandwidth
             for k, nic in enumerate(node.nics):
                 ports[f"{node.name}/nic{k}"] = nic.bandwidth
         return {f"{port}/{way}": bw for port, bw in ports.items() for way in DIRECTIONS}
@@ -270,8 +289,9 @@ class ResourceSpec:
                 n["devices"] = [DeviceSpec(**d) for d in n["devices"]]
                 n["fabric"] = LinkSpec(**n["fabric"])
                 n["nics"] = [LinkSpec(**k) for k in n.get("nics", [])]
-                if n.get("host_link") is not None:
-                    n["host_link"] = LinkSpec(**n["host_link"])
+                for key in ("host_link", "bridge"):
+                    if n.get(key) is not None:
+                        n[key] = LinkSpec(**n[key])
                 if n.get("emulation") is not None:
                     n["emulation"] = EmulatedNode(**n["emulation"])
                 nodes.append(NodeSpec(**n))
@@ -297,8 +317,13 @@ class ResourceSpec:
 
 
 def _node_dict(node):
-    """``asdict(node)``, without ``emulation`` on a real node (so its documents and hashes stay as they were)."""
+    """``asdict(node)``, without ``emulation`` on a real node, ``bridge`` where there is none, nor a link's false
+    ``via_cpu`` (so its documents and hashes stay as they were)."""
     out = asdict(node)
-    if node.emulation is None:
-        del out["emulation"]
+    for key in ("emulation", "bridge"):
+        if out[key] is None:
+            del out[key]
+    for link in [out["fabric"], out["host_link"], out.get("bridge"), *out["nics"]]:
+        if link is not None and not link["via_cpu"]:
+            del link["via_cpu"]
     return out

@@ -1,0 +1,73 @@
+"""How NCCL collectives on GPUs share a training step with the compute beside them.
+
+Two constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
+set ``../shared/reference/published-training-figures.md`` by
+:func:`cost_models.cluster_published.fit` and shipped as
+``cost_models/data/nccl_overlap.json`` (refit with ``python -m
+cost_models.cluster_published --fit``):
+
+- ``collective_seconds``: the fixed cost of one of Horovod's fused
+  collectives on GPUs, on top of what the communication model prices its
+  bytes at (its coordination of a fused bucket between ranks, its cycle,
+  the fusion buffer's copies in and out).  Collectives of one group run one
+  at a time on one stream, so every bucket pays it in turn.  The published
+  rows are Horovod runs, so they pay it; autodist's runtime sums buckets
+  with TensorFlow's collective ops, which have no such coordination, so
+  the simulator does not (the fit cannot tell how much of the 12 ms is
+  Horovod's and how much any runtime's: the contention fitted beside it
+  may absorb part of the difference).
+- ``contention``: the fraction of the time a collective runs beside compute
+  that the compute loses (NCCL's kernels take SMs and memory bandwidth).
+  A property of NCCL on the GPU, so the product's simulator
+  (``placement.simulator``, through :class:`cost_models.comm.CommModel`)
+  prices it as the published-scaling evaluation
+  (``cost_models.cluster_published``) does, with the functions here.
+
+CPU collectives and transfers over gRPC keep their measured calibrations
+(``autodist profile``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from cost_models.calibration import VersionedRecord
+
+FORMAT = "autodist.nccl_overlap"
+VERSION = 1
+OVERLAP_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl_overlap.json")
+SOURCE = "../shared/reference/published-training-figures.md, Table 2 (M rows): multi-GPU scaling"
+
+
+@dataclass
+class NcclOverlap(VersionedRecord):
+    """The fitted fixed cost per GPU collective (seconds) and compute contention (fraction), with provenance.
+
+    ``fitted_on``: the calibration row ids of the fit; ``source``: the file
+    they come from; ``command``: what wrote the record.
+    """
+
+    FORMAT, VERSION, WHAT = FORMAT, VERSION, "an NCCL overlap calibration"
+
+    collective_seconds: float
+    contention: float
+    fitted_on: list = field(default_factory=list)
+    source: str = SOURCE
+    command: str = ""
+
+
+def contention_delay(compute_end, spans):
+    """Seconds a step grows by when compute loses time to the collectives running beside it.
+
+    ``spans``: ``(start, end, contention)`` of every collective; the compute,
+    which would end at ``compute_end``, loses ``contention`` of each span's
+    part before it ends.  The step ends when both compute and the last
+    collective have ended, so the loss shows only where the slowed compute
+    outlasts the collectives.
+    """
+    if not spans:
+        return 0.0
+    lost = sum(share * max(0.0, min(end, compute_end) - start) for start, end, share in spans)
+    last = max(end for _, end, _ in spans)
+    return max(compute_end + lost, last) - max(compute_end, last)
