@@ -50,13 +50,20 @@ ACCEPTANCE_WINDOW = 0.1
 
 @dataclass
 class SearchResult:
-    """The chosen strategy, its simulation, every baseline and search statistics."""
+    """The chosen strategy, its simulation, every baseline and search statistics.
+
+    ``simulator``: the search's :class:`~placement.simulator.Simulator` (its
+    ``problem`` and caches), for pricing more strategies of the same job;
+    ``stats["warning"]``: set when the budget ran out before the search
+    made a move (the strategy is then the best baseline).
+    """
 
     strategy: object
     simulation: object
     candidates: list
     lower_bound: float
     stats: dict = field(default_factory=dict)
+    simulator: object = None
 
     def baseline(self, name):
         return next(c for c in self.candidates if c.name == name)
@@ -138,6 +145,8 @@ class Annealer:
         base = energy_of(self.evaluate(start))
         uphill = []
         for _ in range(SAMPLE_MOVES):
+            if self.budget.spent():
+                break
             candidate = copy_strategy(start)
             self.space.move(candidate)
             delta = energy_of(self.evaluate(candidate)) / base - 1.0
@@ -275,18 +284,24 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
                           compressions=COMPRESSIONS if allow_compression else ("none",),
                           allow_micro_batches=allow_micro_batches)
     annealer = Annealer(simulator, space, random.Random(seed + 1), budget, progress)
+    setup_s = time.perf_counter() - budget.started
     searching = time.perf_counter()
-    if problem.dense_bytes:
+    if problem.dense_bytes and not budget.spent():
         best = annealer.run(starts)[0]
     else:
         best = copy_strategy(starts[0])
     searching = time.perf_counter() - searching
+    warning = None
+    if problem.dense_bytes and not annealer.accepted:
+        warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s "
+                   f"of the {budget_s:g} s budget; the plan is the best baseline (a larger budget lets it search)")
     final = simulator.simulate(best, trace=True)
     if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
         bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
     stats = annealer.stats()
     stats.update(
         seconds=time.perf_counter() - budget.started,
+        setup_seconds=setup_s,
         search_seconds=searching,
         budget_s=None if moves is not None else budget_s,
         moves=moves,
@@ -296,4 +311,6 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
         allow_compression=allow_compression,
         allow_micro_batches=allow_micro_batches,
     )
-    return SearchResult(best, final, candidates, bound, stats)
+    if warning:
+        stats["warning"] = warning
+    return SearchResult(best, final, candidates, bound, stats, simulator)
