@@ -526,7 +526,7 @@ class _SyncRun:
 
     def _ps_transfer(self, src, dst, nbytes):
         problem = self.problem
-        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.comm.ps_phases(src, dst, nbytes))
+        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.ps_phases(src, dst, nbytes))
 
     def _local_copies(self, devs, nbytes, inward):
         """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
@@ -536,7 +536,7 @@ class _SyncRun:
         src, dst = (other, hub) if inward else (hub, other)
         copies = len(devs) - 1
         return problem.phase_list(("local", src, dst, nbytes, copies),
-                                  lambda: problem.comm.transfer_phases(src, dst, nbytes), copies)
+                                  lambda: problem.transfer_phases(src, dst, nbytes), copies)
 
     def _after_pushes(self, pending, ps_device, cost, pulls, labels):
         """The callback that, at the last push of a shard, updates it and starts the pulls."""
@@ -630,7 +630,7 @@ class Simulator:
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
                     phases = self.problem.phase_list(("xfer", src, dst, nbytes),
-                                                     lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
+                                                     lambda: self.problem.transfer_phases(src, dst, nbytes))
                     for latency, occupancy, used in phases:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
