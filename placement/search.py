@@ -12,9 +12,10 @@ the start temperature makes an uphill move of that sample accepted
 :data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
 between them over the first ``1 - QUENCH`` of each round; the rest of the
 round is a descent at zero temperature (only improvements are accepted).
-A move that leaves the energy unchanged (a plateau) is accepted with
-probability ``T / T_start``, so the walk crosses plateaus early and stops
-drifting late.
+A move that leaves the energy unchanged (a plateau: within
+:data:`PLATEAU` relative, the rounding of a sum taken in another order) is
+accepted with probability ``T / T_start``, so the walk crosses plateaus
+early and stops drifting late.
 
 Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
 from the best baseline, the second from the next-best distinct baseline,
@@ -42,6 +43,7 @@ START_ACCEPTANCE = 0.85
 END_ACCEPTANCE = 0.01
 QUENCH = 0.3
 ROUNDS = 3
+PLATEAU = 1e-12
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
 # Acceptance is reported over the first and the last tenth of the moves.
@@ -150,7 +152,7 @@ class Annealer:
             candidate = copy_strategy(start)
             self.space.move(candidate)
             delta = energy_of(self.evaluate(candidate)) / base - 1.0
-            if delta > 0:
+            if delta > PLATEAU:
                 uphill.append(delta)
         uphill = uphill or [1e-3]
         self.t_start = temperature_for(uphill, START_ACCEPTANCE)
@@ -190,11 +192,11 @@ class Annealer:
             self.budget.made += 1
             energy = energy_of(simulation)
             delta = (energy - current_energy) / base
-            if delta < 0:
+            if delta < -PLATEAU:
                 accepted = True
             elif temperature == 0.0:
                 accepted = False
-            elif delta == 0:
+            elif delta <= PLATEAU:
                 accepted = self.rng.random() < temperature / self.t_start
             else:
                 accepted = self.rng.random() < math.exp(-delta / temperature)
