@@ -11,7 +11,7 @@ compares a 60 s and a 600 s search at 1024 GPUs.
     python benchmarks/placement_bench.py            # full run, writes results
     python benchmarks/placement_bench.py --quick    # mlp only, 1 s budget, no write
     python benchmarks/placement_bench.py --scale    # 60 s vs 600 s at 1024 GPUs, writes placement_scale.json
-    python benchmarks/placement_bench.py --cells resnet50/dgx-h100:4 large   # those cells again, merged into the results
+    python benchmarks/placement_bench.py --cells resnet50/dgx-h100:4 large   # rerun those, merged into results
 
 ``--cells`` reruns only the named cells (``MODEL/CLUSTER``, ``spread`` for
 the seed spread, ``large`` for the 1024-GPU search) and replaces them in

@@ -295,8 +295,9 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     searching = time.perf_counter() - searching
     warning = None
     if problem.dense_bytes and not annealer.accepted:
-        warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s "
-                   f"of the {budget_s:g} s budget; the plan is the best baseline (a larger budget lets it search)")
+        rest = ", the temperature calibration the rest" if setup_s < budget_s else ""
+        warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s of the {budget_s:g} s "
+                   f"budget{rest}; the plan is the best baseline (a larger budget lets it search)")
     final = simulator.simulate(best, trace=True)
     if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
         bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
