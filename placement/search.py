@@ -178,9 +178,9 @@ class Annealer:
     def _round(self, start, end):
         """Anneal from ``start`` until the budget fraction reaches ``end``."""
         current = copy_strategy(start)
-        simulation = self.evaluate(current)
-        self._offer(current, simulation)
-        current_energy = base = energy_of(simulation)
+        current_sim = self.evaluate(current)
+        self._offer(current, current_sim)
+        current_energy = base = energy_of(current_sim)
         begin = self.budget.fraction()
         next_report = begin
         while not self.budget.spent() and self.budget.fraction() < end:
@@ -188,7 +188,8 @@ class Annealer:
             temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12))
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
-            simulation = self.evaluate(candidate)
+            # a move that found nothing to change (e.g. no free PS task) leaves the strategy as it was
+            simulation = current_sim if candidate == current else self.evaluate(candidate)
             self.budget.made += 1
             energy = energy_of(simulation)
             delta = (energy - current_energy) / base
@@ -203,7 +204,7 @@ class Annealer:
             self.accepted.append(accepted)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
-                current, current_energy = candidate, energy
+                current, current_sim, current_energy = candidate, simulation, energy
                 self._offer(current, simulation)
             if self.progress is not None and fraction >= next_report:
                 self.progress(fraction, self.best_sim.step_time)
