@@ -6,7 +6,8 @@ Budget: either ``budget_s`` seconds of wall clock for the whole
 any machine.  The search counts its own moves and evaluations.
 
 Schedule: energies are step times relative to the start of a round.  Before
-the first round, moves sampled around the start give the uphill deltas;
+the first round, up to :data:`SAMPLE_MOVES` moves sampled around the start
+(within :data:`CALIBRATION_SHARE` of a wall-clock budget) give the uphill deltas;
 the start temperature makes an uphill move of that sample accepted
 :data:`START_ACCEPTANCE` of the time on average, the end temperature
 :data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
@@ -39,6 +40,8 @@ from placement.simulator import Simulator
 from placement.space import StrategySpace, copy_strategy
 
 SAMPLE_MOVES = 32
+# A wall-clock budget's share, of what is left when the search starts, that the calibration may take.
+CALIBRATION_SHARE = 0.1
 START_ACCEPTANCE = 0.85
 END_ACCEPTANCE = 0.01
 QUENCH = 0.3
@@ -146,9 +149,10 @@ class Annealer:
         """Set the start and end temperatures from the uphill deltas of moves sampled around ``start``."""
         base = energy_of(self.evaluate(start))
         uphill = []
+        begin = self.budget.fraction()
         for _ in range(SAMPLE_MOVES):
-            if self.budget.spent():
-                break
+            if self.budget.fraction() >= begin + CALIBRATION_SHARE * (1.0 - begin):
+                break  # moves that are slow to evaluate (a partitioned PS over many nodes) leave time for the search
             candidate = copy_strategy(start)
             self.space.move(candidate)
             delta = energy_of(self.evaluate(candidate)) / base - 1.0
@@ -296,7 +300,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     searching = time.perf_counter() - searching
     warning = None
     if problem.dense_bytes and not annealer.accepted:
-        rest = ", the temperature calibration the rest" if setup_s < budget_s else ""
+        rest = ", calibrating the temperature the rest" if setup_s < budget_s else ""
         warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s of the {budget_s:g} s "
                    f"budget{rest}; the plan is the best baseline (a larger budget lets it search)")
     final = simulator.simulate(best, trace=True)
