@@ -209,6 +209,8 @@ class _Schedule:
     events: list
 
 
+# How many bucket and shard plans a Simulator keeps (see _SyncRun._cached) before it starts again.
+MAX_PLANS = 100_000
 # A phase on at least this many links (a collective over many devices) is
 # reserved once for its whole link set rather than link by link.
 WIDE_PHASE = 16
@@ -429,6 +431,18 @@ class _SyncRun:
                     self.seq += 1
                     break
 
+    def _cached(self, key, build):
+        """What ``build()`` returns for ``key`` under this run's replica classes and overlap, cached on the
+        Simulator (which forgets them all past :data:`MAX_PLANS`)."""
+        key += (id(self.classes), self.overlap)
+        plans = self.sim.plans
+        cached = plans.get(key)
+        if cached is None or cached[0] is not self.classes:
+            if len(plans) >= MAX_PLANS:
+                plans.clear()
+            cached = plans[key] = (self.classes, build())
+        return cached[1]
+
     # -- allreduce ---------------------------------------------------------
     def allreduce(self, algorithm, bucket, slot, names, devices, compression="none"):
         """One fused collective once the bucket's last gradient is ready, then the updates.
@@ -437,12 +451,9 @@ class _SyncRun:
         collective and back after runs on the slowest replica device.
         What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
         """
-        key = (algorithm, bucket, slot, names, devices, compression, self.collective_ops, id(self.classes),
-               self.overlap)
-        plan = self.sim.plans.get(key)
-        if plan is None:
-            plan = self.sim.plans[key] = self._bucket_plan(algorithm, bucket, slot, names, devices, compression)
-        ready, phases, label, cast, updates, update_label = plan
+        ready, phases, label, cast, updates, update_label = self._cached(
+            (algorithm, bucket, slot, names, devices, compression, self.collective_ops),
+            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression))
         self.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
                     # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
                     # wait for each other.
@@ -494,10 +505,7 @@ class _SyncRun:
         costs is the Simulator's to cache (:meth:`_shard_plans`)."""
         s = self.strategy.sync[name]
         devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
-        key = (name, s.shards, devices, slot, id(self.classes), self.overlap)
-        plans = self.sim.plans.get(key)
-        if plans is None:
-            plans = self.sim.plans[key] = self._shard_plans(name, s.shards, devices, slot)
+        plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
         for ps_device, pushes, pulls, cost, labels in plans:
             pushed = self._after_pushes(len(pushes), ps_device, cost, pulls, labels)
             for ready, phases in pushes:
