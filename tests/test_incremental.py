@@ -51,17 +51,11 @@ def test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_grap
     assert_same(reused.simulate(current), Simulator(Problem(graph, spec, cost_model)).simulate(current))
 
 
-def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(embedding_graph, cost_model, monkeypatch):
+def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(mlp_graph, embedding_graph, cost_model,
+                                                                    monkeypatch):
     """Past MAX_PLANS bucket and shard plans the Simulator drops them all and prices them again."""
     import placement.simulator
 
     monkeypatch.setattr(placement.simulator, "MAX_PLANS", 3)
-    spec = load_cluster(preset="cpu-2s-25g:4")
-    reused = Simulator(Problem(embedding_graph, spec, cost_model))
-    space = StrategySpace(reused.problem, random.Random(11))
-    strategy = baselines.greedy_ps(reused.problem)
-    for _ in range(15):
-        strategy = copy_strategy(strategy)
-        space.move(strategy)
-        assert_same(reused.simulate(strategy), Simulator(Problem(embedding_graph, spec, cost_model)).simulate(strategy))
-        assert len(reused.plans) <= 3
+    test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_graph, embedding_graph, cost_model,
+                                                                          "cpu-2s-25g:4", "embedding", "greedy_ps")
