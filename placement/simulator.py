@@ -209,7 +209,7 @@ class _Schedule:
     events: list
 
 
-# How many bucket and shard plans a Simulator keeps (see _SyncRun._cached) before it starts again.
+# How many bucket, shard and worker plans a Simulator keeps (see _SyncRun._cached) before it starts again.
 MAX_PLANS = 100_000
 # A phase on at least this many links (a collective over many devices) is
 # reserved once for its whole link set rather than link by link.
@@ -493,6 +493,9 @@ class _SyncRun:
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
         """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
+        return self._cached(("workers", c, slot), lambda: self._group_by_node(c, slot))
+
+    def _group_by_node(self, c, slot):
         spec = self.problem.resource_spec
         by_node = {}
         for r in self.classes[c][1]:
