@@ -230,10 +230,14 @@ def _graph_summary(graph_item):
 
 
 def _search_provenance(stats):
-    """Which budget a search had (``budget_s`` seconds or ``moves``) and how many moves it made."""
+    """Which budget a search had (``budget_s`` seconds or ``moves``), how many moves it made, and its warning
+    when the budget ran out before the first move."""
     if not stats:
         return None
-    return {"budget_s": stats.get("budget_s"), "moves": stats.get("moves"), "moves_made": int(stats["moves_tried"])}
+    out = {"budget_s": stats.get("budget_s"), "moves": stats.get("moves"), "moves_made": int(stats["moves_tried"])}
+    if stats.get("warning"):
+        out["warning"] = stats["warning"]
+    return out
 
 
 class Plan:

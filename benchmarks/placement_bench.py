@@ -11,11 +11,17 @@ compares a 60 s and a 600 s search at 1024 GPUs.
     python benchmarks/placement_bench.py            # full run, writes results
     python benchmarks/placement_bench.py --quick    # mlp only, 1 s budget, no write
     python benchmarks/placement_bench.py --scale    # 60 s vs 600 s at 1024 GPUs, writes placement_scale.json
+    python benchmarks/placement_bench.py --cells resnet50/dgx-h100:4 large   # rerun those, merged into results
+
+``--cells`` reruns only the named cells (``MODEL/CLUSTER``, ``spread`` for
+the seed spread, ``large`` for the 1024-GPU search) and replaces them in
+the recorded results, keeping every other cell and recomputing the summary.
 
 Writes benchmarks/results/placement.json and placement.md.
 """
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -82,7 +88,9 @@ def run_cell(graph, preset, cost_model, budget_s, seed):
         "gain_over_greedy": round(greedy / ours - 1, 4),
         "gain_over_best_baseline": round(best / ours - 1, 4),
         "gap_to_lower_bound": round(ours / result.lower_bound - 1, 4),
+        "budget_s": budget_s,
         "search_s": round(result.stats["seconds"], 2),
+        "setup_s": round(result.stats["setup_seconds"], 2),
         "moves_per_s": round(result.stats["moves_tried"] / max(result.stats["search_seconds"], 1e-9), 1),
         "moves_tried": result.stats["moves_tried"],
         "moves_accepted": result.stats["moves_accepted"],
@@ -115,6 +123,8 @@ def markdown(report):
             f"| {c['gain_over_greedy']:.1%} | {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} "
             f"| {c['moves_per_s']:.0f} | {_share(c['acceptance_start'])} / {_share(c['acceptance_end'])} |"
         )
+    for rerun in report.get("reruns", []):
+        lines += ["", f"Rerun `{rerun['command']}` on {rerun['machine']}: {', '.join(rerun['cells'])}."]
     s = report["summary"]
     lines += [
         "",
@@ -179,6 +189,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="mlp only, 1 s budget, results not written")
+    parser.add_argument("--cells", nargs="+", metavar="CELL",
+                        help="rerun only these cells (MODEL/CLUSTER, spread, large) and merge them into the results")
     parser.add_argument("--scale", nargs=2, type=float, metavar=("SHORT_S", "LONG_S"),
                         help="only compare searches of SHORT_S and LONG_S seconds at 1024 GPUs (the target: 60 600)")
     args = parser.parse_args(argv)
@@ -188,6 +200,8 @@ def main(argv=None):
         report = scale(CostModel.default(), *args.scale, args.seed, argv or sys.argv[1:])
         write_json_atomic(os.path.join(RESULTS, "placement_scale.json"), report)
         return 0
+    if args.cells:
+        return rerun_cells(CostModel.default(), args, argv or sys.argv[1:])
 
     models = ["mlp"] if args.quick else args.models
     budget = 1.0 if args.quick else args.budget
@@ -204,27 +218,75 @@ def main(argv=None):
     for name in models:
         graph = captured(name, MODELS[name])
         for preset in CLUSTERS:
-            cell = run_cell(graph, preset, cost_model, budget, args.seed)
-            report["cells"].append(cell)
-            print(
-                f"{name:13s} {preset:17s} greedy {cell['baseline_ms']['greedy-ps']:9.3f} ms  "
-                f"annealed {cell['annealed_ms']:9.3f} ms  vs best {cell['gain_over_best_baseline']:6.1%}  "
-                f"vs greedy {cell['gain_over_greedy']:7.1%}  bound gap {cell['gap_to_lower_bound']:6.1%}  "
-                f"{cell['search_s']:5.1f} s  {cell['moves_per_s']:6.0f} moves/s  "
-                f"acceptance {_share(cell['acceptance_start'])} -> {_share(cell['acceptance_end'])}",
-                flush=True,
-            )
+            report["cells"].append(printed_cell(graph, name, preset, cost_model, budget, args.seed))
     if not args.quick:
-        report["spread"] = seed_spread(cost_model, budget)
-        print(f"seeds 0-4 on {SPREAD[0]} {SPREAD[1]}: {report['spread']['annealed_ms']} ms, "
-              f"spread {report['spread']['spread']:.2%}")
-        model, preset, _ = LARGE
-        t = time.perf_counter()
-        report["large"] = run_cell(captured(model, MODELS[model]), preset, cost_model, args.large_budget, args.seed)
-        print(f"1024 GPUs: {report['large']['search_s']} s ({time.perf_counter() - t:.1f} s with cluster set-up)")
-    cells = report["cells"]
+        report["spread"] = printed_spread(cost_model, budget)
+        report["large"] = printed_large(cost_model, args.large_budget, args.seed)
+    report["summary"] = summary(report["cells"])
+    print(report["summary"])
+    if not args.quick:
+        write_results(report)
+    return 0
+
+
+def printed_cell(graph, name, preset, cost_model, budget, seed):
+    cell = run_cell(graph, preset, cost_model, budget, seed)
+    print(
+        f"{name:13s} {preset:17s} greedy {cell['baseline_ms']['greedy-ps']:9.3f} ms  "
+        f"annealed {cell['annealed_ms']:9.3f} ms  vs best {cell['gain_over_best_baseline']:6.1%}  "
+        f"vs greedy {cell['gain_over_greedy']:7.1%}  bound gap {cell['gap_to_lower_bound']:6.1%}  "
+        f"{cell['search_s']:5.1f} s  {cell['moves_per_s']:6.0f} moves/s  "
+        f"acceptance {_share(cell['acceptance_start'])} -> {_share(cell['acceptance_end'])}",
+        flush=True,
+    )
+    return cell
+
+
+def printed_spread(cost_model, budget):
+    spread = seed_spread(cost_model, budget)
+    print(f"seeds 0-4 on {SPREAD[0]} {SPREAD[1]}: {spread['annealed_ms']} ms, spread {spread['spread']:.2%}")
+    return spread
+
+
+def printed_large(cost_model, budget, seed):
+    model, preset, _ = LARGE
+    t = time.perf_counter()
+    large = run_cell(captured(model, MODELS[model]), preset, cost_model, budget, seed)
+    print(f"1024 GPUs: {large['search_s']} s ({time.perf_counter() - t:.1f} s with cluster set-up)")
+    return large
+
+
+def rerun_cells(cost_model, args, argv):
+    """Rerun the cells ``args.cells`` names at the recorded budget and seed, replacing them in the results."""
+    path = os.path.join(RESULTS, "placement.json")
+    with open(path) as f:
+        report = json.load(f)
+    for name in args.cells:
+        if name == "spread":
+            report["spread"] = printed_spread(cost_model, report["budget_s"])
+        elif name == "large":
+            report["large"] = printed_large(cost_model, report["large"].get("budget_s", args.large_budget),
+                                                report["seed"])
+        else:
+            model, _, preset = name.partition("/")
+            if model not in MODELS or preset not in CLUSTERS:
+                raise SystemExit(f"--cells: no cell {name!r} (MODEL/CLUSTER of {', '.join(MODELS)} "
+                                 f"and {', '.join(CLUSTERS)}, spread, large)")
+            cell = printed_cell(captured(model, MODELS[model]), model, preset, cost_model, report["budget_s"],
+                                report["seed"])
+            report["cells"] = [cell if (c["model"], c["cluster"]) == (cell["model"], preset) else c
+                               for c in report["cells"]]
+    report.setdefault("reruns", []).append({
+        "command": "python " + " ".join(shlex.quote(a) for a in ["benchmarks/placement_bench.py", *argv]),
+        "machine": machine(), "cost_model": cost_model.id, "cells": args.cells})
+    report["summary"] = summary(report["cells"])
+    write_results(report)
+    return 0
+
+
+def summary(cells):
     resnet = [c["search_s"] for c in cells if c["model"] == "resnet50" and c["cluster"] == "dgx-a100:4"]
-    report["summary"] = {
+    return {
         "cells": len(cells),
         "mean_gain_over_greedy": round(sum(c["gain_over_greedy"] for c in cells) / len(cells), 4),
         "mean_gain_over_best_baseline": round(sum(c["gain_over_best_baseline"] for c in cells) / len(cells), 4),
@@ -234,11 +296,11 @@ def main(argv=None):
         "max_search_s": max(c["search_s"] for c in cells),
         "resnet50_4x8_search_s": resnet[0] if resnet else None,
     }
-    print(report["summary"])
-    if not args.quick:
-        write_json_atomic(os.path.join(RESULTS, "placement.json"), report)
-        write_text_atomic(os.path.join(RESULTS, "placement.md"), markdown(report))
-    return 0
+
+
+def write_results(report):
+    write_json_atomic(os.path.join(RESULTS, "placement.json"), report)
+    write_text_atomic(os.path.join(RESULTS, "placement.md"), markdown(report))
 
 
 if __name__ == "__main__":

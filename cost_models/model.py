@@ -19,7 +19,7 @@ from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
-from cost_models.features import design_matrix, device_peak, op_raw_features
+from cost_models.features import RAW_COLUMNS, design_matrix, device_peak
 from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, GpuStep, job_precision
 from cost_models.prior import prior_seconds
 from cost_models.step_table import step_table
@@ -166,7 +166,9 @@ class CostModel:
             names = list(graph_item.ops)
             seconds, sources, shares, op_types = self._gpu_step(graph_item, device)
         else:
-            names, raw = op_raw_features(graph_item)
+            names = list(graph_item.ops)
+            table = step_table(graph_item)  # built once per GraphItem: its raw feature columns
+            raw = {column: table[column] for column in RAW_COLUMNS}
             try:
                 peak = device_peak(device)
             except ValueError as exc:

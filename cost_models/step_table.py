@@ -20,6 +20,8 @@ element counts are affine in the batch (:func:`at_batch`).
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
@@ -73,8 +75,28 @@ def remapper_fused(ops, inputs=None):
     return fused
 
 
+# id of a GraphItem -> (a weak reference to it, its ops dict, their count, the table)
+_TABLES = {}
+
+
 def step_table(graph_item):
-    """The :data:`TABLE_COLUMNS` of every op of ``graph_item`` (dict of arrays, graph order)."""
+    """The :data:`TABLE_COLUMNS` of every op of ``graph_item`` (dict of arrays, graph order; read-only).
+
+    Built once per GraphItem and ops dict (a rebatched step's placement
+    problem and its op costs share it).
+    """
+    key = id(graph_item)
+    cached = _TABLES.get(key)
+    if (cached is not None and cached[0]() is graph_item and cached[1] is graph_item.ops
+            and cached[2] == len(graph_item.ops)):
+        return cached[3]
+    table = _step_table(graph_item)
+    alive = weakref.ref(graph_item, lambda _: _TABLES.pop(key, None))
+    _TABLES[key] = (alive, graph_item.ops, len(graph_item.ops), table)
+    return table
+
+
+def _step_table(graph_item):
     ops = list(graph_item.ops.values())
     names, table = op_raw_features(graph_item)
     index = {name: i for i, name in enumerate(names)}

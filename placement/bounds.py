@@ -81,14 +81,15 @@ def _transfer_affine(problem):
     return intercept, slope, nic_slope if nic_slope < float("inf") else 0.0
 
 
-def _allreduce_options(problem, devices, nbytes):
+def _allreduce_options(problem, devices, nbytes, sending_nics):
     """``(seconds, NIC-tx seconds)`` lower bounds of each way to allreduce ``nbytes`` alone over ``devices``.
 
     NIC-tx seconds are the bytes' share of the phases' occupancy, times the
     sending NICs each phase holds; the part a fused bucket pays once
     (intercepts, and the per-tensor overhead taken out of the first phase)
     is left out, so the shares of the variables of a bucket never add up to
-    more than the bucket's.
+    more than the bucket's.  ``sending_nics``: a cache of the NIC-tx links of
+    each link tuple (a collective over a thousand devices holds thousands).
     """
     out = []
     for algorithm in ALLREDUCE_ALGORITHMS:
@@ -100,7 +101,9 @@ def _allreduce_options(problem, devices, nbytes):
                 share = ph.seconds - z.seconds
                 if i == 0:
                     share -= max(0.0, problem.overhead - z.seconds)
-                nic += max(0.0, share) * sum(_nic_tx(link) for link in ph.links)
+                if ph.links not in sending_nics:
+                    sending_nics[ph.links] = sum(_nic_tx(link) for link in ph.links)
+                nic += max(0.0, share) * sending_nics[ph.links]
             out.append((sum(p.seconds for p in phases), nic))
     return out
 
@@ -164,13 +167,16 @@ def _sync_terms(problem, replicas, group_slots, models, ready, replica_compute):
     server_updates = [problem.device_costs(spec.device(p))[1] for p in servers]
     nics = sum(len(node.nics) for node in spec.nodes)
     sync, nic_seconds, weighted = 0.0, 0.0, [w * (replica_compute or 0.0) for w in _WEIGHTS]
+    sending_nics, slot_devices = {}, {}
     for name, nbytes in problem.compressed_bytes.items():  # fp16/bf16 compression sends the fewest bytes
         slot = group_slots.get(problem.var_unit[name], 0)
-        devices = tuple(r[slot] for r in replicas)
-        tasks = len({spec.device(d).node for d in devices})
+        if slot not in slot_devices:
+            devices = tuple(r[slot] for r in replicas)
+            slot_devices[slot] = (devices, len({spec.device(d).node for d in devices}))
+        devices, tasks = slot_devices[slot]
         on_replica = min(u[name] for u in replica_updates)
         on_server = min((u[name] for u in server_updates), default=float("inf")) / max(len(servers), 1)
-        options = _allreduce_options(problem, devices, nbytes)
+        options = _allreduce_options(problem, devices, nbytes, sending_nics)
         allreduce = min(seconds for seconds, _ in options) + on_replica
         shard = problem.sparse_bytes[name] / max(len(servers), 1)
         ps = 2 * (intercept + max(1, tasks - 1) * slope * shard) + on_server

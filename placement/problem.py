@@ -40,6 +40,18 @@ def model_key(device):
     return (device.kind, device.model)
 
 
+def _affine_fit(price):
+    """``[(intercept, slope, links)]`` of each phase ``price(nbytes)`` returns, or None where it is not affine."""
+    zero, probe, check = (price(n) for n in (0, _PROBE_BYTES, _CHECK_BYTES))
+    if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
+        return None
+    fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
+    for (a, b, _), c in zip(fit, check):
+        if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
+            return None
+    return fit
+
+
 class Problem:
     """One job on one cluster: variables, op groups, devices and costs.
 
@@ -96,7 +108,7 @@ class Problem:
         self._costs = {}
         self._phases = {}
         self._links = {}
-        self._affine = {}
+        self._affine_fits = {}
         self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
 
     def at_replicas(self, replicas, micro_batches=None):
@@ -195,35 +207,39 @@ class Problem:
 
         ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
         else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
-        The CommModel's phases are latency plus bytes over
-        bandwidth, so two probes give each phase's intercept and slope and a
-        new fusion-bucket size costs no walk over the devices.  A third probe
-        checks the fit; where it fails (e.g. unequal nodes, whose slowest
-        node changes with size), every size is asked of the CommModel.
+        See :meth:`_affine` for the fit.
         """
-        key = (devices, algorithm, collective_ops)
-        if key not in self._affine:
-            self._affine[key] = self._affine_fit(list(devices), algorithm, collective_ops)
-        fit = self._affine[key]
-        if fit is None:
-            return self._priced_allreduce(nbytes, list(devices), algorithm, collective_ops)
-        return [Phase(a + b * nbytes, links) for a, b, links in fit]
+        return self._affine(("ar", devices, algorithm, collective_ops), nbytes,
+                            lambda n: self._priced_allreduce(n, list(devices), algorithm, collective_ops))
+
+    def transfer_phases(self, src, dst, nbytes):
+        """``CommModel.transfer_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""
+        return self._affine(("p2p", src, dst), nbytes, lambda n: self.comm.transfer_phases(src, dst, n))
+
+    def ps_phases(self, src, dst, nbytes):
+        """``CommModel.ps_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""
+        return self._affine(("ps", src, dst), nbytes, lambda n: self.comm.ps_phases(src, dst, n))
 
     def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
         if collective_ops:
             return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
         return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
 
-    def _affine_fit(self, devices, algorithm, collective_ops):
-        zero, probe, check = (self._priced_allreduce(n, devices, algorithm, collective_ops)
-                              for n in (0, _PROBE_BYTES, _CHECK_BYTES))
-        if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
-            return None
-        fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
-        for (a, b, _), c in zip(fit, check):
-            if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
-                return None
-        return fit
+    def _affine(self, key, nbytes, price):
+        """``price(nbytes)``'s phases, from an affine fit of ``price`` cached under ``key`` when it is exact.
+
+        The CommModel's phases are latency plus bytes over bandwidth, so two
+        probes give each phase's intercept and slope and a new size costs no
+        walk over devices and paths.  A third probe checks the fit; where it
+        fails (e.g. unequal nodes, whose slowest node changes with size, or a
+        calibrated loopback), every size is asked of ``price``.
+        """
+        if key not in self._affine_fits:
+            self._affine_fits[key] = _affine_fit(price)
+        fit = self._affine_fits[key]
+        if fit is None:
+            return price(nbytes)
+        return [Phase(a + b * nbytes, links) for a, b, links in fit]
 
     # -- memory costs ------------------------------------------------------
     def allocated_bytes(self):

@@ -6,15 +6,17 @@ Budget: either ``budget_s`` seconds of wall clock for the whole
 any machine.  The search counts its own moves and evaluations.
 
 Schedule: energies are step times relative to the start of a round.  Before
-the first round, moves sampled around the start give the uphill deltas;
+the first round, up to :data:`SAMPLE_MOVES` moves sampled around the start
+(within :data:`CALIBRATION_SHARE` of a wall-clock budget) give the uphill deltas;
 the start temperature makes an uphill move of that sample accepted
 :data:`START_ACCEPTANCE` of the time on average, the end temperature
 :data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
 between them over the first ``1 - QUENCH`` of each round; the rest of the
 round is a descent at zero temperature (only improvements are accepted).
-A move that leaves the energy unchanged (a plateau) is accepted with
-probability ``T / T_start``, so the walk crosses plateaus early and stops
-drifting late.
+A move that leaves the energy unchanged (a plateau: within
+:data:`PLATEAU` relative, the rounding of a sum taken in another order) is
+accepted with probability ``T / T_start``, so the walk crosses plateaus
+early and stops drifting late.
 
 Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
 from the best baseline, the second from the next-best distinct baseline,
@@ -38,10 +40,13 @@ from placement.simulator import Simulator
 from placement.space import StrategySpace, copy_strategy
 
 SAMPLE_MOVES = 32
+# A wall-clock budget's share, of what is left when the search starts, that the calibration may take.
+CALIBRATION_SHARE = 0.1
 START_ACCEPTANCE = 0.85
 END_ACCEPTANCE = 0.01
 QUENCH = 0.3
 ROUNDS = 3
+PLATEAU = 1e-12
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
 # Acceptance is reported over the first and the last tenth of the moves.
@@ -50,13 +55,20 @@ ACCEPTANCE_WINDOW = 0.1
 
 @dataclass
 class SearchResult:
-    """The chosen strategy, its simulation, every baseline and search statistics."""
+    """The chosen strategy, its simulation, every baseline and search statistics.
+
+    ``simulator``: the search's :class:`~placement.simulator.Simulator` (its
+    ``problem`` and caches), for pricing more strategies of the same job;
+    ``stats["warning"]``: set when the budget ran out before the search
+    made a move (the strategy is then the best baseline).
+    """
 
     strategy: object
     simulation: object
     candidates: list
     lower_bound: float
     stats: dict = field(default_factory=dict)
+    simulator: object = None
 
     def baseline(self, name):
         return next(c for c in self.candidates if c.name == name)
@@ -137,11 +149,14 @@ class Annealer:
         """Set the start and end temperatures from the uphill deltas of moves sampled around ``start``."""
         base = energy_of(self.evaluate(start))
         uphill = []
+        begin = self.budget.fraction()
         for _ in range(SAMPLE_MOVES):
+            if self.budget.fraction() >= begin + CALIBRATION_SHARE * (1.0 - begin):
+                break  # moves that are slow to evaluate (a partitioned PS over many nodes) leave time for the search
             candidate = copy_strategy(start)
             self.space.move(candidate)
             delta = energy_of(self.evaluate(candidate)) / base - 1.0
-            if delta > 0:
+            if delta > PLATEAU:
                 uphill.append(delta)
         uphill = uphill or [1e-3]
         self.t_start = temperature_for(uphill, START_ACCEPTANCE)
@@ -167,9 +182,9 @@ class Annealer:
     def _round(self, start, end):
         """Anneal from ``start`` until the budget fraction reaches ``end``."""
         current = copy_strategy(start)
-        simulation = self.evaluate(current)
-        self._offer(current, simulation)
-        current_energy = base = energy_of(simulation)
+        current_sim = self.evaluate(current)
+        self._offer(current, current_sim)
+        current_energy = base = energy_of(current_sim)
         begin = self.budget.fraction()
         next_report = begin
         while not self.budget.spent() and self.budget.fraction() < end:
@@ -177,22 +192,23 @@ class Annealer:
             temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12))
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
-            simulation = self.evaluate(candidate)
+            # a move that found nothing to change (e.g. no free PS task) leaves the strategy as it was
+            simulation = current_sim if candidate == current else self.evaluate(candidate)
             self.budget.made += 1
             energy = energy_of(simulation)
             delta = (energy - current_energy) / base
-            if delta < 0:
+            if delta < -PLATEAU:
                 accepted = True
             elif temperature == 0.0:
                 accepted = False
-            elif delta == 0:
+            elif delta <= PLATEAU:
                 accepted = self.rng.random() < temperature / self.t_start
             else:
                 accepted = self.rng.random() < math.exp(-delta / temperature)
             self.accepted.append(accepted)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
-                current, current_energy = candidate, energy
+                current, current_sim, current_energy = candidate, simulation, energy
                 self._offer(current, simulation)
             if self.progress is not None and fraction >= next_report:
                 self.progress(fraction, self.best_sim.step_time)
@@ -275,18 +291,25 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
                           compressions=COMPRESSIONS if allow_compression else ("none",),
                           allow_micro_batches=allow_micro_batches)
     annealer = Annealer(simulator, space, random.Random(seed + 1), budget, progress)
+    setup_s = time.perf_counter() - budget.started
     searching = time.perf_counter()
-    if problem.dense_bytes:
+    if problem.dense_bytes and not budget.spent():
         best = annealer.run(starts)[0]
     else:
         best = copy_strategy(starts[0])
     searching = time.perf_counter() - searching
+    warning = None
+    if problem.dense_bytes and not annealer.accepted:
+        rest = ", calibrating the temperature the rest" if setup_s < budget_s else ""
+        warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s of the {budget_s:g} s "
+                   f"budget{rest}; the plan is the best baseline (a larger budget lets it search)")
     final = simulator.simulate(best, trace=True)
     if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
         bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
     stats = annealer.stats()
     stats.update(
         seconds=time.perf_counter() - budget.started,
+        setup_seconds=setup_s,
         search_seconds=searching,
         budget_s=None if moves is not None else budget_s,
         moves=moves,
@@ -296,4 +319,6 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
         allow_compression=allow_compression,
         allow_micro_batches=allow_micro_batches,
     )
-    return SearchResult(best, final, candidates, bound, stats)
+    if warning:
+        stats["warning"] = warning
+    return SearchResult(best, final, candidates, bound, stats, simulator)

@@ -73,11 +73,15 @@ move that changes only synchronisation (method, shard, partition, algorithm,
 bucket, PS count) hits that cache and re-simulates only the communication,
 whose cost is a few events per variable and node.  The replica classes, the
 devices of each slot and the wide link sets (see :class:`_LinkQueue`) are
-cached per Simulator too, and the busy seconds of every link and device
-are expanded only when read, so an evaluation inside a search costs in
-proportion to the transfers of the strategy, not to the cluster's devices.
-Contention couples every transfer to those queued before it, so the
-communication is simulated whole each time.  The local sum of a
+cached per Simulator too, and so is what each fusion bucket and each PS
+variable costs under one set of replica classes (its ready time, phase
+lists, update seconds: ``Simulator.plans``), so a move re-prices only the
+buckets and variables it changed.  The busy seconds of every link and
+device are expanded only when read, so an evaluation inside a search costs
+in proportion to the transfers of the strategy, not to the cluster's
+devices.  Contention couples every transfer to those queued before it, so
+the queueing itself is simulated whole each time (a transfer's next phase
+bypasses the heap when nothing queued is ready before it).  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
 arrive on its port, so the queue would serialise them anyway), and likewise
@@ -88,8 +92,9 @@ overhead (``CommModel.per_tensor_overhead``), which is spent at the
 endpoints before the bytes move: concurrent RPCs of different workers pay
 it in parallel, so it delays a transfer without holding the link.
 Phase lists from the CommModel are cached too (in the Problem).
-``tests/test_simulator.py`` and ``tests/test_placement_properties.py`` check
-that the cached result equals a fresh simulation.
+``tests/test_simulator.py``, ``tests/test_incremental.py`` and
+``tests/test_placement_properties.py`` check that the cached result equals
+a fresh simulation.
 """
 
 from __future__ import annotations
@@ -209,6 +214,8 @@ class _Schedule:
     events: list
 
 
+# How many bucket, shard and worker plans a Simulator keeps (see _SyncRun._cached) before it starts again.
+MAX_PLANS = 100_000
 # A phase on at least this many links (a collective over many devices) is
 # reserved once for its whole link set rather than link by link.
 WIDE_PHASE = 16
@@ -296,15 +303,21 @@ class _LinkQueue:
             return ready, ready
         if len(links) >= WIDE_PHASE:
             return self._occupy_wide(links, ready, seconds)
+        intervals, busy = self.intervals, self.narrow_busy
+        lists = [intervals[link] for link in links if link in intervals]
         wide = ()
         if self.wide:
             wide = {w: None for link in links for w in self.wide_of_link.get(link, ()) if w in self.wide}
-        lists = [self.intervals[link] for link in links if link in self.intervals]
-        start = _first_free(lists + [self.wide[w] for w in wide], ready, seconds) if lists or wide else ready
+            lists += [self.wide[w] for w in wide]
+        start = _first_free(lists, ready, seconds) if lists else ready
         end = start + seconds
         for link in links:
-            _insert(self.intervals.setdefault(link, ([], [])), start, end)
-            self.narrow_busy[link] = self.narrow_busy.get(link, 0.0) + seconds
+            spans = intervals.get(link)
+            if spans is None:
+                intervals[link] = ([start], [end])
+            else:
+                _insert(spans, start, end)
+            busy[link] = busy.get(link, 0.0) + seconds
         for w in wide:
             _insert(self.beneath[w], start, end)
         return start, end
@@ -363,7 +376,6 @@ class _SyncRun:
         self.upd_busy = {}
         self.ps_free = {}
         self.busy = {}
-        self.worker_groups = {}
         self.heap = []
         self.seq = 0
         self.stream_free = {}  # devices of a collective group -> when its stream is next free
@@ -393,27 +405,52 @@ class _SyncRun:
     def drain(self):
         """Run every queued transfer; a collective runs its phases back to back, on its group's one
         stream in the order the collectives are issued (each starts, latency included, once the one
-        before it ended); separate transfers queue phase by phase."""
-        heap, links, sim = self.heap, self.links, self.sim
+        before it ended); separate transfers queue phase by phase.
+
+        A transfer's next phase goes on at once, without the heap, when it is ready before anything
+        queued: the heap would hand it out next anyway.
+        """
+        heap, occupy, trace, stream_free = self.heap, self.links.occupy, self.trace, self.stream_free
         while heap:
             t, _, index, phases, label, on_done, stream = heapq.heappop(heap)
-            atomic = stream is not None
-            last = len(phases) if atomic else index + 1
-            end = begin = max(t, self.stream_free.get(stream, t)) if atomic else t
-            for latency, occupancy, used in phases[index:last]:
-                start, end = links.occupy(used, end + latency, occupancy)
-                if self.trace:
-                    self.events.append((label, "sync", "+".join(used) or "local", start, end))
-            if last < len(phases):
-                heapq.heappush(heap, (end, self.seq, last, phases, label, on_done, stream))
-                self.seq += 1
-            else:
-                if atomic:
-                    self.stream_free[stream] = end
-                    contention = self.collective_ops and self.problem.comm.compute_contention(stream)
-                    if contention:
-                        self.collective_spans.append((begin, end, contention))
+            if stream is not None:  # a collective: all its phases, once its stream is free
+                end = begin = max(t, stream_free.get(stream, t))
+                for latency, occupancy, used in phases:
+                    start, end = occupy(used, end + latency, occupancy)
+                    if trace:
+                        self.events.append((label, "sync", "+".join(used) or "local", start, end))
+                stream_free[stream] = end
+                contention = self.collective_ops and self.problem.comm.compute_contention(stream)
+                if contention:
+                    self.collective_spans.append((begin, end, contention))
                 on_done(end)
+                continue
+            end = t
+            while True:
+                latency, occupancy, used = phases[index]
+                start, end = occupy(used, end + latency, occupancy)
+                if trace:
+                    self.events.append((label, "sync", "+".join(used) or "local", start, end))
+                index += 1
+                if index == len(phases):
+                    on_done(end)
+                    break
+                if heap and heap[0][0] <= end:
+                    heapq.heappush(heap, (end, self.seq, index, phases, label, on_done, stream))
+                    self.seq += 1
+                    break
+
+    def _cached(self, key, build):
+        """What ``build()`` returns for ``key`` under this run's replica classes and overlap, cached on the
+        Simulator (which forgets them all past :data:`MAX_PLANS`)."""
+        key += (id(self.classes), self.overlap)
+        plans = self.sim.plans
+        cached = plans.get(key)
+        if cached is None or cached[0] is not self.classes:
+            if len(plans) >= MAX_PLANS:
+                plans.clear()
+            cached = plans[key] = (self.classes, build())
+        return cached[1]
 
     # -- allreduce ---------------------------------------------------------
     def allreduce(self, algorithm, bucket, slot, names, devices, compression="none"):
@@ -421,8 +458,20 @@ class _SyncRun:
 
         A compressed bucket moves its wire bytes; its cast before the
         collective and back after runs on the slowest replica device.
+        What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
         """
-        problem = self.sim.problem
+        ready, phases, label, cast, updates, update_label = self._cached(
+            (algorithm, bucket, slot, names, devices, compression, self.collective_ops),
+            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression))
+        self.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
+                    # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
+                    # wait for each other.
+                    stream=devices if self.collective_ops else (devices, bucket))
+
+    def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression):
+        """``(ready, phases, label, cast seconds, updates, update label)`` of one bucket; ``updates``: per class,
+        ``(class, device that applies them, seconds)``."""
+        problem = self.problem
         dense = sum(problem.dense_bytes[v] for v in names)
         nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in names)
         cast = problem.cast_seconds(devices, dense, nbytes)
@@ -432,59 +481,72 @@ class _SyncRun:
             ("ar", devices, algorithm, nbytes, collective_ops),
             lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         )
-        self.submit(
-            ready,
-            phases,
-            f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else ""),
-            lambda t: self._apply(t + cast, names, slot, f"update bucket {bucket}"),
-            # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not wait
-            # for each other.
-            stream=devices if collective_ops else (devices, bucket),
-        )
-
-    def _apply(self, t, names, slot, label):
+        label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
+        updates = []
         for c, (_, members) in enumerate(self.classes):
-            costs = self.problem.device_costs(self.problem.resource_spec.device(members[0][slot]))[1]
-            start = max(t, self.upd_free[(c, slot)])
-            stop = start + sum(costs[v] for v in names)
-            self.upd_free[(c, slot)] = stop
-            self.upd_busy[(c, slot)] = self.upd_busy.get((c, slot), 0.0) + stop - start
+            device = members[0][slot]
+            costs = problem.device_costs(problem.resource_spec.device(device))[1]
+            updates.append(((c, slot), device, sum(costs[v] for v in names)))
+        return ready, phases, label, cast, updates, f"update bucket {bucket}"
+
+    def _apply(self, t, updates, label):
+        for key, device, seconds in updates:
+            start = max(t, self.upd_free[key])
+            stop = start + seconds
+            self.upd_free[key] = stop
+            self.upd_busy[key] = self.upd_busy.get(key, 0.0) + stop - start
             self.finish.append(stop)
             if self.trace:
-                self.events.append((label, "update", members[0][slot], start, stop))
+                self.events.append((label, "update", device, start, stop))
 
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
         """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
-        if (c, slot) not in self.worker_groups:
-            spec = self.problem.resource_spec
-            by_node = {}
-            for r in self.classes[c][1]:
-                by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
-            self.worker_groups[(c, slot)] = [tuple(devs) for _, devs in sorted(by_node.items())]
-        return self.worker_groups[(c, slot)]
+        return self._cached(("workers", c, slot), lambda: self._group_by_node(c, slot))
+
+    def _group_by_node(self, c, slot):
+        spec = self.problem.resource_spec
+        by_node = {}
+        for r in self.classes[c][1]:
+            by_node.setdefault(spec.device(r[slot]).node, []).append(r[slot])
+        return [tuple(devs) for _, devs in sorted(by_node.items())]
 
     def parameter_server(self, name, slot):
         """Every task sums its replicas' gradient of each shard and pushes it once; the PS updates
-        the shard; every task pulls it once and copies it to its other replicas."""
+        the shard; every task pulls it once and copies it to its other replicas.  What each shard
+        costs is the Simulator's to cache (:meth:`_shard_plans`)."""
         s = self.strategy.sync[name]
-        nbytes = -(-self.problem.sparse_bytes[name] // s.shards)
+        devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
+        plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
+        for ps_device, pushes, pulls, cost, labels in plans:
+            pushed = self._after_pushes(len(pushes), ps_device, cost, pulls, labels)
+            for ready, phases in pushes:
+                self.submit(ready, phases, labels[0], pushed)
+
+    def _shard_plans(self, name, shards, ps_devices, slot):
+        """Per shard: ``(PS device, pushes as (ready, phases), pulls' phases, update seconds, (push, update,
+        pull) labels)``."""
+        problem = self.problem
+        nbytes = -(-problem.sparse_bytes[name] // shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
-        sparse = name in self.problem.sparse_gradients
+        sparse = name in problem.sparse_gradients
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
-        for i, task in enumerate(s.ps_tasks):
-            ps_device = self.strategy.ps_devices[task]
+        plans = []
+        for i, ps_device in enumerate(ps_devices):
+            pushes = [(self.ready(self.classes[c][0], name),
+                       self._local_copies(devs, nbytes, inward=True)
+                       + self._ps_transfer(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes))
+                      for c, devs in targets]
+            pulls = [self._ps_transfer(ps_device, devs[0], nbytes) + self._local_copies(devs, nbytes, inward=False)
+                     for _, devs in targets]
+            cost = problem.device_costs(problem.resource_spec.device(ps_device))[1][name] / shards
             label = f"{name}/{i}"
-            pushed = self._after_pushes(len(targets), name, label, ps_device, s.shards, nbytes, targets)
-            for c, devs in targets:
-                pushed_bytes = nbytes * len(devs) if sparse else nbytes
-                phases = (self._local_copies(devs, nbytes, inward=True)
-                          + self._ps_transfer(devs[0], ps_device, pushed_bytes))
-                self.submit(self.ready(self.classes[c][0], name), phases, f"push {label}", pushed)
+            plans.append((ps_device, pushes, pulls, cost, (f"push {label}", f"update {label}", f"pull {label}")))
+        return plans
 
     def _ps_transfer(self, src, dst, nbytes):
         problem = self.problem
-        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.comm.ps_phases(src, dst, nbytes))
+        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.ps_phases(src, dst, nbytes))
 
     def _local_copies(self, devs, nbytes, inward):
         """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
@@ -494,9 +556,9 @@ class _SyncRun:
         src, dst = (other, hub) if inward else (hub, other)
         copies = len(devs) - 1
         return problem.phase_list(("local", src, dst, nbytes, copies),
-                                  lambda: problem.comm.transfer_phases(src, dst, nbytes), copies)
+                                  lambda: problem.transfer_phases(src, dst, nbytes), copies)
 
-    def _after_pushes(self, pending, name, label, ps_device, shards, nbytes, targets):
+    def _after_pushes(self, pending, ps_device, cost, pulls, labels):
         """The callback that, at the last push of a shard, updates it and starts the pulls."""
         left = [pending]
 
@@ -504,16 +566,14 @@ class _SyncRun:
             left[0] -= 1
             if left[0]:
                 return
-            cost = self.problem.device_costs(self.problem.resource_spec.device(ps_device))[1][name] / shards
             start = max(t, self.ps_free.get(ps_device, 0.0))
             stop = start + cost
             self.ps_free[ps_device] = stop
             self.busy[ps_device] = self.busy.get(ps_device, 0.0) + cost
             if self.trace:
-                self.events.append((f"update {label}", "update", ps_device, start, stop))
-            for _, devs in targets:
-                phases = self._ps_transfer(ps_device, devs[0], nbytes) + self._local_copies(devs, nbytes, inward=False)
-                self.submit(stop, phases, f"pull {label}", self.finish.append)
+                self.events.append((labels[1], "update", ps_device, start, stop))
+            for phases in pulls:
+                self.submit(stop, phases, labels[2], self.finish.append)
 
         return pushed
 
@@ -532,6 +592,9 @@ class Simulator:
         self._schedules = {}
         self._classes = {}
         self.link_sets = ({}, {})  # see _LinkQueue
+        # what one bucket or one PS variable costs under the replica classes it is simulated with (see _SyncRun)
+        self.plans = {}
+        self._whole_bytes = {name: nbytes + problem.slot_bytes[name] for name, nbytes in problem.dense_bytes.items()}
 
     def _share(self, strategy):
         """The simulator of ``strategy``'s part of the batch (one micro-batch of one replica's slice): this one
@@ -587,7 +650,7 @@ class Simulator:
                 if slot_of[h] != slot:
                     src, dst = replica[slot], replica[slot_of[h]]
                     phases = self.problem.phase_list(("xfer", src, dst, nbytes),
-                                                     lambda: self.problem.comm.transfer_phases(src, dst, nbytes))
+                                                     lambda: self.problem.transfer_phases(src, dst, nbytes))
                     for latency, occupancy, used in phases:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
@@ -643,7 +706,8 @@ class Simulator:
             else:
                 ps_vars.append(name)
         for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
-            run.allreduce(algorithm, bucket, slot, names, self._slot_devices(strategy.replicas, slot), compression)
+            run.allreduce(algorithm, bucket, slot, tuple(names), self._slot_devices(strategy.replicas, slot),
+                          compression)
         for name in ps_vars:
             run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
@@ -694,16 +758,18 @@ class Simulator:
         if slots is None:
             slots = self._slots(strategy)
         var_slot = self._var_slots(strategy)
+        dense, sparse, whole = problem.dense_bytes, problem.sparse_bytes, self._whole_bytes
         persistent, accumulated, ps_bytes = {}, {}, {}
         for name, s in strategy.sync.items():
             slot = var_slot[name] if var_slot else 0
             if s.method == "allreduce":
-                held = problem.dense_bytes[name] + problem.slot_bytes[name]
-                accumulated[slot] = accumulated.get(slot, 0) + problem.dense_bytes[name]
+                held = whole[name]
+                accumulated[slot] = accumulated.get(slot, 0) + dense[name]
             else:
-                held = problem.sparse_bytes[name]
-                share = -(-(problem.dense_bytes[name] + problem.slot_bytes[name]) // s.shards)
-                for task in s.ps_tasks:
+                held = sparse[name]
+                tasks = s.ps_tasks
+                share = -(-whole[name] // len(tasks))
+                for task in tasks:
                     dev = strategy.ps_devices[task]
                     ps_bytes[dev] = ps_bytes.get(dev, 0) + share
             persistent[slot] = persistent.get(slot, 0) + held

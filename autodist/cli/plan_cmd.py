@@ -7,6 +7,7 @@ The script's arguments after ``--`` are used to capture its step and, unless
 from __future__ import annotations
 
 import shlex
+import sys
 
 from autodist.errors import InputError
 
@@ -33,6 +34,13 @@ def register(subparsers):
     add_cost_model_argument(p)
     pass_script_args(p, dest="script_argv")
     p.set_defaults(func=run)
+
+
+def warn_if_unsearched(plan):
+    """Say on stderr when the search's budget ran out before its first move (the plan is the best baseline)."""
+    warning = (plan.provenance.get("search") or {}).get("warning")
+    if warning:
+        print(f"autodist: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def summary(plan):
@@ -74,6 +82,7 @@ def run(args):
                      **job_options(args), **search_allowances(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
+    warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}")
     if objects:
         from launcher.manifests import write_manifests

@@ -17,9 +17,10 @@ tensor whose batch dimension is not its first keeps its size.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autodist.graph.flops import op_flops
-from autodist.graph.item import GraphItem, OpInfo, VariableInfo, _plain
+from autodist.graph.item import GraphItem, VariableInfo, _plain
 
 def replica_batch(batch, replicas, micro_batches=1):
     """Samples one replica runs per micro-batch: the largest slice of the global batch."""
@@ -176,19 +177,18 @@ def at_batch(graph_item, new_batch):
     shapes = {}
     ops = []
     for name, op in graph_item.ops.items():
-        record = _plain(op)
         out_shapes = []
         for i, shape in enumerate(op.output_shapes):
             dim = carried.get(f"{name}:{i}")
             out_shapes.append(_scaled(shape, dim, batch, new_batch) if dim is not None else shape)
         shapes[name] = out_shapes
         if out_shapes != op.output_shapes or any(t in carried for t in op.data_inputs):
-            record["output_shapes"] = out_shapes
-            record["output_bytes"] = [_rescaled_bytes(b, old, new) for b, old, new
-                                      in zip(op.output_bytes, op.output_shapes, out_shapes)]
             in_shapes = [shapes.get(_producer(t), [None] * (_index(t) + 1))[_index(t)] for t in op.data_inputs]
-            record["flops"] = op_flops(op.type, in_shapes, out_shapes, op.attrs)
-        ops.append(OpInfo(**record))
+            op = replace(op, output_shapes=out_shapes,
+                         output_bytes=[_rescaled_bytes(b, old, new) for b, old, new
+                                       in zip(op.output_bytes, op.output_shapes, out_shapes)],
+                         flops=op_flops(op.type, in_shapes, out_shapes, op.attrs))
+        ops.append(op)  # the records' other fields are shared with graph_item's (captured records do not change)
     variables = []
     for var in graph_item.variables.values():
         record = _plain(var)

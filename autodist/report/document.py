@@ -213,7 +213,9 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         The job's graph, when at hand (adds the parameter count; with
         ``cost_model``, the exposed-time split and the counterfactuals).
     search : placement.SearchResult, optional
-        When a search just ran: its baselines' breakdowns and its statistics.
+        When a search just ran: its baselines' breakdowns and its statistics
+        (and its simulator, which prices the counterfactuals without a second
+        Problem).
     other_plan : autodist.plan.Plan, optional
         A plan to compare with (``--compare``).
     plan_file : str, optional
@@ -235,7 +237,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     step = prediction["step_time"]
     pricing = None
     if graph_item is not None and cost_model is not None:
-        pricing = Pricing(graph_item, plan.resource_spec, cost_model)
+        pricing = Pricing(graph_item, plan.resource_spec, cost_model, simulator=search.simulator if search else None)
     simulation = pricing.simulate(plan.strategy, trace=True) if pricing else None
     exposed = _exposed(simulation)
     split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
@@ -283,6 +285,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "seed": data["provenance"]["seed"],
             "budget_s": budget_s,
             "left_out": stats.get("left_out"),
+            "warning": stats.get("warning"),
         },
         "compare": None if other_plan is None else _compare(data, other_plan, batch),
         "provenance": data["provenance"],

@@ -16,13 +16,18 @@ class Pricing:
     graph_item : autodist.graph.item.GraphItem
     resource_spec : autodist.resource_spec.ResourceSpec
     cost_model : cost_models.CostModel
+    simulator : placement.Simulator, optional
+        A search's simulator (``SearchResult.simulator``), reused with its
+        Problem and caches when it is of this job, cluster and cost model.
     """
 
-    def __init__(self, graph_item, resource_spec, cost_model):
+    def __init__(self, graph_item, resource_spec, cost_model, simulator=None):
         from placement import Problem, Simulator
 
-        self._problem = Problem(graph_item, resource_spec, cost_model)
-        self._simulator = Simulator(self._problem)
+        if simulator is None or not _is_of(simulator.problem, graph_item, resource_spec, cost_model):
+            simulator = Simulator(Problem(graph_item, resource_spec, cost_model))
+        self._problem = simulator.problem
+        self._simulator = simulator
         self.resource_spec = resource_spec
         self.dense_bytes = dict(self._problem.dense_bytes)
         self.sparse_gradients = set(self._problem.sparse_gradients)
@@ -82,3 +87,9 @@ class Pricing:
         latency = sum(p.seconds for empty, _ in priced for p in empty)
         total = sum(p.seconds for _, full in priced for p in full)
         return latency, max(total - latency, 0.0)
+
+
+def _is_of(problem, graph_item, resource_spec, cost_model):
+    """Whether ``problem`` was built from these very objects."""
+    return (problem.graph_item is graph_item and problem.resource_spec is resource_spec
+            and problem.cost_model is cost_model)

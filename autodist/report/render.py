@@ -238,9 +238,10 @@ def _search(doc, md):
     if s is None:
         return "Read from a plan file; no search ran."
     left_out = f" Left out: {s['left_out']}." if s.get("left_out") else ""
+    warning = f" Warning: {s['warning']}." if s.get("warning") else ""
     return _paragraph(
         f"Searched {s['seconds']:.1f} s (seed {s['seed']}): {s['moves_tried']} moves tried, "
-        f"{s['moves_accepted']} accepted, starting from the {s['started_from']} baseline.{left_out}",
+        f"{s['moves_accepted']} accepted, starting from the {s['started_from']} baseline.{left_out}{warning}",
         md,
     )
 
