@@ -17,9 +17,10 @@ What one step does, as simulated:
    they are issued: each, its fixed latency included, starts once the one
    before it ended, so many small buckets pay their fixed costs one after
    another and can outlast the backward pass they overlap.  NCCL
-   collectives on GPUs pay the fixed cost per collective, and take the share
-   of the compute they run beside, that cost_models.overlap fits on
-   published scaling: the step grows by what the slowed compute outlasts
+   collectives on GPUs take the share of the compute they run beside that
+   cost_models.overlap fits on published scaling (not the fixed cost per
+   bucket fitted beside it: that is Horovod's, which TensorFlow's
+   collective ops do not pay): the step grows by what the slowed compute outlasts
    (``contention_delay``, counted as exposed communication).  PS, as the
    runtime runs it: every worker task (one per node) sums its replicas'
    gradient of each shard on its first replica device and pushes it once
