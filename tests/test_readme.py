@@ -26,7 +26,7 @@ SUBSTITUTIONS = {"train.py": TRAIN, "SCRIPT_ARGS": "--steps 2", "/etc/autodist/p
                  "~/.cache/autodist/cost-model": "cost-model"}
 # Minutes each on this machine: parsed only (tests/test_cost_cli.py runs them with small counts).
 PARSED_ONLY = {("costmodel", "eval"), ("profile", "transfers"), ("profile", "collectives"), ("profile", "remote-steps"),
-               ("costmodel", "install")}
+               ("profile", "emulated-links"), ("costmodel", "install")}
 # Minutes each too (every strategy trained): parsed only (tests/test_bench.py runs a small one).
 PARSED_ONLY_COMMANDS = {"bench"}
 KUBERNETES = ("--from-kubernetes", "--submit")

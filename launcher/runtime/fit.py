@@ -17,6 +17,7 @@ import numpy as np
 from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
 from autodist.throughput import samples_per_second
+from cost_models.executor import EXECUTOR_SETTLE_RUNS
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
 UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
@@ -61,17 +62,26 @@ class StepReporter:
         print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
               file=self.out, flush=True)
 
+    def _measured(self):
+        """The steps the measured step time is the median of: those after TensorFlow's executor settled (its first
+        EXECUTOR_SETTLE_RUNS runs, which profiling leaves out of the step times the cost model is fitted on)
+        where at least as many follow them, else all but the first (it traces the graph)."""
+        skip = EXECUTOR_SETTLE_RUNS if len(self.times) >= 2 * EXECUTOR_SETTLE_RUNS else 1
+        return skip, self.times[skip:] or self.times
+
     def measured_step_time(self):
-        """Median step time, leaving out the first step (it traces the graph)."""
-        times = self.times[1:] or self.times
+        """Median step time of the measured steps (:meth:`_measured`)."""
+        _, times = self._measured()
         return float(np.median(times)) if times else 0.0
 
     def summary(self, plan_path):
         """The closing line: measured against predicted step time, and the plan used."""
         measured, predicted = self.measured_step_time(), self.predicted
+        skip, _ = self._measured()
         ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
-        print(f"autodist: measured step time {_ms(measured)} vs predicted {_ms(predicted)}{ratio}; plan {plan_path}",
-              file=self.out, flush=True)
+        steps = f" (median of steps {skip + 1}-{len(self.times)})" if len(self.times) > skip else ""
+        print(f"autodist: measured step time {_ms(measured)}{steps} vs predicted {_ms(predicted)}{ratio}; "
+              f"plan {plan_path}", file=self.out, flush=True)
 
 
 class PlacedFit:
