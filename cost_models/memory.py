@@ -22,7 +22,8 @@ allocated; its backward recomputes it from the chain's stored input
 (cost_models.step_table.inside_elementwise_chains).  Dropout masks (bool)
 are stored.  This is what lets the published BERT runs fit: the Keras graph
 computes GELU and layer norm from primitive ops and would hold their
-intermediates (G33, G34 at batch 112 and 320 on 80 GB: 93 and 97 GB without it).
+intermediates (G33, G34 at batch 112 and 320 on 80 GB: 93 and 97 GB
+without it).
 
 The peak is found by sweeping the ops in graph order, which is the order
 TensorFlow's executor runs a step's forward, backward and update on one
