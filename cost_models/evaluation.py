@@ -188,13 +188,14 @@ def bus_bandwidth(cost_model):
 
 def _published_sections():
     """The sections that need nothing but the shipped data: name -> (evaluate, report lines)."""
-    from cost_models import cluster_published, collectives_published
+    from cost_models import cluster_published, collectives_published, gpu_calibration
 
-    return {"collectives_published": (collectives_published.evaluate, collectives_published.report_lines),
+    return {"gpu_published": (gpu_calibration.evaluate, _gpu_lines),
+            "collectives_published": (collectives_published.evaluate, collectives_published.report_lines),
             "cluster_published": (cluster_published.evaluate, cluster_published.report_lines)}
 
 
-SECTIONS = ("collectives_published", "cluster_published")
+SECTIONS = ("gpu_published", "collectives_published", "cluster_published")
 
 
 def evaluate_section(name):
@@ -295,7 +296,6 @@ def format_report(report):
             f"  {preset:<9} predicted {b['predicted_busbw'] / 1e9:6.0f} GB/s  nccl-tests "
             f"{b['nccl_tests_busbw'] / 1e9:4.0f} GB/s  error {_pct(b['error'])} (target <= 15%)"
         )
-    lines += _gpu_lines(report["gpu_published"])
     for name in SECTIONS:
         if name in report:
             lines += section_lines(name, report[name])

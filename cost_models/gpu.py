@@ -15,7 +15,9 @@ What a step costs on a GPU, as modelled:
   normalisation, gathers, each optimizer-update op) streams its bytes at
   ``memory`` times the memory bandwidth.  float32 products use TF32 tensor
   cores where the GPU has them and the job allows it (TensorFlow's default
-  on Ampere and later), float16/bfloat16 ops their tensor-core peak.
+  on Ampere and later), float16/bfloat16 ops their tensor-core peak.  A
+  float32 graph run at fp16/bf16 moves half the bytes outside its update; a
+  mixed-precision graph moves what its dtypes say (:func:`halved_by_precision`).
   Under XLA, memory-bound kernels are fused: their time and launches scale
   by ``xla_memory``.  A published run whose source does not say whether it
   used XLA (or, in PyTorch, which kernels it fused) gets its own fitted
@@ -106,6 +108,20 @@ def peak_key(dtype, precision, peaks):
 
 
 EFFICIENCY_KIND = {"float16": "half", "bfloat16": "half", "tf32": "tf32", "float32": "fp32"}
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def halved_by_precision(table, precision):
+    """Ops whose float32 tensors a half-precision override stores at 2 bytes (bool per op).
+
+    Only a float32 graph (no float16/bfloat16 op) run at fp16/bf16 is
+    overridden, outside its update; a mixed-precision graph already says
+    which ops run in float32 (Keras keeps normalisation statistics, softmax
+    and the loss there), and they do.
+    """
+    if precision not in ("fp16", "bf16") or np.isin(table["dtype"], HALF_DTYPES).any():
+        return np.zeros(len(table["dtype"]), dtype=bool)
+    return (table["dtype"] == "float32") & (table["phase"] != "update")
 
 
 class GpuStep:
@@ -160,10 +176,7 @@ class GpuStep:
         self.kinds = {kind: kinds == kind for kind in set(EFFICIENCY_KIND.values())}
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)
-        if precision in ("fp16", "bf16"):
-            # A float32 step run at half precision moves half the bytes outside the update.
-            data = np.where((dtype == "float32") & (table["phase"] != "update"), data / 2, data)
-        self.bytes = data
+        self.bytes = np.where(halved_by_precision(table, precision), data / 2, data)
         self.memory_bandwidth = float(device.memory_bandwidth)
         if self.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
-from cost_models.memory import step_peak_bytes
+from cost_models.memory import fuses_elementwise, step_peak_bytes
 from cost_models.prior import prior_seconds
 from cost_models.published import published_step, read_calibration
 
@@ -167,7 +167,8 @@ def evaluate(runs=None):
 
 def _published_peak(table, scalars, run):
     persistent = scalars["parameter_bytes"] + scalars["slot_bytes"]
-    return step_peak_bytes(table, persistent, scalars["parameter_bytes"], run.micro_batches, run.precision)
+    return step_peak_bytes(table, persistent, scalars["parameter_bytes"], run.micro_batches, run.precision,
+                           fused_kernels=fuses_elementwise(table, run.xla, run.framework))
 
 
 def _ratios(rows):

@@ -13,6 +13,18 @@ A device holds, at the peak of a step:
   nothing; pruned ops never run;
 - a framework reserve and, for convolutional steps, cuDNN's workspace.
 
+Under fused kernels (:func:`fuses_elementwise`: XLA, or the hand-fused
+kernels of the published runs' frameworks), a chain of elementwise ops runs
+as one kernel, fused into the reductions it feeds, and writes only what
+another kind of op reads: an elementwise output that only elementwise ops
+and reductions read (``opaque_use`` of the step table is -1) is never
+allocated; its backward recomputes it from the chain's stored input
+(cost_models.step_table.inside_elementwise_chains).  Dropout masks (bool)
+are stored.  This is what lets the published BERT runs fit: the Keras graph
+computes GELU and layer norm from primitive ops and would hold their
+intermediates (G33, G34 at batch 112 and 320 on 80 GB: 93 and 97 GB
+without it).
+
 The peak is found by sweeping the ops in graph order, which is the order
 TensorFlow's executor runs a step's forward, backward and update on one
 stream.
@@ -22,8 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.gpu import HOST_DTYPES
+from cost_models.gpu import HOST_DTYPES, halved_by_precision
 from cost_models.prior import OP_CLASS
+from cost_models.step_table import inside_elementwise_chains
 
 # Assumed, not measured (no figure in ../shared/reference): TensorFlow's
 # runtime and allocator fragmentation hold about half a GB of a GPU beyond the
@@ -35,24 +48,40 @@ CONV_WORKSPACE_BYTES = 256 * 2**20
 CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
 
 
-def allocated_bytes(table, precision="fp32"):
+def fuses_elementwise(table, xla, framework):
+    """Whether the step runs its elementwise chains fused (see the module docstring).
+
+    XLA fuses them; so do the hand-fused kernels of a published run's
+    framework: PyTorch's examples fuse GELU, layer norm and batch norm, and
+    TensorFlow's convolutional examples run batch norm as FusedBatchNorm
+    (their transformers' layer norm and GELU are separate ops without XLA).
+    A Keras job without XLA runs the ops its graph holds.
+    """
+    if xla or framework == "pytorch":
+        return True
+    return framework in ("tf1", "tf2") and bool(np.isin(table["op_type"], CONV_TYPES).any())
+
+
+def allocated_bytes(table, precision="fp32", fused_kernels=False):
     """Bytes each op allocates for its outputs when it runs (0 for ops that run no kernel).
 
-    A float32 step run at fp16/bf16 (a precision override) allocates half
-    the bytes for its forward and backward float32 outputs.
+    A float32 graph run at fp16/bf16 (a precision override) allocates half
+    the bytes for its forward and backward float32 outputs
+    (cost_models.gpu.halved_by_precision).  With
+    ``fused_kernels``, the inside of elementwise chains is not allocated
+    (see the module docstring).
     """
     classes = np.array([OP_CLASS.get(t, "") for t in table["op_type"]], dtype=object)
     allocates = (classes != "trivial") & (table["unread"] == 0) & ~np.isin(table["dtype"], HOST_DTYPES)
+    if fused_kernels:
+        allocates = allocates & ~inside_elementwise_chains(table)
     nbytes = np.where(allocates, table["output_bytes"], 0.0)
-    if precision in ("fp16", "bf16"):
-        halve = (table["dtype"] == "float32") & (table["phase"] != "update")
-        nbytes = np.where(halve, nbytes / 2, nbytes)
-    return nbytes
+    return np.where(halved_by_precision(table, precision), nbytes / 2, nbytes)
 
 
-def live_peak(table, precision="fp32", mask=None):
+def live_peak(table, precision="fp32", mask=None, fused_kernels=False):
     """The largest total of live tensor bytes over the step (ops where ``mask``, if given)."""
-    nbytes = allocated_bytes(table, precision)
+    nbytes = allocated_bytes(table, precision, fused_kernels)
     if mask is not None:
         nbytes = np.where(mask, nbytes, 0.0)
     n = len(nbytes)
@@ -74,13 +103,15 @@ def runtime_overhead_bytes(table, mask=None):
     return FRAMEWORK_RESERVE_BYTES + (CONV_WORKSPACE_BYTES if convolves.any() else 0)
 
 
-def step_peak_bytes(table, persistent_bytes, accumulated_bytes=0, micro_batches=1, precision="fp32", mask=None):
+def step_peak_bytes(table, persistent_bytes, accumulated_bytes=0, micro_batches=1, precision="fp32", mask=None,
+                    fused_kernels=False):
     """Peak bytes of one GPU running the step (ops where ``mask``).
 
     ``persistent_bytes``: parameters and optimizer slots held on the device;
     ``accumulated_bytes``: the gradients it accumulates over ``micro_batches``
-    (a buffer only when there is more than one).
+    (a buffer only when there is more than one); ``fused_kernels``: whether
+    elementwise chains run fused (XLA, or a published run's framework).
     """
     accumulation = accumulated_bytes if micro_batches > 1 else 0
-    return (int(persistent_bytes) + int(accumulation) + live_peak(table, precision, mask)
+    return (int(persistent_bytes) + int(accumulation) + live_peak(table, precision, mask, fused_kernels)
             + runtime_overhead_bytes(table, mask))

@@ -11,6 +11,12 @@ Columns: the raw op features (cost_models.features.RAW_COLUMNS) plus
   directly or through ops that only alias it (:data:`ALIAS_TYPES`: a reshape
   or identity hands on the same buffer); -1 when none does.  Ops are in
   topological order;
+- ``opaque_use``: the same, counting only readers that are neither
+  elementwise (:data:`ELEMENTWISE`) nor reductions (:data:`REDUCTIONS`):
+  -1 when only such ops read the output, so that a kernel fusing the chain
+  (XLA fuses an elementwise producer into its consumer reduction, and so do
+  the hand-fused normalisation kernels) never writes it out
+  (:func:`inside_elementwise_chains`);
 - ``fused``: 1 where Grappler's remapper folds the op into the kernel of the
   op that produces its input on a GPU (see :func:`remapper_fused`).
 
@@ -26,7 +32,7 @@ import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
 
-TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "fused")
+TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused")
 BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements")
 
 # Grappler's remapper (tensorflow/core/grappler/optimizers/remapper.cc, TF 2.21)
@@ -41,6 +47,15 @@ FUSED_BIAS = ("BiasAdd",)
 ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient",
                "EnsureShape", "CheckNumerics")
 FUSED_ACTIVATIONS = ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Gelu")
+# Elementwise ops: one output element from the same element of each input (broadcasting aside), which
+# XLA and the frameworks' hand-fused kernels (GELU, layer and batch norm, dropout) chain in one kernel.
+ELEMENTWISE = ("Add", "AddV2", "AddN", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "Maximum", "Minimum", "Neg", "Abs",
+               "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Pow", "Reciprocal", "SquaredDifference", "Erf",
+               "Erfc", "Tanh", "Sigmoid", "Relu", "Relu6", "Elu", "Selu", "Softplus", "LeakyRelu", "Gelu", "BiasAdd",
+               "Cast", "Select", "SelectV2", "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad", "SoftplusGrad",
+               "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad")
+REDUCTIONS = ("Sum", "Mean", "Max", "Min", "Prod")
+FUSIBLE_READERS = ELEMENTWISE + REDUCTIONS + ALIAS_TYPES
 
 
 def remapper_fused(ops, inputs=None):
@@ -103,18 +118,33 @@ def _step_table(graph_item):
     inputs = [op.data_inputs for op in ops]
     producers = [[t.rpartition(":")[0] for t in tensors] for tensors in inputs]
     sources = [[index[p] for p in names if p in index] for names in producers]
-    last_use = np.full(len(ops), -1, dtype=np.int64)
-    for i, srcs in enumerate(sources):
-        for src in srcs:
-            last_use[src] = max(last_use[src], i)
-    for i in range(len(ops) - 1, -1, -1):  # an alias keeps its input's buffer alive as long as itself
-        if ops[i].type in ALIAS_TYPES and sources[i]:
-            last_use[sources[i][0]] = max(last_use[sources[i][0]], last_use[i])
     fused = remapper_fused(ops, inputs)
     table["phase"] = np.asarray([op.phase for op in ops], dtype=object)
-    table["last_use"] = last_use
+    table["last_use"] = _last_readers(ops, sources, lambda op: True)
+    table["opaque_use"] = _last_readers(ops, sources, lambda op: op.type not in FUSIBLE_READERS)
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
     return table
+
+
+def inside_elementwise_chains(table):
+    """Ops a kernel fusing elementwise chains runs inside the chain: elementwise, their output read only by
+    elementwise ops and reductions.  Not bool masks, which dropout keeps for its backward, nor ops the remapper
+    folds into a product (``fused``): their output is the product kernel's, written out."""
+    elementwise = np.isin(table["op_type"], ELEMENTWISE) & (table["dtype"] != "bool") & (table["fused"] == 0)
+    return elementwise & (table["opaque_use"] < 0)
+
+
+def _last_readers(ops, sources, counts):
+    """Per op, the index of the last op that ``counts`` and reads its output, directly or through aliases."""
+    last = np.full(len(ops), -1, dtype=np.int64)
+    for i, srcs in enumerate(sources):
+        if counts(ops[i]):
+            for src in srcs:
+                last[src] = max(last[src], i)
+    for i in range(len(ops) - 1, -1, -1):  # an alias keeps its input's buffer alive as long as itself
+        if ops[i].type in ALIAS_TYPES and sources[i]:
+            last[sources[i][0]] = max(last[sources[i][0]], last[i])
+    return last
 
 
 def at_batch(table_a, batch_a, table_b, batch_b, batch):

@@ -111,6 +111,37 @@ def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
     assert live_peak(step_table(item)) == 550
 
 
+def test_fused_kernels_store_only_what_a_non_elementwise_op_reads():
+    """x(100) -> a=MatMul(200) -> b=Mul(300) -> c=Tanh(50) -> d=MatMul(10) -> e=Mul(b, d)(20) -> out.
+
+    Unfused, b lives from its kernel to e: the peak is a and b, 500.  Fused,
+    b is read only by elementwise ops (c, e), so the chain's kernel never
+    writes it: the peak is a alone, 200 (then c and d, 60; then d and e, 30).
+    """
+    def op(name, inputs, nbytes, op_type):
+        return OpInfo(name, op_type, inputs, [[nbytes // 4]], ["float32"], [nbytes], phase="forward")
+
+    ops = [op("x", [], 100, "Placeholder"), op("a", ["x:0"], 200, "MatMul"), op("b", ["a:0"], 300, "Mul"),
+           op("c", ["b:0"], 50, "Tanh"), op("d", ["c:0"], 10, "MatMul"), op("e", ["b:0", "d:0"], 20, "Mul"),
+           op("out", ["e:0"], 0, "NoOp")]
+    table = step_table(GraphItem(ops, [], JobInfo(model_name="toy", batch_size=1)))
+    assert live_peak(table) == 500
+    assert live_peak(table, fused_kernels=True) == 200
+
+
+def test_half_precision_halves_only_a_float32_graphs_bytes():
+    """An fp16 override halves a float32 graph's forward and backward bytes; a mixed graph's float32 ops stay."""
+    full, _ = published_step(next(r for r in read_calibration() if r.config == "resnet50-fp32"))
+    mixed, _ = published_step(next(r for r in read_calibration() if r.config == "resnet50-mp"))
+    device = load_cluster(preset="dgx-a100").gpus()[0]
+    for table, halved in ((full, True), (mixed, False)):
+        as_fp32, as_fp16 = GpuStep(table, device, "fp32"), GpuStep(table, device, "fp16")
+        float32 = (table["dtype"] == "float32") & (table["phase"] != "update") & (as_fp32.bytes > 0)
+        assert float32.sum() > 100
+        expected = as_fp32.bytes[float32] / 2 if halved else as_fp32.bytes[float32]
+        assert np.array_equal(as_fp16.bytes[float32], expected)
+
+
 def test_gradient_accumulation_splits_the_global_batch_and_syncs_once(mlp_graph):
     # As the runtime runs it: m micro-batches of 1/m of each replica's rows, one synchronisation.
     spec = load_cluster(preset="cpu-2s-25g:2")
@@ -144,7 +175,7 @@ def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
 
 
 def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
-    runs = [r for r in read_calibration() if r.evaluated and r.config.startswith("resnet50")]
+    runs = [r for r in read_calibration() if r.evaluated]
     from cost_models.gpu_calibration import _must_not_fit, _published_peak, device_of
 
     for run in runs:

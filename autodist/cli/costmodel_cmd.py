@@ -17,7 +17,8 @@ def register(subparsers):
                     help="folder with op_timings.csv.gz and op_timings.json (default: the shipped data)")
     ev.add_argument("--gpu-calibration", default=None, metavar="CSV",
                     help="published single-GPU figures to judge the GPU model on (default: the shipped calibration set)")
-    ev.add_argument("--section", default=None, choices=("collectives_published", "cluster_published"),
+    ev.add_argument("--section", default=None,
+                    choices=("gpu_published", "collectives_published", "cluster_published"),
                     help="compute and print only this section (it needs only the shipped data)")
     ev.set_defaults(func=run_eval)
     fit = sub.add_parser("fit-gpu", help="fit the GPU kernel model on the published calibration figures")
