@@ -22,7 +22,7 @@ import time
 from autodist.io import write_json_atomic
 from cost_models.calibration import machine_description
 from cost_models.dataset import read_meta, read_timings
-from cost_models.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out,
+from cost_models.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out, meets,
                                    op_holdout, section_lines, step_target)
 from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
 
@@ -82,6 +82,7 @@ def update_section(path, name):
     section = evaluate_section(name)
     print("\n".join(section_lines(name, section)))
     result["evaluation"][name] = section
+    result["evaluation"]["meets"] = meets(result["evaluation"])
     result.setdefault("sections_updated", {})[name] = {"command": "python " + " ".join(
         shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]), "machine": machine_description()}
     write_json_atomic(path, result)
