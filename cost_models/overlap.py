@@ -13,7 +13,7 @@ cost_models.cluster_published --fit``):
   at a time on one stream, so every bucket pays it in turn.  The published
   rows are Horovod runs, so they pay it; autodist's runtime sums buckets
   with TensorFlow's collective ops, which have no such coordination, so
-  the simulator does not (the fit cannot tell how much of the 12 ms is
+  the simulator does not (the fit cannot tell how much of the 12.5 ms is
   Horovod's and how much any runtime's: the contention fitted beside it
   may absorb part of the difference).
 - ``contention``: the fraction of the time a collective runs beside compute
