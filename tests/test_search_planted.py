@@ -71,7 +71,7 @@ def finds_optimum(result, optimum):
     return energy_of(result.simulation) <= optimum * (1 + 1e-9)
 
 
-INSTANCES = [("mlp_graph", "dgx-a100:2"), ("embedding_adam_graph", "dgx-h100:2")]
+INSTANCES = [("mlp_graph", "dgx-h100:2"), ("embedding_adam_graph", "dgx-h100:1")]
 
 
 @pytest.mark.parametrize("fixture, preset", INSTANCES)
