@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from autodist.graph.rebatch import at_batch, replica_batch
+from autodist.resource_spec.emulated import machine_cores
 from cost_models import Phase, gradient_bytes
 from cost_models.comm import cast_seconds, wire_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
@@ -67,10 +68,12 @@ class Problem:
     each of a strategy's ``R`` replicas its slice of it and, with ``m``
     micro-batches, runs that slice in ``m`` parts; the compute, live tensors
     and touched rows of one part are those of the problem :meth:`at_replicas`
-    returns.
+    returns.  ``sharing``: how many replica processes share this machine's
+    cores (unpinned ``cpu-local`` CPUs, whose processes all run here); each
+    such CPU is priced on its share of the cores.
     """
 
-    def __init__(self, graph_item, resource_spec, cost_model, groups=None, share_of=None):
+    def __init__(self, graph_item, resource_spec, cost_model, groups=None, share_of=None, sharing=1):
         self.graph_item = graph_item
         self._whole = share_of or self
         self._shares = {}
@@ -97,9 +100,12 @@ class Problem:
         self.group_unit = [self.unit_index[g.unit] for g in self.groups.groups]
         self.no_slots = (0,) * len(self.groups.units)
         self.is_gpu = {d.name: d.kind == "GPU" for d in resource_spec.devices()}
-        # devices of one key share every op cost: the model, and the cores a CPU process gets (emulated nodes)
-        self.device_model = {d.name: (model_key(d), resource_spec.cores_of(d.name)) for d in resource_spec.devices()}
+        # devices of one key share every op cost: the model, and the cores a CPU process gets (emulated nodes,
+        # or this machine's cores shared by its replica processes)
+        self.device_model = {d.name: (model_key(d), self._cores(d, sharing)) for d in resource_spec.devices()}
         self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
+        self.on_this_machine = any(d.model == "cpu-local" and resource_spec.cores_of(d.name) is None
+                                   for d in resource_spec.devices("CPU"))
         self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         self._table = None
@@ -111,22 +117,34 @@ class Problem:
         self._affine_fits = {}
         self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
 
+    def _cores(self, device, sharing):
+        """The cores ``device``'s process gets: its emulated node's, this machine's over ``sharing`` processes
+        for an unpinned ``cpu-local`` CPU, else None (all of its own)."""
+        pinned = self.resource_spec.cores_of(device.name)
+        if pinned is not None or sharing == 1 or device.model != "cpu-local":
+            return pinned
+        return max(1, len(machine_cores()) // sharing)
+
     def at_replicas(self, replicas, micro_batches=None):
         """The problem of one micro-batch of one replica's share of the global batch (cached).
 
         Its step is re-scaled to ``autodist.graph.rebatch.replica_batch``
         samples (``replicas`` replicas, ``micro_batches`` parts, by default the
-        job's); it shares this problem's grouping and cost model, and is this
-        problem itself where the part is the whole captured batch.
+        job's), and where the replicas are processes on this machine's
+        unpinned CPUs they share its cores; it shares this problem's grouping
+        and cost model, and is this problem itself where the part is the
+        whole captured batch on unshared cores.
         """
         whole = self._whole
         batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
-        if batch == whole.graph_item.job.batch_size:
+        sharing = replicas if whole.on_this_machine else 1
+        if batch == whole.graph_item.job.batch_size and sharing == 1:
             return whole
-        if batch not in whole._shares:
-            whole._shares[batch] = Problem(at_batch(whole.graph_item, batch), whole.resource_spec,
-                                           whole.cost_model, groups=whole.groups, share_of=whole)
-        return whole._shares[batch]
+        if (batch, sharing) not in whole._shares:
+            whole._shares[(batch, sharing)] = Problem(at_batch(whole.graph_item, batch), whole.resource_spec,
+                                                      whole.cost_model, groups=whole.groups, share_of=whole,
+                                                      sharing=sharing)
+        return whole._shares[(batch, sharing)]
 
     def micro_batches_of(self, strategy):
         """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""

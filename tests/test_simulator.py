@@ -225,3 +225,20 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
     assert on_cpus.simulate(baselines.data_parallel(on_cpus.problem)).client_time == calibration.function_step > 0
     assert ps.client_time == pytest.approx(calibration.base + calibration.per_task * tasks) and tasks >= 3
     assert ps.step_time >= ps.compute_time + ps.client_time
+
+
+def test_replica_processes_on_this_machine_share_its_cores(mlp_graph, cost_model):
+    """cpu-local:2 runs both replicas as unpinned processes here: each is priced on half the cores."""
+    from autodist.graph.rebatch import at_batch
+    from autodist.resource_spec.emulated import machine_cores
+
+    spec = load_cluster(preset="cpu-local:2")
+    problem = Problem(mlp_graph, spec, cost_model)
+    assert problem.on_this_machine and problem.at_replicas(1) is problem
+    two = problem.at_replicas(2)
+    assert {cores for _, cores in two.device_model.values()} == {max(1, len(machine_cores()) // 2)}
+    # The same half batch as one process with every core computes faster than either replica.
+    device = spec.device("local-0/CPU:0")
+    alone = Problem(at_batch(mlp_graph, two.graph_item.job.batch_size), spec, cost_model)
+    assert sum(two.device_costs(device)[0]) > sum(alone.device_costs(device)[0])
+    assert not Problem(mlp_graph, load_cluster(preset="cpu-2s-25g:2"), cost_model).on_this_machine
