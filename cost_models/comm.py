@@ -183,19 +183,20 @@ class CommModel:
         """Achieved fraction of ``nic``'s line rate on ``node``: measured for an emulated node's, else by kind."""
         if node.emulation is None:
             return self.link_efficiency(nic.kind, nic.rdma)
+        return self._emulated_efficiency(nic.bandwidth, node.name)
+
+    def _emulated_efficiency(self, rate, where):
+        """The fraction of an emulated link of ``rate`` bytes/s that TensorFlow's gRPC achieves, as measured."""
         if self.emulated_link is None:
             raise CostModelError("no emulated link calibration to price emulated nodes' links: run "
-                                 "'autodist profile emulated-links' (as root)", source=node.name)
-        return self.emulated_link.efficiency(nic.bandwidth)
+                                 "'autodist profile emulated-links' (as root)", source=where)
+        return self.emulated_link.efficiency(rate)
 
-    def _emulated_nic(self, src, dst):
-        """(node, NIC) that sets an inter-node path's rate when both ends are emulated nodes, else None."""
+    def _between_emulated_nodes(self, src, dst, path):
+        """Whether ``path`` (from ``src`` to ``dst``) goes between two emulated nodes."""
         spec = self.resource_spec
-        a, b = spec.node_of(src), spec.node_of(dst)
-        if a.emulation is None or b.emulation is None:
-            return None
-        nic_a, nic_b = a.nics[a.nic_for(spec.device(src))], b.nics[b.nic_for(spec.device(dst))]
-        return (a, nic_a) if nic_a.bandwidth <= nic_b.bandwidth else (b, nic_b)
+        return (path.kind == "inter-node" and spec.node_of(src).emulation is not None
+                and spec.node_of(dst).emulation is not None)
 
     def client_step_seconds(self, tasks):
         """The fixed cost of one step that a client drives on ``tasks`` remote tasks (its dispatch and wait)."""
@@ -211,9 +212,8 @@ class CommModel:
         path = self.resource_spec.path(src, dst)
         if path.kind == "same-device":
             return float("inf"), 0.0, ()
-        emulated = self._emulated_nic(src, dst) if path.kind == "inter-node" else None
-        if emulated:
-            return path.bandwidth * self.nic_efficiency(*emulated), path.latency, path.links
+        if self._between_emulated_nodes(src, dst, path):  # the slower NIC sets the path's rate
+            return path.bandwidth * self._emulated_efficiency(path.bandwidth, src), path.latency, path.links
         return path.bandwidth * self.link_efficiency(self._gpu_topology(src, dst, path), path.rdma), path.latency, \
             path.links
 
@@ -242,7 +242,7 @@ class CommModel:
         bandwidth, latency, links = self.effective_path(src, dst)
         if path.medium == "loopback" or not links:
             return bandwidth, latency, links
-        if path.kind == "inter-node" and not self._emulated_nic(src, dst):
+        if path.kind == "inter-node" and not self._between_emulated_nodes(src, dst, path):
             bandwidth = path.bandwidth * TCP_EFFICIENCY
         return min(bandwidth, GRPC_BANDWIDTH), latency, links
 

@@ -192,8 +192,8 @@ class Problem:
         launched, hidden behind them (0 here).  Another plan is driven by one client
         (launcher.runtime.trainer), which dispatches the step to every worker and PS task."""
         if strategy.allreduces_everything():
-            on_cpus = all(self.resource_spec.device(r[0]).kind == "CPU" for r in strategy.replicas)
-            return self.comm.replica_loop_seconds(self.graph_item.job.step) if on_cpus else 0.0
+            on_gpus = any(self.is_gpu[r[0]] for r in strategy.replicas)
+            return 0.0 if on_gpus else self.comm.replica_loop_seconds(self.graph_item.job.step)
         spec = self.resource_spec
         tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
         tasks |= {("ps", d) for d in strategy.ps_devices}

@@ -85,14 +85,7 @@ def _busiest(busy, step, **extra):
     return {"resource": top[0], "busy_time": top[1], "busy_fraction": top[1] / step if step else 0.0, **extra}
 
 
-def on_collectives(data):
-    """Whether the plan (as a dict) runs on collective ops: no PS, every replica on one device."""
-    strategy = data["strategy"]
-    return (all(s["method"] == "allreduce" for s in strategy["sync"].values())
-            and all(len(replica) == 1 for replica in strategy["replicas"]))
-
-
-def bottleneck(data, split, latency_share, client_time):
+def bottleneck(data, split, latency_share, client_time, collective_ops):
     """The busiest link and device, what bounds the step, and one sentence a person can act on.
 
     Parameters
@@ -106,6 +99,8 @@ def bottleneck(data, split, latency_share, client_time):
         The latency share of the plan's transfers (``Pricing.transfer_terms``).
     client_time : float
         Seconds the loop that drives the step takes before it runs (``SimResult.client_time``).
+    collective_ops : bool
+        The plan runs on collective ops (``Strategy.allreduces_everything``): each replica drives its own loop.
     """
     prediction = data["prediction"]
     step = prediction["step_time"]
@@ -143,11 +138,11 @@ def bottleneck(data, split, latency_share, client_time):
         out["bound_by"] = "latency" if latency else "communication"
     else:
         out["bound_by"] = longest  # None: transfers or updates, only a timeline tells
-    out["sentence"] = _sentence(data, out, waiting, split is not None, client_time)
+    out["sentence"] = _sentence(data, out, waiting, split is not None, client_time, collective_ops)
     return out
 
 
-def _sentence(data, b, waiting, split, client_time):
+def _sentence(data, b, waiting, split, client_time, collective_ops):
     link, device, bound = b["busiest_link"], b["busiest_device"], b["bound_by"]
     waits = (f"{waiting:.0%} of the step waits on transfers" if split else
              f"{waiting:.0%} of the step follows compute (transfers and updates: a plan file holds no timeline "
@@ -157,7 +152,7 @@ def _sentence(data, b, waiting, split, client_time):
                             for kind, r in (("device", device), ("link", link)) if r)
         return (f"{waits[0].upper()}{waits[1:]}; {busiest}. Report on the job's graph to see whether transfers or "
                 "updates bound the step.")
-    if bound == "client" and on_collectives(data):
+    if bound == "client" and collective_ops:
         return (
             f"Loop-bound: for {b['client_fraction']:.0%} of the step ({ms(client_time)}) each replica's own training "
             f"loop (Keras' fit loop, or the script's loop calling its step) runs around the step's ops, and {waits}. "

@@ -271,7 +271,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,
-        "bottleneck": bottleneck(data, split, latency_share, client_time),
+        "bottleneck": bottleneck(data, split, latency_share, client_time, plan.strategy.allreduces_everything()),
         "pods": _pods(data),
         "largest_variables": _largest_variables(data),
         "counterfactuals": explain(pricing, plan.strategy, simulation) if pricing else None,
