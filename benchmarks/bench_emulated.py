@@ -5,7 +5,9 @@ For each model (captured once) and each cluster (``emu-100mbit:2``,
 shaped link), the searched plan and every baseline run as a plan, with the
 launcher of ``autodist run`` (what ``autodist bench`` does), for real on the
 emulated cluster; a strategy's measured step time is the median of its run's
-last MEASURED_STEPS steps.  Per cell: every strategy's error
+last steps (:func:`run_length`: a fast strategy's steps 101-200, after
+TensorFlow's executor has settled, as profiling and ``autodist run`` time
+them; a slower one's last two thirds of about RUN_SECONDS).  Per cell: every strategy's error
 (measured / predicted - 1), the pairwise ranking agreement over the pairs
 whose measured times differ by more than 10%, and whether the plan was the
 measured fastest (and within 5% of it).  Needs root (network namespaces).
@@ -17,6 +19,7 @@ models or clusters than all is marked partial in both.
 """
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -34,8 +37,12 @@ from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 MODELS_DIR = os.path.join(REPO, "benchmarks", "models")
 CLUSTERS = ("emu-100mbit:2", "emu-1gbit:2", "emu-10gbit:2")
-RUN_STEPS = 6  # steps each run trains; the last MEASURED_STEPS are measured, the first ones are warm-up
-MEASURED_STEPS = 4
+# A strategy predicted to train SETTLED_STEPS steps within RUN_SECONDS trains that many and is timed on the
+# last SETTLED_STEPS - EXECUTOR_SETTLE_RUNS (cost_models.executor); a slower one trains for about RUN_SECONDS,
+# at least MIN_STEPS steps, and is timed on the last two thirds of them.
+SETTLED_STEPS = 200
+RUN_SECONDS = 10.0
+MIN_STEPS = 6
 # Model script -> its arguments, small enough that the whole benchmark takes about 20 minutes on 2 cores.
 MODELS = {
     "mlp": ["--batch-size", "64"],
@@ -47,8 +54,18 @@ DIFFERENT = 1.10  # pairs whose measured times differ by more than this factor c
 NEAR_BEST = 1.05  # the plan is "within 5%" of the best measured strategy
 
 
-def _script_args(model):
-    return [*MODELS[model], "--steps", str(RUN_STEPS)]
+def run_length(predicted_step_time):
+    """(steps to train, last steps to measure) for a strategy predicted at ``predicted_step_time`` seconds."""
+    from cost_models.executor import EXECUTOR_SETTLE_RUNS
+
+    if SETTLED_STEPS * predicted_step_time <= RUN_SECONDS:
+        return SETTLED_STEPS, SETTLED_STEPS - EXECUTOR_SETTLE_RUNS
+    steps = max(MIN_STEPS, math.ceil(RUN_SECONDS / predicted_step_time))
+    return steps, steps * 2 // 3
+
+
+def _script_args(model, steps=MIN_STEPS):
+    return [*MODELS[model], "--steps", str(steps)]
 
 
 def run_cell(model, graph_item, cluster, budget, cost_model, folder):
@@ -65,11 +82,13 @@ def run_cell(model, graph_item, cluster, budget, cost_model, folder):
         if plan is not None:
             plan.save(path)
             try:
-                record = run_strategy(name, plan, path, script, _script_args(model), folder, join_timeout=300)
-                times = measured_times(record, MEASURED_STEPS, name)
+                steps, measured = run_length(float(plan.prediction["step_time"]))
+                record = run_strategy(name, plan, path, script, _script_args(model, steps), folder, join_timeout=300)
+                times = measured_times(record, measured, name)
             except AutoDistError as exc:  # one strategy that cannot run does not stop the benchmark
                 failed = str(exc)
         row = strategy_row(name, plan, None, why_not, times)
+        row["measured_steps"] = len(times) if times else None
         if failed:
             row["failed"] = failed
         row.pop("plan")
@@ -130,7 +149,9 @@ def markdown(result):
     s = result["summary"]
     lines = ["# Measured vs predicted step time on emulated clusters", "",
              f"`{result['command']}`  ", f"machine: {result['machine']}  ",
-             f"measured: median of the last {MEASURED_STEPS} of {RUN_STEPS} steps per run", ""]
+             f"measured: the median of a run's steps 101-200 where the plan predicts 200 steps within "
+             f"{RUN_SECONDS:g} s, else of the last two thirds of about {RUN_SECONDS:g} s (at least {MIN_STEPS} steps)",
+             ""]
     if result["partial"]:
         lines += [f"**Partial run**: {', '.join(result['models'])} on {', '.join(result['clusters'])} only; "
                   "the full benchmark is `python benchmarks/bench_emulated.py`.", ""]
@@ -141,13 +162,13 @@ def markdown(result):
               f"- the plan within 5% of the best measured strategy in {s['cells_plan_within_5pct']} of "
               f"{s['cells']} cells (the fastest in {s['cells_plan_fastest']}); best ring / plan "
               f"{_f(s['best_ring_over_plan'])}x", "",
-              "| model | cluster | strategy | measured ms | p25-p75 ms | predicted ms | error | rank measured "
-              "| rank predicted |", "|---|---|---|---|---|---|---|---|---|"]
+              "| model | cluster | strategy | measured ms | p25-p75 ms | steps timed | predicted ms | error "
+              "| rank measured | rank predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         for r in c["strategies"]:
             note = r.get("skipped") or r.get("failed")
             lines.append(f"| {c['model']} | {c['cluster']} | {r['name']} | {_f(r['measured_step_time'], 1e3)} "
-                         f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} "
+                         f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} | {r['measured_steps'] or '-'} "
                          f"| {_f(r['predicted_step_time'], 1e3)} | {_f(r['error'], 100, 1)}% "
                          f"| {r['measured_rank'] or '-'} | {r['predicted_rank'] or '-'} |"
                          + (f" {note} |" if note else ""))
@@ -184,7 +205,7 @@ def main():
     except AutoDistError as exc:
         parser.exit(2, f"bench_emulated: error: {exc}\n")
     cost_model = load_cost_model()
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
     cells = []
     with tempfile.TemporaryDirectory(prefix="bench-emulated-") as folder:
         for model in args.models:
@@ -195,12 +216,11 @@ def main():
     result = {
         "command": "python benchmarks/bench_emulated.py " + shlex.join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
-                   f"{os.getloadavg()[0]:.1f} at the end; shared with other jobs while measured",
+                   f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
         "partial": args.models != list(MODELS) or args.clusters != list(CLUSTERS),
         "models": args.models,
         "clusters": args.clusters,
-        "run_steps": RUN_STEPS,
-        "measured_steps": MEASURED_STEPS,
+        "run_length": {"settled_steps": SETTLED_STEPS, "run_seconds": RUN_SECONDS, "min_steps": MIN_STEPS},
         "seconds": round(time.perf_counter() - started, 1),
         "summary": summary(cells),
         "cells": cells,

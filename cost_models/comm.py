@@ -320,6 +320,27 @@ class CommModel:
             phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
         return [p for p in phases if p.seconds > 0 or p.links]
 
+    def sparse_allgather_phases(self, nbytes, devices):
+        """Phases of one sparse gradient's all-gather on collective ops, ``nbytes`` of rows per replica.
+
+        As launcher.runtime.collective runs it: the replicas' row counts are
+        summed (a tiny allreduce), then the indices and the values are
+        gathered, each a ring all-gather of every replica's part,
+        ``(n-1)/n * S/B + (n-1) a`` over the whole ``S = n * nbytes``
+        (hardware.md, "Cost formulas in common use"); each collective pays
+        the per-tensor overhead where it runs over gRPC.
+        """
+        nbytes = _check_bytes(nbytes)
+        devices = list(dict.fromkeys(devices))
+        n = len(devices)
+        if n < 2:
+            return []
+        counts = self.allreduce_phases(8 * n, devices, "ring", collective_ops=True)
+        bandwidth, latency, links = self._ring_links(devices)
+        fixed = 2 * self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        gather = (n - 1) * nbytes / bandwidth + 2 * (n - 1) * latency + fixed
+        return counts + [Phase(gather, links)]
+
     def compute_contention(self, devices, collective_ops=True):
         """The fraction of its time beside compute that a training allreduce over ``devices`` takes from it.
 

@@ -230,6 +230,10 @@ class Problem:
         return self._affine(("ar", devices, algorithm, collective_ops), nbytes,
                             lambda n: self._priced_allreduce(n, list(devices), algorithm, collective_ops))
 
+    def sparse_allgather_phases(self, devices, nbytes):
+        """``CommModel.sparse_allgather_phases`` (``nbytes`` of rows per replica), from an affine fit when exact."""
+        return self._affine(("ag", devices), nbytes, lambda n: self.comm.sparse_allgather_phases(n, list(devices)))
+
     def transfer_phases(self, src, dst, nbytes):
         """``CommModel.transfer_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""
         return self._affine(("p2p", src, dst), nbytes, lambda n: self.comm.transfer_phases(src, dst, n))

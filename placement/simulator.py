@@ -473,21 +473,28 @@ class _SyncRun:
         """``(ready, phases, label, cast seconds, updates, update label)`` of one bucket; ``updates``: per class,
         ``(class, device that applies them, seconds)``."""
         problem = self.problem
-        dense = sum(problem.dense_bytes[v] for v in names)
-        nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in names)
+        collective_ops = self.collective_ops
+        # On collective ops a sparse gradient's rows are all-gathered, after the bucket's sum, and every replica
+        # then updates the rows of all (launcher.runtime.collective); elsewhere it is summed as a dense tensor.
+        gathered = [v for v in names if v in problem.sparse_gradients] if collective_ops and len(devices) > 1 else []
+        summed = [v for v in names if v not in gathered]
+        dense = sum(problem.dense_bytes[v] for v in summed)
+        nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)
         cast = problem.cast_seconds(devices, dense, nbytes)
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
-        collective_ops = self.collective_ops
         phases = problem.phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
             lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
-        )
+        ) if summed else []
+        for v in gathered:
+            phases = phases + problem.phase_list(("ag", devices, problem.sparse_bytes[v]),
+                                                 lambda: problem.sparse_allgather_phases(devices, problem.sparse_bytes[v]))
         label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
         updates = []
         for c, (_, members) in enumerate(self.classes):
             device = members[0][slot]
             costs = problem.device_costs(problem.resource_spec.device(device))[1]
-            updates.append(((c, slot), device, sum(costs[v] for v in names)))
+            updates.append(((c, slot), device, sum(costs[v] * (len(devices) if v in gathered else 1) for v in names)))
         return ready, phases, label, cast, updates, f"update bucket {bucket}"
 
     def _apply(self, t, updates, label):

@@ -87,14 +87,17 @@ def test_a_plan_file_with_a_bad_compression_is_one_line_exit_2(embedding_graph, 
 # -- simulator ---------------------------------------------------------------------------
 
 
-def test_a_compressed_bucket_moves_half_the_bytes_after_a_priced_cast(embedding_graph, cost_model):
+def test_a_compressed_bucket_moves_half_the_bytes_after_a_priced_cast(resnet50_graph, cost_model):
+    """(A dense model: a sparse gradient's rows are all-gathered, never cast.)"""
     from cost_models.comm import cast_seconds
     from placement import Problem, Simulator
 
     spec = load_cluster(preset=NETWORK_BOUND)
-    sim = Simulator(Problem(embedding_graph, spec, cost_model))
-    plain = sim.simulate(_allreduce_all(embedding_graph, _replicas(spec)), trace=True)
-    results = {c: sim.simulate(_allreduce_all(embedding_graph, _replicas(spec), c), trace=True) for c in ("fp16", "bf16")}
+    sim = Simulator(Problem(resnet50_graph, spec, cost_model))
+    assert not sim.problem.sparse_gradients
+    plain = sim.simulate(_allreduce_all(resnet50_graph, _replicas(spec)), trace=True)
+    results = {c: sim.simulate(_allreduce_all(resnet50_graph, _replicas(spec), c), trace=True)
+               for c in ("fp16", "bf16")}
     dense = sum(sim.problem.dense_bytes.values())
     assert sum(sim.problem.compressed_bytes.values()) == dense // 2  # float32 variables: 2 of 4 bytes per element
     for compression, result in results.items():
@@ -131,15 +134,12 @@ def test_the_compression_move_changes_a_whole_bucket_and_only_when_allowed(embed
         assert len(values) == 1 and values != {before}  # one bucket: it changes as a whole
 
 
-def test_search_compresses_a_network_bound_job_only_when_allowed(cost_model):
-    from autodist.graph.capture import capture_step
+def test_search_compresses_a_network_bound_job_only_when_allowed(resnet50_graph, cost_model):
     from placement import optimize
-    from tests.conftest import build_embedding_step
 
-    # Two nodes of four T4s behind a PCIe switch and 50 GbE, a global batch of 8192 rows: a few replicas pay for
-    # their allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
-    step, ids, y, _ = build_embedding_step("sgd", batch_size=8192)
-    graph = capture_step(step, ids, y, model_name="embedding")
+    # Two nodes of four T4s behind a PCIe switch and 50 GbE: ResNet-50's 100 MB of dense gradients pay for their
+    # allreduce only when it sends half the bytes.
+    graph = resnet50_graph
     spec = cluster_from_dict({"name": "t4-switch", "nodes": [
         {"name": "node", "count": 2, "preset": "g4dn.12xlarge", "fabric": "pcie-gen3"}]}, source="test")
     kept = optimize(graph, spec, cost_model, seed=0, moves=300, allreduce_only=True)

@@ -9,6 +9,7 @@ import pytest
 
 import numpy as np
 
+from autodist.errors import InputError
 from cost_models.calibration import SIZES, TransferCalibration
 from cost_models.dataset import read_meta, read_timings, write_meta, write_timings
 from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
@@ -217,3 +218,27 @@ def test_costmodel_install_refuses_a_folder_without_cost_model_files(tmp_path):
         assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
     assert "holds no cost model files" in _autodist("costmodel", "install", str(tmp_path)).stderr
     assert _package_data() == before
+
+
+def test_profile_ops_add_replaces_the_measured_models_rows_and_keeps_the_others(tmp_path):
+    """`profile ops --add`: a new measurement of mlp replaces mlp's shipped rows; every other model's stay."""
+    from autodist.cli.profile_cmd import _added_to_earlier
+
+    shipped, meta = read_timings(TIMINGS), read_meta(TIMINGS_META)
+    mlp = shipped.subset(shipped.origin == "mlp")
+    remeasured = mlp.subset(np.ones(len(mlp), dtype=bool))
+    remeasured.seconds = mlp.seconds * 2
+    run = {"command": "autodist profile ops --model mlp --add", "machine": meta["machine"], "load_average": {},
+           "note": "", "steps": {"mlp": dict(meta["steps"]["mlp"], step_seconds=1.0)}}
+    rows, merged = _added_to_earlier(remeasured, run, str(tmp_path), measured_micro=False)
+    assert set(rows.origin) == set(shipped.origin) and len(rows) == len(shipped)
+    new = rows.subset(rows.origin == "mlp")
+    assert np.array_equal(new.seconds, mlp.seconds * 2, equal_nan=True)
+    others = rows.subset(rows.origin != "mlp")
+    assert np.array_equal(others.seconds, shipped.subset(shipped.origin != "mlp").seconds, equal_nan=True)
+    assert merged["steps"]["mlp"]["step_seconds"] == 1.0 and set(merged["steps"]) == set(meta["steps"])
+    assert merged["added"][-1]["models"] == ["mlp"] and merged["note"] == meta["note"]
+    # Another machine's timings do not mix with these.
+    elsewhere = dict(run, machine=dict(meta["machine"], cores=meta["machine"]["cores"] + 2))
+    with pytest.raises(InputError, match="--add"):
+        _added_to_earlier(remeasured, elsewhere, str(tmp_path), measured_micro=False)

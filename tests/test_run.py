@@ -234,15 +234,21 @@ def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_bucket
         buckets.setdefault(sync.bucket, []).append(name)
     assert report["transfers"] == []  # no variable is read or written across replicas
     assert [r["replica"] for r in report["replicas"]] == list(range(len(plan.strategy.replicas)))
+    sparse = {v.name for v in small_job.trainable_variables() if v.sparse_gradient}
+    assert sparse == {"embedding/embeddings"}
     for task in report["replicas"]:
-        found = {c["bucket"]: c for c in task["collectives"]}
-        assert len(task["collectives"]) == len(buckets) == len(found)
+        summed = {c["bucket"]: c for c in task["collectives"] if c["op_type"] == "CollectiveReduceV2"}
+        # A sparse gradient's rows are all-gathered (as MultiWorkerMirroredStrategy does), not summed densely.
+        gathered = {c["variables"][0]: c for c in task["collectives"] if c["op_type"] == "CollectiveGatherV2"}
+        assert len(task["collectives"]) == len(summed) + len(gathered) and set(gathered) == sparse & set(sizes)
         for bucket, names in buckets.items():
-            collective = found[bucket]
-            assert collective["op_type"] == "CollectiveReduceV2" and collective["group_size"] == 2
-            assert sorted(collective["variables"]) == sorted(names)
-            assert collective["elements"] == sum(sizes[n] for n in names)
+            dense = [n for n in names if n not in sparse]
+            collective = summed[bucket]
+            assert collective["group_size"] == 2 and sorted(collective["variables"]) == sorted(dense)
+            assert collective["elements"] == sum(sizes[n] for n in dense)
             assert collective["communication_hint"] == "ring"
+        for name, collective in gathered.items():
+            assert collective["bucket"] == plan.strategy.sync[name].bucket and collective["group_size"] == 2
         assert task["steps"] == STEPS
 
 

@@ -242,3 +242,29 @@ def test_replica_processes_on_this_machine_share_its_cores(mlp_graph, cost_model
     alone = Problem(at_batch(mlp_graph, two.graph_item.job.batch_size), spec, cost_model)
     assert sum(two.device_costs(device)[0]) > sum(alone.device_costs(device)[0])
     assert not Problem(mlp_graph, load_cluster(preset="cpu-2s-25g:2"), cost_model).on_this_machine
+
+
+def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_updates_all_rows(
+        embedding_adam_graph, cost_model):
+    """As launcher.runtime.collective runs it: the embedding's rows are all-gathered, not summed as a dense table."""
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    problem = Problem(embedding_adam_graph, spec, cost_model)
+    (embedding,) = problem.sparse_gradients
+    strategy = baselines.data_parallel(problem)
+    for name, s in strategy.sync.items():  # the embedding alone in its bucket
+        strategy.sync[name] = VarSync("allreduce", algorithm="ring", bucket=int(name == embedding))
+    assert strategy.allreduces_everything() and len(strategy.replicas) == 2
+    result = Simulator(problem).simulate(strategy, trace=True)
+    share = problem.at_replicas(2)
+    devices = tuple(r[0] for r in strategy.replicas)
+    gather = share.sparse_allgather_phases(devices, share.sparse_bytes[embedding])
+    assert share.sparse_bytes[embedding] * 10 < share.dense_bytes[embedding]
+    synced = [stop - start for label, category, _, start, stop in result.events
+              if category == "sync" and label.endswith("bucket 1")]
+    stages = share.phase_list(("ag", devices, share.sparse_bytes[embedding]), lambda: gather)
+    assert sum(synced) == pytest.approx(sum(occupancy for _, occupancy, _ in stages), rel=1e-6)
+    # every replica applies both replicas' rows: twice its own sparse update
+    updated = [stop - start for label, category, device, start, stop in result.events
+               if category == "update" and label == "update bucket 1" and device == devices[0]]
+    own = share.device_costs(spec.device(devices[0]))[1][embedding]
+    assert updated == [pytest.approx(2 * own)]

@@ -43,6 +43,9 @@ def register(subparsers):
     ops.add_argument("--time-limit", type=float, default=600.0, metavar="S",
                      help="stop starting new measurements after S seconds (default 600)")
     ops.add_argument("--seed", type=int, default=0)
+    ops.add_argument("--add", action="store_true",
+                     help="keep the timings already in --out (or the shipped ones, where it has none) of the "
+                          "models this run does not measure, and refit on all of them")
     _add_out(ops, "op_timings.csv.gz, op_timings.json and the fitted model")
     ops.set_defaults(func=run_ops)
 
@@ -138,9 +141,43 @@ def run_ops(args):
                  "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
                  "Grappler remapping and arithmetic optimisation were off while profiling"),
     }
+    if args.add:
+        rows, meta = _added_to_earlier(rows, meta, folder, measured_micro=not args.no_micro)
     save_default(rows, meta, folder)
     print(f"wrote {len(rows)} rows and the fitted op model to {folder}")
     return 0
+
+
+def _added_to_earlier(rows, meta, folder, measured_micro):
+    """``rows`` and ``meta`` of this run added to the timings already in ``folder`` (else the shipped ones).
+
+    The earlier rows of every model this run measured (and of the
+    micro-benchmarks, where it ran them) are replaced; the earlier
+    description stays, and lists this run under ``added``.  Timings of
+    another machine are refused: op rows of two machines do not mix.
+    """
+    import numpy as np
+
+    from cost_models.dataset import Timings, read_meta, read_timings
+    from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
+
+    def _in(place, shipped_path):
+        return os.path.join(place, os.path.basename(shipped_path))
+
+    earlier = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
+    earlier_meta = read_meta(_in(earlier, TIMINGS_META))
+    here, there = meta["machine"], earlier_meta.get("machine") or {}
+    if (here.get("cpu"), here.get("cores")) != (there.get("cpu"), there.get("cores")):
+        raise InputError(f"the timings in {earlier} were measured on {there.get('cpu')} x{there.get('cores')}, "
+                         f"this machine is {here.get('cpu')} x{here.get('cores')}; profile into a new folder",
+                         field="--add")
+    replaced = set(meta["steps"]) | ({"micro"} if measured_micro else set())
+    earlier_rows = read_timings(_in(earlier, TIMINGS))
+    kept = earlier_rows.subset(~np.isin(earlier_rows.origin, sorted(replaced)))
+    added = {k: meta[k] for k in ("command", "load_average", "note")}
+    merged = dict(earlier_meta, steps=dict(earlier_meta.get("steps") or {}, **meta["steps"]),
+                  added=[*earlier_meta.get("added", []), dict(added, models=sorted(replaced))])
+    return Timings.concat([kept, rows]), merged
 
 
 def run_transfers(args):

@@ -67,8 +67,12 @@ class Pricing:
         collective_ops = strategy.allreduces_everything()
         for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
             devices = tuple(r[slot] for r in strategy.replicas)
-            nbytes = sum(self.dense_bytes[v] for v in names)
-            priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+            # as simulated: on collective ops, a sparse gradient's rows are all-gathered after the bucket's sum
+            gathered = [v for v in names if v in self.sparse_gradients] if collective_ops and len(devices) > 1 else []
+            nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
+            if len(gathered) < len(names):
+                priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+            priced += [[problem.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]
         for name, s in sorted(strategy.sync.items()):
             if s.method != "ps":
                 continue

@@ -8,7 +8,9 @@ worker: every replica is a process (a worker task with several devices runs
 one per device, each seeing only its GPU) that runs the user's script, holds
 its replica's variables, takes its slice of every global batch and sums the
 gradients with ``CollectiveReduceV2`` (ring on CPUs, NCCL on GPUs), one
-collective per planned bucket, before the optimizer applies them.  The
+collective per planned bucket, before the optimizer applies them; a sparse
+gradient's rows are all-gathered (``CollectiveGatherV2``) instead, as
+``MultiWorkerMirroredStrategy`` does.  The
 replica processes form their own cluster: replica ``i`` of a task listens on
 the task's port plus ``i``.
 
@@ -119,10 +121,14 @@ class CollectiveGroup:
 
         A bucket the plan compresses goes as float16 or bfloat16 (cast after
         the ``share`` scaling, cast back to each gradient's dtype after the
-        sum).  Collectives run one after the other in bucket order, the same
-        on every replica.  One of them (the first summed in 32 bits or more,
-        else the first) also carries ``checksum`` (of the global batch); its
-        sum must be the replica count times this replica's checksum.
+        sum).  A sparse gradient (``IndexedSlices``) is not summed but
+        all-gathered, as ``MultiWorkerMirroredStrategy`` does: every
+        replica's rows, concatenated, update the variable
+        (:meth:`_gathered`).  Collectives run one after the other in bucket
+        order, the same on every replica.  One of the sums (the first in 32
+        bits or more, else the first) also carries ``checksum`` (of the
+        global batch); its sum must be the replica count times this
+        replica's checksum.
         """
         import tensorflow as tf
 
@@ -140,12 +146,26 @@ class CollectiveGroup:
         groups = {}
         for i, (g, name) in enumerate(zip(grads, names)):
             if g is not None:
-                groups.setdefault((self.bucket_of[name], self._wire_dtype(name, g.dtype).name), []).append(i)
-        order = sorted(groups.items())
+                wire = "gather" if isinstance(g, tf.IndexedSlices) else self._wire_dtype(name, g.dtype).name
+                groups.setdefault((self.bucket_of[name], wire), []).append(i)
+        order = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] == "gather", item[0][1]))
         # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
-        carrier = next((k for k, ((_, wire), _) in enumerate(order) if tf.as_dtype(wire).size > 2), 0)
+        summed_keys = [k for k, ((_, wire), _) in enumerate(order) if wire != "gather"]
+        carrier = next((k for k in summed_keys if tf.as_dtype(order[k][0][1]).size > 2), summed_keys[0]
+                       if summed_keys else None)
         previous = []
         for k, ((bucket, wire), members) in enumerate(order):
+            if wire == "gather":
+                for i in members:
+                    with tf.control_dependencies(previous):
+                        out[i], last = self._gathered(grads[i], share, f"bucket{bucket}_allgather")
+                    previous = [last]
+                    self.variables[names[i]] = variables[i]
+                    self.collectives.append({
+                        "graph": last.graph, "op": last.op.name, "bucket": bucket, "compression": "none",
+                        "variables": [names[i]], "elements": None,
+                    })
+                continue
             with tf.control_dependencies(previous):
                 parts = []
                 for i in members:
@@ -168,6 +188,42 @@ class CollectiveGroup:
                 "variables": [names[i] for i in members], "elements": int(sum(sizes)),
             })
         return out
+
+    def _gathered(self, slices, share, name):
+        """Every replica's rows of the sparse gradient ``slices`` (values times ``share``): ``(IndexedSlices, the
+        values' gather)``.
+
+        Replicas may hold different numbers of rows (uneven batch slices),
+        while ``CollectiveGatherV2`` concatenates equal shapes: the counts
+        are summed first (each replica adds its own in its place), every
+        replica pads its rows to the largest count, and the padding is
+        dropped from the gathered rows.
+        """
+        import tensorflow as tf
+
+        values = slices.values * tf.cast(share, slices.values.dtype)
+        indices = tf.cast(slices.indices, tf.int64)
+        count = tf.shape(indices, out_type=tf.int64)[0]
+        counts = self.all_sum(tf.one_hot(self.rank, self.size, dtype=tf.int64) * count, name=f"{name}_counts")
+        longest = tf.reduce_max(counts)
+        pad = longest - count
+        values = tf.pad(values, tf.concat([[[0, pad]], tf.zeros([tf.rank(values) - 1, 2], tf.int64)], axis=0))
+        indices = tf.pad(indices, [[0, pad]])
+        gathered_indices = self._gather(indices, f"{name}_indices")
+        gathered_values = self._gather(values, f"{name}_values")
+        kept = tf.reshape(tf.sequence_mask(counts, longest), [-1])
+        rows = tf.IndexedSlices(tf.boolean_mask(gathered_values, kept), tf.boolean_mask(gathered_indices, kept),
+                                dense_shape=slices.dense_shape)
+        return rows, gathered_values
+
+    def _gather(self, tensor, name):
+        """Every replica's ``tensor`` concatenated along its first dimension, in replica order
+        (one ``CollectiveGatherV2``)."""
+        import tensorflow as tf
+
+        return tf.raw_ops.CollectiveGatherV2(
+            input=tensor, group_size=self.size, group_key=GRADIENT_GROUP, instance_key=self._instance_key(),
+            ordering_token=[], communication_hint=self.hint, name=name)
 
     def _wire_dtype(self, name, dtype):
         """The dtype variable ``name``'s gradient (of ``dtype``) is summed in: 16 bits where the plan compresses it."""
@@ -323,7 +379,7 @@ class CollectiveGroup:
         for record in self.collectives:
             op = record["graph"].get_operation_by_name(record["op"])
             entry = {
-                "op_type": op.type,
+                "op_type": op.type,  # CollectiveReduceV2, or CollectiveGatherV2 for a sparse gradient's rows
                 "group_size": int(tf.get_static_value(op.inputs[1])),
                 "communication_hint": op.get_attr("communication_hint").decode(),
                 "bucket": record["bucket"],
