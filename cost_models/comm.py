@@ -321,14 +321,16 @@ class CommModel:
         return [p for p in phases if p.seconds > 0 or p.links]
 
     def sparse_allgather_phases(self, nbytes, devices):
-        """Phases of one sparse gradient's all-gather on collective ops, ``nbytes`` of rows per replica.
+        """Phases of one sparse gradient's all-gather, ``nbytes`` of rows per replica.
 
         As launcher.runtime.collective runs it: the replicas' row counts are
         summed (a tiny allreduce), then the indices and the values are
         gathered, each a ring all-gather of every replica's part,
         ``(n-1)/n * S/B + (n-1) a`` over the whole ``S = n * nbytes``
         (hardware.md, "Cost formulas in common use"); each collective pays
-        the per-tensor overhead where it runs over gRPC.
+        the per-tensor overhead where it runs over gRPC.  The one-client
+        runtime copies every replica's rows to every other replica instead:
+        the same bytes through each device's link.
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))

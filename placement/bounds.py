@@ -177,7 +177,7 @@ def _sync_terms(problem, replicas, group_slots, models, ready, replica_compute):
         on_replica = min(u[name] for u in replica_updates)
         on_server = min((u[name] for u in server_updates), default=float("inf")) / max(len(servers), 1)
         options = _allreduce_options(problem, devices, nbytes, sending_nics)
-        if name in problem.sparse_gradients:  # on collective ops its rows are all-gathered (no NIC share claimed)
+        if name in problem.sparse_gradients:  # its rows are all-gathered (no NIC share claimed)
             gather = problem.sparse_allgather_phases(devices, problem.sparse_bytes[name])
             options.append((sum(p.seconds for p in gather), 0.0))
         allreduce = min(seconds for seconds, _ in options) + on_replica

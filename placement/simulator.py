@@ -474,9 +474,9 @@ class _SyncRun:
         ``(class, device that applies them, seconds)``."""
         problem = self.problem
         collective_ops = self.collective_ops
-        # On collective ops a sparse gradient's rows are all-gathered, after the bucket's sum, and every replica
-        # then updates the rows of all (launcher.runtime.collective); elsewhere it is summed as a dense tensor.
-        gathered = [v for v in names if v in problem.sparse_gradients] if collective_ops and len(devices) > 1 else []
+        # A sparse gradient's rows are all-gathered after the bucket's sum, and every replica then updates the
+        # rows of all (launcher.runtime.collective; the one-client runtime gathers them with ordinary copies).
+        gathered = [v for v in names if v in problem.sparse_gradients] if len(devices) > 1 else []
         summed = [v for v in names if v not in gathered]
         dense = sum(problem.dense_bytes[v] for v in summed)
         nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)

@@ -67,8 +67,8 @@ class Pricing:
         collective_ops = strategy.allreduces_everything()
         for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
             devices = tuple(r[slot] for r in strategy.replicas)
-            # as simulated: on collective ops, a sparse gradient's rows are all-gathered after the bucket's sum
-            gathered = [v for v in names if v in self.sparse_gradients] if collective_ops and len(devices) > 1 else []
+            # as simulated: a sparse gradient's rows are all-gathered after the bucket's sum
+            gathered = [v for v in names if v in self.sparse_gradients] if len(devices) > 1 else []
             nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
             if len(gathered) < len(names):
                 priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])

@@ -281,7 +281,8 @@ class PlacedTrainer:
         return tf.add_n([run[0] for run in runs]), grads, runs[-1][2]
 
     def _sum_allreduce(self, grads):
-        """Replace, per replica, allreduce gradients by their sum across replicas."""
+        """Replace, per replica, allreduce gradients by their sum across replicas; a sparse gradient
+        (``IndexedSlices``) by every replica's rows, gathered on each replica's device (as on collective ops)."""
         import tensorflow as tf
 
         from launcher.runtime.allreduce import allreduce
@@ -289,6 +290,11 @@ class PlacedTrainer:
         index = {name: i for i, name in enumerate(self._names)}
         for _, algorithm, names in self.layout.buckets():
             names = [nm for nm in names if nm in index]
+            sparse = [nm for nm in names if isinstance(grads[0][index[nm]], tf.IndexedSlices)]
+            if len(self.devices) > 1:
+                for nm in sparse:
+                    self._gather_rows(grads, index[nm])
+            names = [nm for nm in names if nm not in sparse]
             if not names:
                 continue
             flat = []
@@ -302,6 +308,17 @@ class PlacedTrainer:
                 with tf.device(dev):
                     for nm, piece in zip(names, tf.split(sums[r], sizes)):
                         grads[r][index[nm]] = tf.reshape(piece, self.copies[nm][0].shape)
+
+    def _gather_rows(self, grads, i):
+        """Every replica's rows of sparse gradient ``i``, concatenated on each replica's device."""
+        import tensorflow as tf
+
+        parts = [grads[r][i] for r in range(len(self.devices))]
+        for r, dev in enumerate(self.devices):
+            with tf.device(dev):
+                grads[r][i] = tf.IndexedSlices(tf.concat([g.values for g in parts], axis=0, name="gathered_rows"),
+                                               tf.concat([tf.cast(g.indices, tf.int64) for g in parts], axis=0),
+                                               dense_shape=parts[r].dense_shape)
 
     def _sum_ps(self, grads):
         """Per PS shard: each task's replicas' gradients summed on its first replica device (one push per
