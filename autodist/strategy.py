@@ -29,6 +29,8 @@ ALLREDUCE_ALGORITHMS = ("ring", "hierarchical", "master")
 # collective and back after (Horovod's Compression.fp16); 2 bytes per element on the wire.
 COMPRESSIONS = ("none", "fp16", "bf16")
 WIRE_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+# How an allreduced sparse gradient travels: its rows all-gathered, or densified and summed.
+SPARSE_SYNCS = ("gather", "dense")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,11 @@ class VarSync:
     fused into one collective.  ``compression`` (``none``, ``fp16`` or
     ``bf16``) is the gradient's dtype on the wire: the runtime casts it before
     the collective and back after; variables of one bucket that differ in it
-    go as separate collectives.
+    go as separate collectives.  ``sparse_sync`` is how an allreduced sparse
+    gradient (``IndexedSlices``) travels: ``gather`` (every replica's rows
+    all-gathered, as ``MultiWorkerMirroredStrategy`` does) or ``dense``
+    (densified and summed with its bucket, then a dense update); a dense
+    gradient ignores it.
     """
 
     method: str
@@ -54,6 +60,7 @@ class VarSync:
     algorithm: str = "ring"
     bucket: int = 0
     compression: str = "none"
+    sparse_sync: str = "gather"
 
     @property
     def shards(self):
@@ -75,6 +82,8 @@ def _sync_problems(sync, ps_count):
             yield "axis", f"must be an integer >= 0, got {sync.axis!r}"
         if sync.compression != "none":
             yield "compression", f"applies to allreduced gradients only, got {sync.compression!r} for a PS variable"
+        if sync.sparse_sync != "gather":
+            yield "sparse_sync", f"applies to allreduced gradients only, got {sync.sparse_sync!r} for a PS variable"
     else:
         if sync.algorithm not in ALLREDUCE_ALGORITHMS:
             yield "algorithm", f"unknown allreduce algorithm {sync.algorithm!r} (one of {', '.join(ALLREDUCE_ALGORITHMS)})"
@@ -82,13 +91,18 @@ def _sync_problems(sync, ps_count):
             yield "bucket", f"must be an integer >= 0, got {sync.bucket!r}"
         if sync.compression not in COMPRESSIONS:
             yield "compression", f"unknown compression {sync.compression!r} (one of {', '.join(COMPRESSIONS)})"
+        if sync.sparse_sync not in SPARSE_SYNCS:
+            yield "sparse_sync", f"unknown sparse_sync {sync.sparse_sync!r} (one of {', '.join(SPARSE_SYNCS)})"
 
 
 def _sync_dict(sync):
-    """One VarSync as plain data; ``compression`` only where it is not ``none`` (older plans stay byte-identical)."""
+    """One VarSync as plain data; ``compression`` and ``sparse_sync`` only where they are not ``none`` and
+    ``gather`` (older plans stay byte-identical)."""
     out = {**asdict(sync), "ps_tasks": list(sync.ps_tasks)}
     if sync.compression == "none":
         del out["compression"]
+    if sync.sparse_sync == "gather":
+        del out["sparse_sync"]
     return out
 
 

@@ -177,6 +177,14 @@ class Problem:
         total = sum(self.dense_bytes.values()) or 1
         return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
 
+    def dense_update_seconds(self, device, name):
+        """A sparse gradient densified and applied as a dense one on ``device``: the table's zeros written and
+        the rows scattered into them, then the update streams the variable, its gradient and its slots in and
+        the variable and slots out; memory-bound at the device's bandwidth."""
+        table, slots = self.dense_bytes[name], self.slot_bytes[name]
+        streamed = 2 * table + (2 * table + slots) + (table + slots)
+        return streamed / self.resource_spec.device(device).memory_bandwidth
+
     def cast_seconds(self, devices, dense_bytes, wire):
         """One way of a compressed bucket's cast on the slowest of ``devices`` (0 when nothing is cast)."""
         if wire == dense_bytes:

@@ -454,29 +454,31 @@ class _SyncRun:
         return cached[1]
 
     # -- allreduce ---------------------------------------------------------
-    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none"):
+    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none", gathered=()):
         """One fused collective once the bucket's last gradient is ready, then the updates.
 
         A compressed bucket moves its wire bytes; its cast before the
         collective and back after runs on the slowest replica device.
+        ``gathered``: the sparse gradients among ``names`` whose rows are
+        all-gathered after the bucket's sum (every replica then updates the
+        rows of all: launcher.runtime.collective and the one-client
+        runtime); the others are summed as dense tensors.
         What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
         """
         ready, phases, label, cast, updates, update_label = self._cached(
-            (algorithm, bucket, slot, names, devices, compression, self.collective_ops),
-            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression))
+            (algorithm, bucket, slot, names, devices, compression, gathered, self.collective_ops),
+            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression, gathered))
         self.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
                     # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
                     # wait for each other.
                     stream=devices if self.collective_ops else (devices, bucket))
 
-    def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression):
+    def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression, gathered):
         """``(ready, phases, label, cast seconds, updates, update label)`` of one bucket; ``updates``: per class,
         ``(class, device that applies them, seconds)``."""
         problem = self.problem
         collective_ops = self.collective_ops
-        # A sparse gradient's rows are all-gathered after the bucket's sum, and every replica then updates the
-        # rows of all (launcher.runtime.collective; the one-client runtime gathers them with ordinary copies).
-        gathered = [v for v in names if v in problem.sparse_gradients] if len(devices) > 1 else []
+        gathered = gathered if len(devices) > 1 else ()
         summed = [v for v in names if v not in gathered]
         dense = sum(problem.dense_bytes[v] for v in summed)
         nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)
@@ -494,8 +496,20 @@ class _SyncRun:
         for c, (_, members) in enumerate(self.classes):
             device = members[0][slot]
             costs = problem.device_costs(problem.resource_spec.device(device))[1]
-            updates.append(((c, slot), device, sum(costs[v] * (len(devices) if v in gathered else 1) for v in names)))
+            updates.append(((c, slot), device, sum(self._update_seconds(costs, v, device, gathered, len(devices))
+                                                   for v in names)))
         return ready, phases, label, cast, updates, f"update bucket {bucket}"
+
+    def _update_seconds(self, costs, name, device, gathered, replicas):
+        """One replica's update of allreduced variable ``name`` (``costs``: its device's captured updates): the
+        rows of every replica where they were gathered; where a sparse gradient was summed densely, at least
+        the whole table streamed (the captured ops may already be dense: Keras' Adam densifies its slots'
+        update); else as captured."""
+        if name in gathered:
+            return costs[name] * replicas
+        if name in self.problem.sparse_gradients and replicas > 1:
+            return max(costs[name], self.problem.dense_update_seconds(device, name))
+        return costs[name]
 
     def _apply(self, t, updates, label):
         for key, device, seconds in updates:
@@ -714,8 +728,10 @@ class Simulator:
             else:
                 ps_vars.append(name)
         for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
+            gathered = tuple(v for v in names if v in self.problem.sparse_gradients
+                             and strategy.sync[v].sparse_sync == "gather")
             run.allreduce(algorithm, bucket, slot, tuple(names), self._slot_devices(strategy.replicas, slot),
-                          compression)
+                          compression, gathered)
         for name in ps_vars:
             run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()

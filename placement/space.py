@@ -15,6 +15,9 @@ Each move changes one decision and returns a short label (for statistics):
   parallelism; only when replicas span several devices);
 - ``compression``: a whole fusion bucket to another wire format (none,
   fp16, bf16; only when the caller allows compression);
+- ``sparse_sync``: an allreduced sparse gradient between gathering its
+  rows and summing its densified table (only for jobs with sparse
+  gradients);
 - ``micro_batches``: twice or half the micro-batches each replica cuts its
   slice of the batch into (only when the caller allows it; at least one row
   per micro-batch);
@@ -79,6 +82,7 @@ class StrategySpace:
         self.batch_rows = problem.graph_item.job.batch_size if allow_micro_batches else 0
         self.job_micro_batches = problem.micro_batches
         self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
+        self.sparse = sorted(problem.sparse_gradients)
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -88,6 +92,8 @@ class StrategySpace:
             moves.append("ps_count")
         if len(self.compressions) > 1:
             moves.append("compression")
+        if any(strategy.sync[v].method == "allreduce" for v in self.sparse):
+            moves.append("sparse_sync")
         if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas):
             moves.append("replicas")
         if self.batch_rows // len(strategy.replicas) >= 2:
@@ -168,7 +174,8 @@ class StrategySpace:
         algorithm = self.rng.choice([a for a in ALLREDUCE_ALGORITHMS if a != s.algorithm])
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
-                strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket)
+                strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket,
+                                               sparse_sync=x.sparse_sync)
 
     def _compression(self, strategy):
         name = self._pick(strategy, "allreduce")
@@ -179,6 +186,11 @@ class StrategySpace:
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket, x.compression) == (s.algorithm, s.bucket, s.compression):
                 strategy.sync[other] = replace(x, compression=compression)
+
+    def _sparse_sync(self, strategy):
+        name = self.rng.choice([v for v in self.sparse if strategy.sync[v].method == "allreduce"])
+        s = strategy.sync[name]
+        strategy.sync[name] = replace(s, sparse_sync="dense" if s.sparse_sync == "gather" else "gather")
 
     def _replicas(self, strategy):
         count, most = len(strategy.replicas), len(self.compute_devices)
@@ -201,7 +213,7 @@ class StrategySpace:
         s = strategy.sync[name]
         top = max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
         bucket = max(0, min(top + 1, s.bucket + self.rng.choice((-1, 1))))
-        strategy.sync[name] = VarSync("allreduce", algorithm=s.algorithm, bucket=bucket)
+        strategy.sync[name] = VarSync("allreduce", algorithm=s.algorithm, bucket=bucket, sparse_sync=s.sparse_sync)
 
     def _buckets(self, strategy):
         """(algorithm, bucket) -> allreduce variables in gradient-ready order."""
@@ -220,7 +232,8 @@ class StrategySpace:
         names = buckets[(algorithm, bucket)]
         new = 1 + max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
         for name in names[len(names) // 2:]:
-            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=new)
+            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=new,
+                                          sparse_sync=strategy.sync[name].sparse_sync)
 
     def _merge(self, strategy):
         buckets = self._buckets(strategy)
@@ -229,7 +242,8 @@ class StrategySpace:
             return
         (algorithm, bucket), other = self.rng.sample(keys, 2)
         for name in buckets[other]:
-            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket)
+            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket,
+                                          sparse_sync=strategy.sync[name].sparse_sync)
 
     def _group(self, strategy):
         unit = self.rng.choice(self.units)

@@ -54,8 +54,10 @@ def _strategies():
     }
     # Hybrid: the embedding in two shards on one PS task, the rest allreduced.
     hybrid = dict(allreduce, **{"embedding/embeddings": VarSync("ps", ps_tasks=(0, 0), axis=0)})
+    # The embedding's sparse gradient densified and summed with its bucket instead of its rows gathered.
+    densified = dict(allreduce, **{"embedding/embeddings": VarSync("allreduce", bucket=0, sparse_sync="dense")})
     return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1]),
-            "custom": (allreduce, []), "tf-function": (allreduce, []), "two-per-task": (allreduce, []),
+            "custom": (allreduce, []), "tf-function": (allreduce, []), "two-per-task": (densified, []),
             "model-parallel": (allreduce, [])}
 
 
@@ -234,8 +236,8 @@ def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_bucket
         buckets.setdefault(sync.bucket, []).append(name)
     assert report["transfers"] == []  # no variable is read or written across replicas
     assert [r["replica"] for r in report["replicas"]] == list(range(len(plan.strategy.replicas)))
-    sparse = {v.name for v in small_job.trainable_variables() if v.sparse_gradient}
-    assert sparse == {"embedding/embeddings"}
+    assert {v.name for v in small_job.trainable_variables() if v.sparse_gradient} == {"embedding/embeddings"}
+    sparse = {"embedding/embeddings"} - {n for n, s in plan.strategy.sync.items() if s.sparse_sync == "dense"}
     for task in report["replicas"]:
         summed = {c["bucket"]: c for c in task["collectives"] if c["op_type"] == "CollectiveReduceV2"}
         # A sparse gradient's rows are all-gathered (as MultiWorkerMirroredStrategy does), not summed densely.

@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from autodist.errors import PlacementError
 from autodist.graph.item import GraphItem
 from cost_models.memory import live_peak, runtime_overhead_bytes
 from cost_models.step_table import step_table
@@ -268,3 +269,39 @@ def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_u
                if category == "update" and label == "update bucket 1" and device == devices[0]]
     own = share.device_costs(spec.device(devices[0]))[1][embedding]
     assert updated == [pytest.approx(2 * own)]
+
+
+def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_whole_table(
+        embedding_adam_graph, cost_model):
+    """``sparse_sync: dense``: the table's bytes go through the bucket's sum, and the update streams the table."""
+    from dataclasses import replace
+
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    problem = Problem(embedding_adam_graph, spec, cost_model)
+    (embedding,) = problem.sparse_gradients
+    strategy = baselines.data_parallel(problem)
+    for name, s in strategy.sync.items():
+        strategy.sync[name] = VarSync("allreduce", algorithm="ring", bucket=int(name == embedding),
+                                      sparse_sync="dense" if name == embedding else "gather")
+    result = Simulator(problem).simulate(strategy, trace=True)
+    share = problem.at_replicas(2)
+    devices = tuple(r[0] for r in strategy.replicas)
+    dense = share.phase_list(("ar", devices, "ring", share.dense_bytes[embedding], True),
+                             lambda: share.allreduce_phases(devices, "ring", share.dense_bytes[embedding], True))
+    synced = [stop - start for label, category, _, start, stop in result.events
+              if category == "sync" and label.endswith("bucket 1")]
+    assert sum(synced) == pytest.approx(sum(occupancy for _, occupancy, _ in dense), rel=1e-6)
+    updated = [stop - start for label, category, device, start, stop in result.events
+               if category == "update" and label == "update bucket 1" and device == devices[0]]
+    assert share.slot_bytes[embedding] > 0  # Adam's two slots stream too
+    captured = share.device_costs(spec.device(devices[0]))[1][embedding]
+    assert updated == [pytest.approx(max(captured, share.dense_update_seconds(devices[0], embedding)))]
+    # The search's move flips exactly that choice, and a PS variable refuses a dense sparse_sync.
+    space = StrategySpace(problem, random.Random(0))
+    assert "sparse_sync" in space.applicable(strategy)
+    space._sparse_sync(strategy)
+    assert strategy.sync[embedding].sparse_sync == "gather"
+    with pytest.raises(PlacementError, match="sparse_sync"):
+        Strategy(replicas=strategy.replicas, ps_devices=[devices[0]],
+                 sync={**strategy.sync, embedding: replace(VarSync("ps", ps_tasks=(0,)), sparse_sync="dense")}
+                 ).validate(embedding_adam_graph, problem.resource_spec)

@@ -4,7 +4,9 @@ A counterfactual re-simulates the plan's strategy with one decision changed
 (one variable's method, or one fusion bucket's algorithm) and reports the
 difference in step time.  For a variable on PS the alternatives are
 allreduce with each algorithm, in a bucket of its own; for an allreduced
-variable, PS on the task holding the fewest PS bytes.  For a bucket they are
+variable, PS on the task holding the fewest PS bytes.  A sparse gradient
+allreduced has both ways of travelling as alternatives: its rows gathered,
+or its table densified and summed.  For a bucket they are
 the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`.  The
 alternative shown is the fastest one that fits memory (else the fastest).
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from autodist.report.render import ms, size
-from autodist.strategy import ALLREDUCE_ALGORITHMS
+from autodist.strategy import ALLREDUCE_ALGORITHMS, SPARSE_SYNCS
 
 VARIABLES_EXPLAINED = 6
 BUCKETS_EXPLAINED = 6
@@ -53,15 +55,23 @@ def _lightest_ps_task(pricing, strategy):
 def _variable_alternatives(pricing, strategy, name):
     """``(label, strategy)`` for each alternative way to synchronise ``name``."""
     s = strategy.sync[name]
+    modes = SPARSE_SYNCS if name in pricing.sparse_gradients else ("gather",)
     if s.method == "ps":
         bucket = _fresh_bucket(strategy)
         for algorithm in ALLREDUCE_ALGORITHMS:
-            changed = dataclasses.replace(s, method="allreduce", ps_tasks=(), algorithm=algorithm, bucket=bucket)
-            yield f"allreduce {algorithm}", _with_sync(strategy, {name: changed})
+            for mode in modes:
+                changed = dataclasses.replace(s, method="allreduce", ps_tasks=(), algorithm=algorithm, bucket=bucket,
+                                              sparse_sync=mode)
+                yield _chosen_variable(changed, len(modes) > 1), _with_sync(strategy, {name: changed})
     else:
         ps_devices, task = _lightest_ps_task(pricing, strategy)
-        changed = dataclasses.replace(s, method="ps", ps_tasks=(task,), axis=0)
+        changed = dataclasses.replace(s, method="ps", ps_tasks=(task,), axis=0, compression="none",
+                                      sparse_sync="gather")
         yield f"PS on {ps_devices[task]}", _with_sync(strategy, {name: changed}, ps_devices)
+        for mode in modes:
+            if mode != s.sparse_sync:
+                changed = dataclasses.replace(s, sparse_sync=mode)
+                yield _chosen_variable(changed, True), _with_sync(strategy, {name: changed})
 
 
 def _bucket_alternatives(strategy, names):
@@ -90,18 +100,20 @@ def _effect(delta, fits):
     return text if fits else text + " and not fit in memory"
 
 
-def _chosen_variable(s):
+def _chosen_variable(s, sparse=False):
+    """How ``s`` synchronises its variable, in words (``sparse``: say how a sparse gradient travels)."""
     if s.method == "ps":
         return f"PS ({s.shards} shards)" if s.shards > 1 else "PS"
-    return f"allreduce {s.algorithm}"
+    how = {"gather": " (rows gathered)", "dense": " (densified)"}[s.sparse_sync] if sparse else ""
+    return f"allreduce {s.algorithm}{how}"
 
 
 def _variable_item(pricing, strategy, base, name):
     label, changed, alt = _next_best(pricing, _variable_alternatives(pricing, strategy, name))
-    chosen = _chosen_variable(strategy.sync[name])
+    touched = name in pricing.sparse_gradients
+    chosen = _chosen_variable(strategy.sync[name], touched)
     dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
     delta = alt.step_time - base.step_time
-    touched = name in pricing.sparse_gradients
     figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"
     return {
         "subject": "variable",

@@ -124,7 +124,7 @@ class CollectiveGroup:
         sum).  A sparse gradient (``IndexedSlices``) is not summed but
         all-gathered, as ``MultiWorkerMirroredStrategy`` does: every
         replica's rows, concatenated, update the variable
-        (:meth:`_gathered`).  Collectives run one after the other in bucket
+        (:meth:`_gathered`), unless the plan says ``sparse_sync: dense``.  Collectives run one after the other in bucket
         order, the same on every replica.  One of the sums (the first in 32
         bits or more, else the first) also carries ``checksum`` (of the
         global batch); its sum must be the replica count times this
@@ -146,7 +146,8 @@ class CollectiveGroup:
         groups = {}
         for i, (g, name) in enumerate(zip(grads, names)):
             if g is not None:
-                wire = "gather" if isinstance(g, tf.IndexedSlices) else self._wire_dtype(name, g.dtype).name
+                gather = isinstance(g, tf.IndexedSlices) and self.layout.variables[name].sparse_sync == "gather"
+                wire = "gather" if gather else self._wire_dtype(name, g.dtype).name
                 groups.setdefault((self.bucket_of[name], wire), []).append(i)
         order = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] == "gather", item[0][1]))
         # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).

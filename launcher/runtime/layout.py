@@ -23,7 +23,8 @@ class VariablePlacement:
 
     ``devices``: for ``method="ps"`` the device of each shard (split along
     ``axis``); for ``method="allreduce"`` the device of each replica's copy.
-    ``sparse``: the plan priced its gradient as the rows a step touches.
+    ``sparse``: the plan priced its gradient as the rows a step touches;
+    ``sparse_sync``: how the plan allreduces it (``VarSync.sparse_sync``).
     """
 
     name: str
@@ -34,6 +35,7 @@ class VariablePlacement:
     bucket: int = 0
     compression: str = "none"
     sparse: bool = False
+    sparse_sync: str = "gather"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class RunLayout:
                 bucket=sync.bucket,
                 compression=sync.compression,
                 sparse=name in sparse,
+                sparse_sync=sync.sparse_sync,
             )
         return cls(
             replica_devices=tuple(slots[0] for slots in replica_slots),

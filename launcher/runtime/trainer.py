@@ -282,7 +282,8 @@ class PlacedTrainer:
 
     def _sum_allreduce(self, grads):
         """Replace, per replica, allreduce gradients by their sum across replicas; a sparse gradient
-        (``IndexedSlices``) by every replica's rows, gathered on each replica's device (as on collective ops)."""
+        (``IndexedSlices``) by every replica's rows, gathered on each replica's device (as on collective ops),
+        unless the plan densifies it (``sparse_sync: dense``)."""
         import tensorflow as tf
 
         from launcher.runtime.allreduce import allreduce
@@ -290,7 +291,8 @@ class PlacedTrainer:
         index = {name: i for i, name in enumerate(self._names)}
         for _, algorithm, names in self.layout.buckets():
             names = [nm for nm in names if nm in index]
-            sparse = [nm for nm in names if isinstance(grads[0][index[nm]], tf.IndexedSlices)]
+            sparse = [nm for nm in names if isinstance(grads[0][index[nm]], tf.IndexedSlices)
+                      and self.layout.variables[nm].sparse_sync == "gather"]
             if len(self.devices) > 1:
                 for nm in sparse:
                     self._gather_rows(grads, index[nm])
