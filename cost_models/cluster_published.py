@@ -20,9 +20,11 @@ or NCCL's tree across nodes where faster, plus Horovod's fixed cost per
 fused collective, which the simulator leaves out for autodist's own
 runtime); compute loses the contention share of the
 time a collective runs beside it (cost_models.overlap.contention_delay, as
-in the simulator); the optimizer update follows the last allreduce.
+in the simulator); the optimizer update follows the last allreduce.  Every
+GPU's compute takes as long as the slowest of the job's GPUs' does
+(cost_models.overlap.lockstep_pace, as in the simulator).
 
-The two constants of cost_models.overlap are fitted here (:func:`fit`, a
+The three constants of cost_models.overlap are fitted here (:func:`fit`, a
 grid) on the points whose published scaling efficiency is known, and
 :func:`write_shipped` saves that fit as the package data the simulator
 takes NCCL's contention from.  :func:`evaluate` reports every point
@@ -43,7 +45,7 @@ from functools import lru_cache
 import numpy as np
 
 from cost_models.comm import CommModel
-from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay, lockstep_pace
 from cost_models.gpu import GpuKernelParams, GpuStep
 from cost_models.published import step_at
 
@@ -51,10 +53,11 @@ TARGETS = {"median_throughput_error": 0.15, "efficiency_points": 0.08}
 # Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB; horovod.readthedocs.io,
 # "Tensor Fusion").
 FUSION_BYTES = 64 * 2**20
-# Grid the two constants are fitted over: seconds per collective, and the fraction of a collective's time that
-# the compute beside it loses.
+# Grid the three constants are fitted over: seconds per collective, the fraction of a collective's time that
+# the compute beside it loses, and the relative spread of GPU speed.
 COLLECTIVE_SECONDS = tuple(np.linspace(0.0, 0.02, 41))
 CONTENTION = tuple(np.linspace(0.0, 1.0, 21))
+SPEED_SPREAD = tuple(np.linspace(0.0, 0.03, 7))
 
 
 @dataclass(frozen=True)
@@ -244,20 +247,23 @@ def _collectives(run, collective_seconds):
     return tuple(seconds[nbytes] for _, nbytes in _step(run).buckets), comm.compute_contention(devices) is not None
 
 
-def multi_gpu_step(step, micro_batches, bucket_seconds, contention):
+def multi_gpu_step(step, micro_batches, bucket_seconds, contention, pace=1.0):
     """Seconds of one data-parallel step (see the module docstring).
 
     Buckets run in order on one stream, bucket ``i`` for
     ``bucket_seconds[i]``; compute loses ``contention`` of the time they run
-    beside it (cost_models.overlap.contention_delay).
+    beside it (cost_models.overlap.contention_delay); every micro-batch takes
+    ``pace`` times ``step.micro_batch``, the slowest GPU's time
+    (cost_models.overlap.lockstep_pace).
     """
-    earlier = (micro_batches - 1) * step.micro_batch
-    compute_end = earlier + step.micro_batch
-    span = step.micro_batch - step.backward_start
+    micro_batch, backward_start = pace * step.micro_batch, pace * step.backward_start
+    earlier = (micro_batches - 1) * micro_batch
+    compute_end = earlier + micro_batch
+    span = micro_batch - backward_start
     free = 0.0
     spans = []
     for (fraction, _), seconds in zip(step.buckets, bucket_seconds):
-        start = max(earlier + step.backward_start + fraction * span, free)
+        start = max(earlier + backward_start + fraction * span, free)
         free = start + seconds
         spans.append((start, free, contention))
     return max(compute_end, free) + contention_delay(compute_end, spans) + step.update
@@ -267,24 +273,27 @@ def predict(run, overlap):
     """``(samples per second, scaling efficiency)`` predicted for ``run`` with ``overlap`` (a :class:`NcclOverlap`)."""
     step = _step(run)
     seconds, takes_compute = _collectives(run, overlap.collective_seconds)
-    multi = multi_gpu_step(step, run.micro_batches, seconds, overlap.contention if takes_compute else 0.0)
-    single = run.micro_batches * step.micro_batch + step.update
     gpus = run.nodes * SYSTEMS[run.system][1]
+    multi = multi_gpu_step(step, run.micro_batches, seconds, overlap.contention if takes_compute else 0.0,
+                           lockstep_pace(gpus, overlap.speed_spread))
+    single = run.micro_batches * step.micro_batch + step.update
     return run.batch * run.micro_batches * gpus / multi, single / multi
 
 
 def fit(runs):
     """The :class:`NcclOverlap` that minimises the squared efficiency error of ``runs`` (those with a published
-    efficiency), over a grid of the fixed cost per collective and the contention."""
+    efficiency), over a grid of the fixed cost per collective, the contention and the GPU speed spread."""
     scored = [r for r in runs if r.efficiency is not None]
     best = None
-    for fixed in COLLECTIVE_SECONDS:
-        for contention in CONTENTION:
-            overlap = NcclOverlap(float(fixed), float(contention))
-            loss = sum((predict(r, overlap)[1] - r.efficiency) ** 2 for r in scored)
-            if best is None or loss < best[0] - 1e-15:
-                best = (loss, overlap)
-    return NcclOverlap(best[1].collective_seconds, best[1].contention, [r.id for r in scored])
+    for spread in SPEED_SPREAD:
+        for fixed in COLLECTIVE_SECONDS:
+            for contention in CONTENTION:
+                overlap = NcclOverlap(float(fixed), float(contention), float(spread))
+                loss = sum((predict(r, overlap)[1] - r.efficiency) ** 2 for r in scored)
+                if best is None or loss < best[0] - 1e-15:
+                    best = (loss, overlap)
+    fitted = best[1]
+    return NcclOverlap(fitted.collective_seconds, fitted.contention, fitted.speed_spread, [r.id for r in scored])
 
 
 def evaluate(runs=ROWS):
@@ -316,7 +325,7 @@ def evaluate(runs=ROWS):
 
 def _constants(overlap):
     return {"collective_seconds": overlap.collective_seconds, "contention": overlap.contention,
-            "fitted_on": overlap.fitted_on}
+            "speed_spread": overlap.speed_spread, "fitted_on": overlap.fitted_on}
 
 
 def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.cluster_published --fit"):
@@ -344,7 +353,8 @@ def report_lines(section):
     fitted = section["shipped"]
     lines = [f"multi-GPU throughput vs published scaling rows (shipped fixed cost per collective "
              f"{fitted['collective_seconds'] * 1e3:.1f} ms, compute loses {fitted['contention'] * 100:.0f}% of the "
-             "time a collective runs beside it, fitted on all rows / fitted without the row's system):"]
+             f"time a collective runs beside it, GPU speed spread {fitted['speed_spread'] * 100:.1f}%, fitted on all "
+             "rows / fitted without the row's system):"]
     for r in section["rows"]:
         eff = ""
         if r["published_efficiency"] is not None:

@@ -68,7 +68,7 @@ def test_exposed_communication_rises_with_the_fitted_contention(setting):
     sim, base, order = setting
     fitted = sim.problem.cost_model.overlap
     assert 0 < fitted.contention <= 1 and fitted.collective_seconds > 0
-    free = sim.problem.cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, 0.0))
+    free = sim.problem.cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread))
     untouched = Simulator(Problem(sim.problem.graph_item, sim.problem.resource_spec, free))
     strategy = _bucketed(base, order, 4)
     with_contention, without = sim.simulate(strategy), untouched.simulate(strategy)

@@ -136,9 +136,10 @@ def test_search_compresses_a_network_bound_job_only_when_allowed(cost_model):
     from placement import optimize
     from tests.conftest import build_embedding_step
 
-    # Two nodes of four T4s behind a PCIe switch and 50 GbE, a global batch of 8192 rows: a few replicas pay for
-    # their allreduce only when it sends half the bytes (the step of a small model is launch-bound on one T4).
-    step, ids, y, _ = build_embedding_step("sgd", batch_size=8192)
+    # Two nodes of four T4s behind a PCIe switch and 50 GbE, a global batch of 16384 rows: a few replicas pay for
+    # their allreduce and for waiting on the slowest of them only when it sends half the bytes (the step of a
+    # small model is launch-bound on one T4).
+    step, ids, y, _ = build_embedding_step("sgd", batch_size=16384)
     graph = capture_step(step, ids, y, model_name="embedding")
     spec = cluster_from_dict({"name": "t4-switch", "nodes": [
         {"name": "node", "count": 2, "preset": "g4dn.12xlarge", "fabric": "pcie-gen3"}]}, source="test")
