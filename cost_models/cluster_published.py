@@ -54,10 +54,10 @@ TARGETS = {"median_throughput_error": 0.15, "efficiency_points": 0.08}
 # "Tensor Fusion").
 FUSION_BYTES = 64 * 2**20
 # Grid the three constants are fitted over: seconds per collective, the fraction of a collective's time that
-# the compute beside it loses, and the relative spread of GPU speed.
+# the compute beside it loses, and the relative spread of GPU speed (the fit lands inside each range).
 COLLECTIVE_SECONDS = tuple(np.linspace(0.0, 0.02, 41))
 CONTENTION = tuple(np.linspace(0.0, 1.0, 21))
-SPEED_SPREAD = tuple(np.linspace(0.0, 0.03, 7))
+SPEED_SPREAD = tuple(np.linspace(0.0, 0.06, 13))
 
 
 @dataclass(frozen=True)
@@ -237,8 +237,17 @@ def _collectives(run, collective_seconds):
     """``(seconds of each bucket's allreduce, whether they take from compute)`` as the simulator's communication
     model prices them with ``collective_seconds`` per collective: NCCL on collective ops, a ring or its tree
     across nodes."""
+    bare, takes_compute = _bare_collectives(run)
+    # The model adds Horovod's fixed cost to every collective on GPUs (CommModel.allreduce_phases), to nothing else.
+    fixed = collective_seconds if takes_compute else 0.0
+    return tuple(seconds + fixed for seconds in bare), takes_compute
+
+
+@lru_cache(maxsize=None)
+def _bare_collectives(run):
+    """:func:`_collectives` without a fixed cost per collective (priced once per run: the fit varies only that)."""
     spec, devices = _devices(run)
-    comm = CommModel(spec, overlap=NcclOverlap(collective_seconds, 1.0))
+    comm = CommModel(spec, overlap=NcclOverlap(0.0, 1.0))
     seconds = {}
     for _, nbytes in _step(run).buckets:
         if nbytes not in seconds:
