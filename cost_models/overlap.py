@@ -28,7 +28,7 @@ cost_models.cluster_published --fit``):
   step in lock-step wait for the slowest of them
   (:func:`lockstep_pace`), so this is a property of the GPUs, priced the
   same way by the simulator and the evaluation, and gradient accumulation
-  does not average it out.  It is what costs BERT-large 3-9% on one
+  does not average it out.  It is what costs BERT-large 2-9% on one
   8-GPU node even where the allreduce runs once per 64 to 1024
   micro-batches (rows M7, M13 1n of the calibration set).
 
