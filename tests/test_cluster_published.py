@@ -97,6 +97,21 @@ def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduc
     assert cp.predict(run, level)[1] > 0.995
 
 
+def test_efficiency_is_priced_at_the_published_single_gpu_speed():
+    """M42's script trains ResNet-50 at 740 img/s on one V100, slower than the GPU model's step: its scaling is
+    judged on a step of the published single-GPU speed, its throughput on the model's."""
+    shipped = NcclOverlap.load(OVERLAP_FILE)
+    run = next(r for r in cp.ROWS if r.id == "M42/fp16-2n")
+    anchored, modelled = cp._anchored_step(run), cp._step(run)
+    assert run.batch / (anchored.micro_batch + anchored.update) == pytest.approx(740)
+    assert modelled.micro_batch < anchored.micro_batch
+    throughput, efficiency = cp.predict(run, shipped)
+    assert throughput > 16 * 740 * efficiency
+    # Rows without a published efficiency keep the model's step.
+    unknown = next(r for r in cp.ROWS if r.efficiency is None)
+    assert cp._anchored_step(unknown) is cp._step(unknown)
+
+
 def test_the_shipped_overlap_is_a_fresh_fit_on_the_m_rows(section):
     """One overlap model: the package data is what the fit on Table 2 gives, and the section scores with it."""
     shipped = NcclOverlap.load(OVERLAP_FILE)
