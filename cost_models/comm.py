@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+from cost_models.overlap import lockstep_pace
 from cost_models.types import Phase
 from autodist.errors import CostModelError, InputError
 from autodist.resource_spec.spec import receive_link, send_link
@@ -356,6 +357,16 @@ class CommModel:
         if key not in self._on_gpus:
             self._on_gpus[key] = self._all_gpus(key)
         return self.overlap.contention if self._on_gpus[key] else None
+
+    def lockstep_pace(self, replicas):
+        """How much longer ``replicas`` (lists of device names) that step together compute than one of them alone.
+
+        The expected slowest of that many GPUs (cost_models.overlap.lockstep_pace, with the fitted speed spread
+        of ``overlap``); 1 for a single replica, for replicas that are not all on GPUs and without ``overlap``.
+        """
+        if self.overlap is None or len(replicas) < 2 or not self._all_gpus([d for r in replicas for d in r]):
+            return 1.0
+        return lockstep_pace(len(replicas), self.overlap.speed_spread)
 
     def allreduce_time(self, nbytes, devices, algorithm="ring"):
         """Uncontended allreduce time: the sum of its phases."""

@@ -1,6 +1,6 @@
-"""How NCCL collectives on GPUs share a training step with the compute beside them.
+"""How NCCL collectives on GPUs share a training step with the compute beside them, and the GPUs with each other.
 
-Two constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
+Three constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
 set ``../shared/reference/published-training-figures.md`` by
 :func:`cost_models.cluster_published.fit` and shipped as
 ``cost_models/data/nccl_overlap.json`` (refit with ``python -m
@@ -13,7 +13,7 @@ cost_models.cluster_published --fit``):
   at a time on one stream, so every bucket pays it in turn.  The published
   rows are Horovod runs, so they pay it; autodist's runtime sums buckets
   with TensorFlow's collective ops, which have no such coordination, so
-  the simulator does not (the fit cannot tell how much of the 12.5 ms is
+  the simulator does not (the fit cannot tell how much of the fixed cost is
   Horovod's and how much any runtime's: the contention fitted beside it
   may absorb part of the difference).
 - ``contention``: the fraction of the time a collective runs beside compute
@@ -22,6 +22,15 @@ cost_models.cluster_published --fit``):
   (``placement.simulator``, through :class:`cost_models.comm.CommModel`)
   prices it as the published-scaling evaluation
   (``cost_models.cluster_published``) does, with the functions here.
+- ``speed_spread``: the relative standard deviation of the speed of GPUs
+  of one model across a job (boost clocks differ by chip, power and
+  temperature; a chip keeps its pace from step to step).  Replicas that
+  step in lock-step wait for the slowest of them
+  (:func:`lockstep_pace`), so this is a property of the GPUs, priced the
+  same way by the simulator and the evaluation, and gradient accumulation
+  does not average it out.  It is what costs BERT-large 2-9% on one
+  8-GPU node even where the allreduce runs once per 64 to 1024
+  micro-batches (rows M7, M13 1n of the calibration set).
 
 CPU collectives and transfers over gRPC keep their measured calibrations
 (``autodist profile``).
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 from cost_models.calibration import VersionedRecord
 
@@ -42,7 +52,8 @@ SOURCE = "../shared/reference/published-training-figures.md, Table 2 (M rows): m
 
 @dataclass
 class NcclOverlap(VersionedRecord):
-    """The fitted fixed cost per GPU collective (seconds) and compute contention (fraction), with provenance.
+    """The fitted fixed cost per GPU collective (seconds), compute contention and GPU speed spread (fractions),
+    with provenance.
 
     ``fitted_on``: the calibration row ids of the fit; ``source``: the file
     they come from; ``command``: what wrote the record.
@@ -52,9 +63,24 @@ class NcclOverlap(VersionedRecord):
 
     collective_seconds: float
     contention: float
+    speed_spread: float = 0.0
     fitted_on: list = field(default_factory=list)
     source: str = SOURCE
     command: str = ""
+
+
+def lockstep_pace(replicas, spread):
+    """How much longer the compute of ``replicas`` GPUs in lock-step takes than one typical GPU's (a factor >= 1).
+
+    Each GPU's speed is the typical one times ``1 + spread * z`` for a
+    standard normal ``z`` (:class:`NcclOverlap`'s ``speed_spread``); the
+    step waits for the slowest, ``spread`` times the expected largest of
+    ``replicas`` standard normals later (Blom's approximation,
+    ``Phi^-1((n - 0.375) / (n + 0.25))``).
+    """
+    if replicas < 2 or not spread:
+        return 1.0
+    return 1.0 + spread * NormalDist().inv_cdf((replicas - 0.375) / (replicas + 0.25))
 
 
 def contention_delay(compute_end, spans):

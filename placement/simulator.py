@@ -6,7 +6,9 @@ What one step does, as simulated:
    dependency order; a device runs the groups that are ready on it in the
    order they became ready (ties by topological index).  A tensor crossing
    devices inside a replica costs its ``CommModel.transfer_phases``, queued
-   on that replica's links.
+   on that replica's links.  Replicas on GPUs step together, so each
+   group takes the slowest GPU's time (``CommModel.lockstep_pace``: the
+   spread of GPU speed cost_models.overlap fits on published scaling).
 2. **Synchronisation.**  A variable's gradient is ready when its gradient
    group ends; its sync starts then, so it overlaps the rest of the backward
    pass.  Allreduce: the gradients of one fusion bucket go as one collective
@@ -629,23 +631,24 @@ class Simulator:
         return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
-    def _schedule(self, replica, slots, trace, micro_batches):
+    def _schedule(self, replica, slots, trace, micro_batches, pace=1.0):
         if len(replica) == 1:
-            key = (self.problem.device_model[replica[0]], micro_batches)
+            key = (self.problem.device_model[replica[0]], micro_batches, pace)
         else:
-            key = (tuple(replica), slots, micro_batches)
+            key = (tuple(replica), slots, micro_batches, pace)
         cached = self._schedules.get(key)
         if cached is not None and (cached.events or not trace):
             return cached
         devices = [self.problem.resource_spec.device(d) for d in replica]
-        schedule = self._run_compute(replica, devices, slots, trace, micro_batches)
+        schedule = self._run_compute(replica, devices, slots, trace, micro_batches, pace)
         self._schedules[key] = schedule
         return schedule
 
-    def _run_compute(self, replica, devices, slots, trace, micro_batches):
+    def _run_compute(self, replica, devices, slots, trace, micro_batches, pace):
+        """One replica's compute schedule; every group takes ``pace`` times its cost (the slowest replica's)."""
         groups = self.problem.groups.groups
         n = len(groups)
-        costs = [self.problem.device_costs(d)[0] for d in devices]
+        costs = [[pace * c for c in self.problem.device_costs(d)[0]] for d in devices]
         slot_of = [slots[self.problem.group_unit[g]] if len(replica) > 1 else 0 for g in range(n)]
         remaining = [len(p) for p in self.problem.preds]
         succs = self.problem.groups.successors()
@@ -829,8 +832,9 @@ class Simulator:
         cached = self._classes.get(key)
         if cached is None or cached[0] is not replicas:
             classes = {}
+            pace = self.problem.comm.lockstep_pace(replicas)
             for replica in replicas:
-                schedule = self._schedule(replica, slots, trace, micro_batches)
+                schedule = self._schedule(replica, slots, trace, micro_batches, pace)
                 classes.setdefault(id(schedule), (schedule, []))[1].append(replica)
             cached = (replicas, list(classes.values()))
             self._classes[key] = cached

@@ -42,7 +42,8 @@ def test_exposed_allreduce_falls_then_rises_with_the_bucket_count(setting):
     assert exposed[2] < exposed[1] * 0.8
     # Past what the stream carries in the backward pass, every further bucket's fixed cost shows.
     assert exposed[2] < exposed[8] < exposed[32] < exposed[128] < exposed[len(order)]
-    assert exposed[len(order)] > exposed[1]
+    # A bucket per gradient gives back more than twice what the best split hides.
+    assert exposed[len(order)] > 2 * exposed[2]
 
 
 @pytest.mark.slow
@@ -68,7 +69,7 @@ def test_exposed_communication_rises_with_the_fitted_contention(setting):
     sim, base, order = setting
     fitted = sim.problem.cost_model.overlap
     assert 0 < fitted.contention <= 1 and fitted.collective_seconds > 0
-    free = sim.problem.cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, 0.0))
+    free = sim.problem.cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread))
     untouched = Simulator(Problem(sim.problem.graph_item, sim.problem.resource_spec, free))
     strategy = _bucketed(base, order, 4)
     with_contention, without = sim.simulate(strategy), untouched.simulate(strategy)

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from cost_models import cluster_published as cp
-from cost_models.overlap import OVERLAP_FILE, NcclOverlap
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap, lockstep_pace
 from cost_models.published import step_at
 
 
@@ -82,11 +82,42 @@ def test_one_stream_serialises_buckets_and_each_collective_costs_its_fixed_time(
     assert cp.multi_gpu_step(step, run.micro_batches, bare, 1.0) > cp.multi_gpu_step(step, run.micro_batches, bare, 0.0)
 
 
+def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduce():
+    """BERT-large on one DGX-1 allreduces once per 1024 micro-batches (M7/fp32), yet every micro-batch of the
+    eight GPUs waits for the slowest of them: that alone sets its predicted efficiency."""
+    shipped = NcclOverlap.load(OVERLAP_FILE)
+    spread = shipped.speed_spread
+    assert 0 < spread < 0.1
+    assert 1 == lockstep_pace(1, spread) < lockstep_pace(8, spread) < lockstep_pace(16, spread) < lockstep_pace(
+        256, spread)
+    run = next(r for r in cp.ROWS if r.id == "M7/fp32")
+    _, efficiency = cp.predict(run, shipped)
+    assert efficiency == pytest.approx(1 / lockstep_pace(8, spread), rel=0.005)
+    level = NcclOverlap(shipped.collective_seconds, shipped.contention, 0.0)
+    assert cp.predict(run, level)[1] > 0.995
+
+
+def test_efficiency_is_priced_at_the_published_single_gpu_speed():
+    """M42's script trains ResNet-50 at 740 img/s on one V100, slower than the GPU model's step: its scaling is
+    judged on a step of the published single-GPU speed, its throughput on the model's."""
+    shipped = NcclOverlap.load(OVERLAP_FILE)
+    run = next(r for r in cp.ROWS if r.id == "M42/fp16-2n")
+    anchored, modelled = cp._anchored_step(run), cp._step(run)
+    assert run.batch / (anchored.micro_batch + anchored.update) == pytest.approx(740)
+    assert modelled.micro_batch < anchored.micro_batch
+    throughput, efficiency = cp.predict(run, shipped)
+    assert throughput > 16 * 740 * efficiency
+    # Rows without a published efficiency keep the model's step.
+    unknown = next(r for r in cp.ROWS if r.efficiency is None)
+    assert cp._anchored_step(unknown) is cp._step(unknown)
+
+
 def test_the_shipped_overlap_is_a_fresh_fit_on_the_m_rows(section):
     """One overlap model: the package data is what the fit on Table 2 gives, and the section scores with it."""
     shipped = NcclOverlap.load(OVERLAP_FILE)
     fresh = cp.fit(cp.ROWS)
-    assert (shipped.collective_seconds, shipped.contention) == (fresh.collective_seconds, fresh.contention)
+    assert (shipped.collective_seconds, shipped.contention, shipped.speed_spread) == (
+        fresh.collective_seconds, fresh.contention, fresh.speed_spread)
     assert shipped.fitted_on == fresh.fitted_on and all(r.startswith("M") for r in shipped.fitted_on)
     assert "published-training-figures.md" in shipped.source
     assert section["shipped"]["contention"] == shipped.contention

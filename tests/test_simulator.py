@@ -8,6 +8,7 @@ import pytest
 from autodist.errors import PlacementError
 from autodist.graph.item import GraphItem
 from cost_models.memory import live_peak, runtime_overhead_bytes
+from cost_models.overlap import NcclOverlap, lockstep_pace
 from cost_models.step_table import step_table
 from autodist.resource_spec import load_cluster
 from autodist.strategy import Strategy, VarSync
@@ -60,9 +61,27 @@ def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
     one = workers(1)
     two = workers(1, 2)  # both push into the server node's NIC
     nic = f"{spec.nodes[0].name}/nic0/rx"
-    assert two.compute_time <= one.compute_time  # each of two replicas computes half the batch
+    # each of two replicas computes half the batch, at the pace of the slower of two GPUs
+    pace = sim.problem.comm.lockstep_pace([[f"{spec.nodes[n].name}/GPU:0"] for n in (1, 2)])
+    assert pace > 1 and two.compute_time <= one.compute_time * pace
     assert two.link_busy[nic] == pytest.approx(2 * one.link_busy[nic])
     assert two.step_time > one.step_time
+
+
+def test_gpu_replicas_compute_at_the_pace_of_the_slowest(mlp_graph, cost_model):
+    """Eight GPUs that step together wait for the slowest of them: with the fitted spread of GPU speed their
+    compute takes lockstep_pace(8) times what it takes when every GPU runs at the typical speed."""
+    spec = load_cluster(preset="p3.16xlarge:1")
+    fitted = cost_model.overlap
+    level = cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, fitted.contention, 0.0))
+    paced_sim, level_sim = (Simulator(Problem(mlp_graph, spec, model)) for model in (cost_model, level))
+    strategy = baselines.data_parallel(paced_sim.problem)
+    assert len(strategy.replicas) == 8 and fitted.speed_spread > 0
+    paced, even = paced_sim.simulate(strategy), level_sim.simulate(strategy)
+    assert paced.compute_time == pytest.approx(even.compute_time * lockstep_pace(8, fitted.speed_spread))
+    # One replica waits for nobody.
+    single = Strategy(replicas=strategy.replicas[:1], sync=strategy.sync)
+    assert paced_sim.simulate(single).compute_time == pytest.approx(level_sim.simulate(single).compute_time)
 
 
 def test_memory_accounts_parameters_slots_and_live_tensors(mlp_graph, ethernet, cost_model):
