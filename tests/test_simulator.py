@@ -264,30 +264,44 @@ def test_replica_processes_on_this_machine_share_its_cores(mlp_graph, cost_model
     assert not Problem(mlp_graph, load_cluster(preset="cpu-2s-25g:2"), cost_model).on_this_machine
 
 
+def _embedding_alone_in_bucket_1(graph_item, cost_model, sparse_sync):
+    """Two replicas over 25 GbE allreducing everything, the embedding alone in bucket 1 with ``sparse_sync``:
+    ``(problem, its two-replica share, replica devices, embedding, strategy, traced SimResult)``."""
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    problem = Problem(graph_item, spec, cost_model)
+    (embedding,) = problem.sparse_gradients
+    strategy = baselines.data_parallel(problem)
+    for name in strategy.sync:
+        strategy.sync[name] = VarSync("allreduce", algorithm="ring", bucket=int(name == embedding),
+                                      sparse_sync=sparse_sync if name == embedding else "gather")
+    assert strategy.allreduces_everything() and len(strategy.replicas) == 2
+    devices = tuple(r[0] for r in strategy.replicas)
+    result = Simulator(problem).simulate(strategy, trace=True)
+    return problem, problem.at_replicas(2), devices, embedding, strategy, result
+
+
+def _bucket_1(result, category, device=None):
+    """Durations of bucket 1's events of ``category`` (on ``device`` where given)."""
+    return [stop - start for label, kind, where, start, stop in result.events
+            if kind == category and label.endswith("bucket 1") and device in (None, where)]
+
+
+def _occupancy(stages):
+    return sum(occupancy for _, occupancy, _ in stages)
+
+
 def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_updates_all_rows(
         embedding_adam_graph, cost_model):
     """As launcher.runtime.collective runs it: the embedding's rows are all-gathered, not summed as a dense table."""
-    spec = load_cluster(preset="cpu-2s-25g:2")
-    problem = Problem(embedding_adam_graph, spec, cost_model)
-    (embedding,) = problem.sparse_gradients
-    strategy = baselines.data_parallel(problem)
-    for name, s in strategy.sync.items():  # the embedding alone in its bucket
-        strategy.sync[name] = VarSync("allreduce", algorithm="ring", bucket=int(name == embedding))
-    assert strategy.allreduces_everything() and len(strategy.replicas) == 2
-    result = Simulator(problem).simulate(strategy, trace=True)
-    share = problem.at_replicas(2)
-    devices = tuple(r[0] for r in strategy.replicas)
-    gather = share.sparse_allgather_phases(devices, share.sparse_bytes[embedding])
-    assert share.sparse_bytes[embedding] * 10 < share.dense_bytes[embedding]
-    synced = [stop - start for label, category, _, start, stop in result.events
-              if category == "sync" and label.endswith("bucket 1")]
-    stages = share.phase_list(("ag", devices, share.sparse_bytes[embedding]), lambda: gather)
-    assert sum(synced) == pytest.approx(sum(occupancy for _, occupancy, _ in stages), rel=1e-6)
+    problem, share, devices, embedding, _, result = _embedding_alone_in_bucket_1(embedding_adam_graph, cost_model,
+                                                                                "gather")
+    rows = share.sparse_bytes[embedding]
+    assert rows * 10 < share.dense_bytes[embedding]
+    gather = share.phase_list(("ag", devices, rows), lambda: share.sparse_allgather_phases(devices, rows))
+    assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(gather), rel=1e-6)
     # every replica applies both replicas' rows: twice its own sparse update
-    updated = [stop - start for label, category, device, start, stop in result.events
-               if category == "update" and label == "update bucket 1" and device == devices[0]]
-    own = share.device_costs(spec.device(devices[0]))[1][embedding]
-    assert updated == [pytest.approx(2 * own)]
+    own = share.device_costs(problem.resource_spec.device(devices[0]))[1][embedding]
+    assert _bucket_1(result, "update", devices[0]) == [pytest.approx(2 * own)]
 
 
 def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_whole_table(
@@ -295,26 +309,16 @@ def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_w
     """``sparse_sync: dense``: the table's bytes go through the bucket's sum, and the update streams the table."""
     from dataclasses import replace
 
-    spec = load_cluster(preset="cpu-2s-25g:2")
-    problem = Problem(embedding_adam_graph, spec, cost_model)
-    (embedding,) = problem.sparse_gradients
-    strategy = baselines.data_parallel(problem)
-    for name, s in strategy.sync.items():
-        strategy.sync[name] = VarSync("allreduce", algorithm="ring", bucket=int(name == embedding),
-                                      sparse_sync="dense" if name == embedding else "gather")
-    result = Simulator(problem).simulate(strategy, trace=True)
-    share = problem.at_replicas(2)
-    devices = tuple(r[0] for r in strategy.replicas)
-    dense = share.phase_list(("ar", devices, "ring", share.dense_bytes[embedding], True),
-                             lambda: share.allreduce_phases(devices, "ring", share.dense_bytes[embedding], True))
-    synced = [stop - start for label, category, _, start, stop in result.events
-              if category == "sync" and label.endswith("bucket 1")]
-    assert sum(synced) == pytest.approx(sum(occupancy for _, occupancy, _ in dense), rel=1e-6)
-    updated = [stop - start for label, category, device, start, stop in result.events
-               if category == "update" and label == "update bucket 1" and device == devices[0]]
+    problem, share, devices, embedding, strategy, result = _embedding_alone_in_bucket_1(
+        embedding_adam_graph, cost_model, "dense")
+    table = share.dense_bytes[embedding]
+    dense = share.phase_list(("ar", devices, "ring", table, True),
+                             lambda: share.allreduce_phases(devices, "ring", table, True))
+    assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(dense), rel=1e-6)
     assert share.slot_bytes[embedding] > 0  # Adam's two slots stream too
-    captured = share.device_costs(spec.device(devices[0]))[1][embedding]
-    assert updated == [pytest.approx(max(captured, share.dense_update_seconds(devices[0], embedding)))]
+    captured = share.device_costs(problem.resource_spec.device(devices[0]))[1][embedding]
+    assert _bucket_1(result, "update", devices[0]) == [
+        pytest.approx(max(captured, share.dense_update_seconds(devices[0], embedding)))]
     # The search's move flips exactly that choice, and a PS variable refuses a dense sparse_sync.
     space = StrategySpace(problem, random.Random(0))
     assert "sparse_sync" in space.applicable(strategy)
