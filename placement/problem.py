@@ -80,7 +80,7 @@ class Problem:
         self.resource_spec = resource_spec
         self.cost_model = cost_model
         self.groups = groups if groups is not None else group_ops(graph_item)
-        self.comm = cost_model.comm_model(resource_spec)
+        self.comm = share_of.comm if share_of else cost_model.comm_model(resource_spec)
         self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
         self.variables = [v for v in graph_item.trainable_variables()]
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
@@ -112,10 +112,12 @@ class Problem:
         self._op_group = None
         self._live = {}
         self._costs = {}
-        self._phases = {}
-        self._links = {}
-        self._affine_fits = {}
-        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
+        # transfer prices do not depend on the batch: the shares of one problem keep them in one place
+        whole = self._whole
+        self._phases = whole._phases if share_of else {}
+        self._links = whole._links if share_of else {}
+        self._affine_fits = whole._affine_fits if share_of else {}
+        self._slowest_memory = whole._slowest_memory if share_of else {}  # devices -> the lowest memory bandwidth
 
     def _cores(self, device, sharing):
         """The cores ``device``'s process gets: its emulated node's, this machine's over ``sharing`` processes
