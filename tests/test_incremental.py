@@ -59,3 +59,19 @@ def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(mlp_graph, e
     monkeypatch.setattr(placement.simulator, "MAX_PLANS", 3)
     test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_graph, embedding_graph, cost_model,
                                                                           "cpu-2s-25g:4", "embedding", "greedy_ps")
+
+
+def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_graph, cost_model):
+    """Over several nodes NCCL takes its tree for small buckets and its ring for large ones: the Problem prices
+    that from a fit of two pieces, which gives the CommModel's phases at every size, around the switch too."""
+    problem = Problem(mlp_graph, load_cluster(preset="dgx-h100:4"), cost_model)
+    devices = tuple(d.name for d in problem.resource_spec.compute_devices())
+    comm = problem.comm
+    sizes = sorted({int(1.37 ** k) for k in range(80)} | {0})
+    for nbytes in sizes:
+        fitted = problem.allreduce_phases(devices, "ring", nbytes, collective_ops=True)
+        exact = comm.allreduce_phases(nbytes, list(devices), "ring", collective_ops=True)
+        assert [p.links for p in fitted] == [p.links for p in exact]
+        assert [p.seconds for p in fitted] == pytest.approx([p.seconds for p in exact], rel=1e-9, abs=0)
+    pieces = problem._affine_fits[("ar", devices, "ring", True)]
+    assert len(pieces) == 2  # the tree's and the ring's, not a price asked of the CommModel at every size
