@@ -8,11 +8,14 @@ any machine.  The search counts its own moves and evaluations.
 Schedule: energies are step times relative to the start of a round.  Before
 the first round, up to :data:`SAMPLE_MOVES` moves sampled around the start
 (within :data:`CALIBRATION_SHARE` of a wall-clock budget) give the uphill deltas;
-the start temperature makes an uphill move of that sample accepted
-:data:`START_ACCEPTANCE` of the time on average, the end temperature
-:data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
-between them over the first ``1 - QUENCH`` of each round; the rest of the
-round is a descent at zero temperature (only improvements are accepted).
+the start temperature makes an uphill move of the smaller half of that sample
+accepted :data:`START_ACCEPTANCE` of the time on average (the larger half are
+moves such as a replica count or a variable off NCCL that change the step
+several-fold: a temperature that accepts them is a random walk), the end
+temperature an uphill move of the whole sample :data:`END_ACCEPTANCE` of the
+time, and the temperature falls geometrically between them over the first
+``1 - QUENCH`` of each round; the rest of the round is a descent at zero
+temperature (only improvements are accepted).
 A move that leaves the energy unchanged (a plateau: within
 :data:`PLATEAU` relative, the rounding of a sum taken in another order) is
 accepted with probability ``T / T_start``, so the walk crosses plateaus
@@ -20,7 +23,10 @@ early and stops drifting late.
 
 Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
 from the best baseline, the second from the next-best distinct baseline,
-and the others from the best strategy found so far.  The best strategy seen
+and the others from the best strategy found so far; the last round is a
+descent from it (zero temperature throughout), so that every seed ends in
+a local optimum of the best region found rather than wherever its last
+walk cooled.  The best strategy seen
 (fitting memory first, then fastest) is returned, so the search never
 returns anything worse than the best baseline.
 """
@@ -158,29 +164,31 @@ class Annealer:
             delta = energy_of(self.evaluate(candidate)) / base - 1.0
             if delta > PLATEAU:
                 uphill.append(delta)
-        uphill = uphill or [1e-3]
-        self.t_start = temperature_for(uphill, START_ACCEPTANCE)
+        uphill = sorted(uphill) or [1e-3]
+        self.t_start = temperature_for(uphill[:(len(uphill) + 1) // 2], START_ACCEPTANCE)
         self.t_end = min(self.t_start, temperature_for(uphill, END_ACCEPTANCE))
 
-    def temperature(self, fraction):
-        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc)."""
-        if fraction >= 1.0 - QUENCH:
+    def temperature(self, fraction, descent=False):
+        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc); zero
+        throughout a ``descent``."""
+        if descent or fraction >= 1.0 - QUENCH:
             return 0.0
         return self.t_start * (self.t_end / self.t_start) ** (fraction / (1.0 - QUENCH))
 
     def run(self, starts):
-        """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first); return the best found."""
+        """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first), the last a descent from the
+        best found; return the best found."""
         self.calibrate(starts[0])
         for k in range(ROUNDS):
-            start = starts[k] if k < len(starts) and k < ROUNDS - 1 else self.best
-            end = (k + 1) / ROUNDS
-            self._round(start, end)
+            last = k == ROUNDS - 1
+            start = starts[k] if k < len(starts) and not last else self.best
+            self._round(start, (k + 1) / ROUNDS, descent=last)
         if self.progress is not None:
             self.progress(1.0, self.best_sim.step_time)
         return self.best, self.best_sim
 
-    def _round(self, start, end):
-        """Anneal from ``start`` until the budget fraction reaches ``end``."""
+    def _round(self, start, end, descent=False):
+        """Anneal from ``start`` until the budget fraction reaches ``end`` (only improve it: ``descent``)."""
         current = copy_strategy(start)
         current_sim = self.evaluate(current)
         self._offer(current, current_sim)
@@ -189,7 +197,7 @@ class Annealer:
         next_report = begin
         while not self.budget.spent() and self.budget.fraction() < end:
             fraction = self.budget.fraction()
-            temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12))
+            temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12), descent)
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
             # a move that found nothing to change (e.g. no free PS task) leaves the strategy as it was
