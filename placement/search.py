@@ -55,6 +55,8 @@ ROUNDS = 3
 PLATEAU = 1e-12
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
+# How many simulations of candidates tried from one strategy a round keeps (see Annealer._round).
+MAX_TRIED = 4096
 # Acceptance is reported over the first and the last tenth of the moves.
 ACCEPTANCE_WINDOW = 0.1
 
@@ -114,6 +116,21 @@ class Budget:
 
     def spent(self):
         return self.fraction() >= 1.0
+
+
+def changes(strategy, moved):
+    """What ``moved``, a move's copy of ``strategy``, changes of it: a hashable record, empty when nothing."""
+    sync = strategy.sync
+    changed = tuple((name, s) for name, s in moved.sync.items() if s is not sync[name] and s != sync[name])
+    if moved.replicas is not strategy.replicas and moved.replicas != strategy.replicas:
+        changed += (("replicas", tuple(map(tuple, moved.replicas))),)
+    if moved.ps_devices != strategy.ps_devices:
+        changed += (("ps_devices", tuple(moved.ps_devices)),)
+    if moved.group_slots != strategy.group_slots:
+        changed += (("group_slots", tuple(sorted(moved.group_slots.items()))),)
+    if moved.micro_batches != strategy.micro_batches:
+        changed += (("micro_batches", moved.micro_batches),)
+    return changed
 
 
 def temperature_for(deltas, acceptance):
@@ -188,20 +205,33 @@ class Annealer:
         return self.best, self.best_sim
 
     def _round(self, start, end, descent=False):
-        """Anneal from ``start`` until the budget fraction reaches ``end`` (only improve it: ``descent``)."""
+        """Anneal from ``start`` until the budget fraction reaches ``end`` (only improve it: ``descent``).
+
+        A move tried again from the same strategy (as a descent does near its optimum) is not simulated again:
+        the simulations of the candidates tried from the current strategy are kept, by what they change, until
+        it changes.
+        """
         current = copy_strategy(start)
         current_sim = self.evaluate(current)
         self._offer(current, current_sim)
         current_energy = base = energy_of(current_sim)
         begin = self.budget.fraction()
         next_report = begin
+        tried = {}
         while not self.budget.spent() and self.budget.fraction() < end:
             fraction = self.budget.fraction()
             temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12), descent)
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
-            # a move that found nothing to change (e.g. no free PS task) leaves the strategy as it was
-            simulation = current_sim if candidate == current else self.evaluate(candidate)
+            change = changes(current, candidate)
+            if not change:  # a move that found nothing to change (e.g. no free PS task)
+                simulation = current_sim
+            elif change in tried:
+                simulation = tried[change]
+            else:
+                if len(tried) >= MAX_TRIED:
+                    tried.clear()
+                simulation = tried[change] = self.evaluate(candidate)
             self.budget.made += 1
             energy = energy_of(simulation)
             delta = (energy - current_energy) / base
@@ -218,6 +248,7 @@ class Annealer:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
                 current, current_sim, current_energy = candidate, simulation, energy
                 self._offer(current, simulation)
+                tried = {}
             if self.progress is not None and fraction >= next_report:
                 self.progress(fraction, self.best_sim.step_time)
                 next_report = fraction + 1.0 / PROGRESS_UPDATES

@@ -75,3 +75,27 @@ def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_g
         assert [p.seconds for p in fitted] == pytest.approx([p.seconds for p in exact], rel=1e-9, abs=0)
     pieces = problem._affine_fits[("ar", devices, "ring", True)]
     assert len(pieces) == 2  # the tree's and the ring's, not a price asked of the CommModel at every size
+
+
+@pytest.mark.parametrize("start", ["greedy_ps", "greedy_op_placer"])
+def test_what_a_move_changes_names_the_candidate_exactly(mlp_graph, embedding_graph, cost_model, start):
+    """The search keeps the simulations of the candidates tried from one strategy by what they change
+    (placement.search.changes): no change exactly when the candidate equals the strategy, and two candidates
+    of one strategy with the same changes are the same strategy."""
+    from placement.search import changes
+
+    spec = load_cluster(preset="dgx-h100:4")
+    for graph in (mlp_graph, embedding_graph):
+        problem = Problem(graph, spec, cost_model)
+        rng = random.Random(3)
+        space = StrategySpace(problem, rng, compressions=COMPRESSIONS, allow_micro_batches=True)
+        current = getattr(baselines, start)(problem)
+        for _ in range(10):
+            tried = {}
+            for _ in range(30):
+                candidate = copy_strategy(current)
+                space.move(candidate)
+                change = changes(current, candidate)
+                assert (not change) == (candidate == current)
+                assert tried.setdefault(change, candidate) == candidate
+            current = candidate
