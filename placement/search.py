@@ -55,7 +55,7 @@ ROUNDS = 3
 PLATEAU = 1e-12
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
-# How many simulations of candidates tried from one strategy a round keeps (see Annealer._round).
+# How many scores of candidates tried from one strategy a round keeps (see Annealer._round).
 MAX_TRIED = 4096
 # Acceptance is reported over the first and the last tenth of the moves.
 ACCEPTANCE_WINDOW = 0.1
@@ -90,8 +90,21 @@ def energy_of(simulation):
     return simulation.step_time * (1.0 + MEMORY_PENALTY * excess)
 
 
-def _rank(simulation):
-    return (not simulation.fits, energy_of(simulation))
+@dataclass(frozen=True)
+class Score:
+    """What the search keeps of a simulation (not its busy times, which hold the whole simulated run)."""
+
+    step_time: float
+    energy: float
+    fits: bool
+
+    @classmethod
+    def of(cls, simulation):
+        return cls(simulation.step_time, energy_of(simulation), simulation.fits)
+
+
+def _rank(score):
+    return (not score.fits, score.energy)
 
 
 class Budget:
@@ -157,20 +170,21 @@ class Annealer:
         self.evaluations = 0
         self.accepted = []  # per move made, whether it was accepted
         self.by_move = {}
-        self.best = self.best_sim = None
+        self.best = self.best_score = None
         self.t_start = self.t_end = None
 
     def evaluate(self, strategy):
+        """The :class:`Score` of ``strategy``'s simulation."""
         self.evaluations += 1
-        return self.simulator.simulate(strategy)
+        return Score.of(self.simulator.simulate(strategy))
 
-    def _offer(self, strategy, simulation):
-        if self.best_sim is None or _rank(simulation) < _rank(self.best_sim):
-            self.best, self.best_sim = copy_strategy(strategy), simulation
+    def _offer(self, strategy, score):
+        if self.best_score is None or _rank(score) < _rank(self.best_score):
+            self.best, self.best_score = copy_strategy(strategy), score
 
     def calibrate(self, start):
         """Set the start and end temperatures from the uphill deltas of moves sampled around ``start``."""
-        base = energy_of(self.evaluate(start))
+        base = self.evaluate(start).energy
         uphill = []
         begin = self.budget.fraction()
         for _ in range(SAMPLE_MOVES):
@@ -178,7 +192,7 @@ class Annealer:
                 break  # moves that are slow to evaluate (a partitioned PS over many nodes) leave time for the search
             candidate = copy_strategy(start)
             self.space.move(candidate)
-            delta = energy_of(self.evaluate(candidate)) / base - 1.0
+            delta = self.evaluate(candidate).energy / base - 1.0
             if delta > PLATEAU:
                 uphill.append(delta)
         uphill = sorted(uphill) or [1e-3]
@@ -201,20 +215,20 @@ class Annealer:
             start = starts[k] if k < len(starts) and not last else self.best
             self._round(start, (k + 1) / ROUNDS, descent=last)
         if self.progress is not None:
-            self.progress(1.0, self.best_sim.step_time)
-        return self.best, self.best_sim
+            self.progress(1.0, self.best_score.step_time)
+        return self.best, self.best_score
 
     def _round(self, start, end, descent=False):
         """Anneal from ``start`` until the budget fraction reaches ``end`` (only improve it: ``descent``).
 
         A move tried again from the same strategy (as a descent does near its optimum) is not simulated again:
-        the simulations of the candidates tried from the current strategy are kept, by what they change, until
-        it changes.
+        the scores of the candidates tried from the current strategy are kept, by what they change, until it
+        changes.
         """
         current = copy_strategy(start)
-        current_sim = self.evaluate(current)
-        self._offer(current, current_sim)
-        current_energy = base = energy_of(current_sim)
+        current_score = self.evaluate(current)
+        self._offer(current, current_score)
+        current_energy = base = current_score.energy
         begin = self.budget.fraction()
         next_report = begin
         tried = {}
@@ -225,15 +239,15 @@ class Annealer:
             label = self.space.move(candidate)
             change = changes(current, candidate)
             if not change:  # a move that found nothing to change (e.g. no free PS task)
-                simulation = current_sim
+                score = current_score
             elif change in tried:
-                simulation = tried[change]
+                score = tried[change]
             else:
                 if len(tried) >= MAX_TRIED:
                     tried.clear()
-                simulation = tried[change] = self.evaluate(candidate)
+                score = tried[change] = self.evaluate(candidate)
             self.budget.made += 1
-            energy = energy_of(simulation)
+            energy = score.energy
             delta = (energy - current_energy) / base
             if delta < -PLATEAU:
                 accepted = True
@@ -246,11 +260,11 @@ class Annealer:
             self.accepted.append(accepted)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
-                current, current_sim, current_energy = candidate, simulation, energy
-                self._offer(current, simulation)
+                current, current_score, current_energy = candidate, score, energy
+                self._offer(current, score)
                 tried = {}
             if self.progress is not None and fraction >= next_report:
-                self.progress(fraction, self.best_sim.step_time)
+                self.progress(fraction, self.best_score.step_time)
                 next_report = fraction + 1.0 / PROGRESS_UPDATES
 
     def stats(self):
@@ -272,7 +286,7 @@ class Annealer:
 def _starts(candidates):
     """The candidates' distinct strategies, best first (ties by name)."""
     out = []
-    for c in sorted(candidates, key=lambda c: (_rank(c.simulation), c.name)):
+    for c in sorted(candidates, key=lambda c: (_rank(Score.of(c.simulation)), c.name)):
         if c.strategy not in out:
             out.append(c.strategy)
     return out
@@ -352,7 +366,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
         search_seconds=searching,
         budget_s=None if moves is not None else budget_s,
         moves=moves,
-        start=min(candidates, key=lambda c: (_rank(c.simulation), c.name)).name,
+        start=min(candidates, key=lambda c: (_rank(Score.of(c.simulation)), c.name)).name,
         allreduce_only=allreduce_only,
         left_out=f"PS and hybrid plans: {collective_only}" if collective_only else None,
         allow_compression=allow_compression,
