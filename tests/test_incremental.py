@@ -99,3 +99,17 @@ def test_what_a_move_changes_names_the_candidate_exactly(mlp_graph, embedding_gr
                 assert (not change) == (candidate == current)
                 assert tried.setdefault(change, candidate) == candidate
             current = candidate
+
+
+def test_memory_reused_across_micro_batches_of_one_part_size_equals_fresh(mlp_graph, cost_model):
+    """Where one replica's slice is a single row, one and two micro-batches simulate the same part (the same
+    batch share), yet two keep a gradient buffer: the Simulator's memory cache tells them apart."""
+    spec = load_cluster(preset="dgx-h100:2")
+    reused = Simulator(Problem(mlp_graph, spec, cost_model))
+    strategy = baselines.data_parallel(reused.problem)
+    assert len(strategy.replicas) == mlp_graph.job.batch_size  # a row per replica
+    one = reused.simulate(strategy)
+    strategy.micro_batches = 2
+    two = reused.simulate(strategy)
+    assert_same(two, Simulator(Problem(mlp_graph, spec, cost_model)).simulate(strategy))
+    assert all(two.memory[d] > one.memory[d] for d in one.memory)
