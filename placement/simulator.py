@@ -217,7 +217,8 @@ class _Schedule:
     events: list
 
 
-# How many bucket, shard and worker plans (see _SyncRun._cached), and memories, a Simulator keeps before it starts again.
+# How many bucket, shard and worker plans (see _SyncRun._cached) and memories a Simulator keeps before it starts
+# again.
 MAX_PLANS = 100_000
 # A phase on at least this many links (a collective over many devices) is
 # reserved once for its whole link set rather than link by link.

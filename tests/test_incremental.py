@@ -79,7 +79,7 @@ def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_g
 
 @pytest.mark.parametrize("start", ["greedy_ps", "greedy_op_placer"])
 def test_what_a_move_changes_names_the_candidate_exactly(mlp_graph, embedding_graph, cost_model, start):
-    """The search keeps the simulations of the candidates tried from one strategy by what they change
+    """The search keeps the scores of the candidates tried from one strategy by what they change
     (placement.search.changes): no change exactly when the candidate equals the strategy, and two candidates
     of one strategy with the same changes are the same strategy."""
     from placement.search import changes
