@@ -57,7 +57,7 @@ MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
 # How many scores of candidates tried from one strategy a round keeps (see Annealer._round).
 MAX_TRIED = 4096
-# Acceptance is reported over the first and the last tenth of the moves.
+# Acceptance is reported over the moves of the first and the last tenth of the search's budget (see Annealer.stats).
 ACCEPTANCE_WINDOW = 0.1
 
 
@@ -169,6 +169,7 @@ class Annealer:
         self.progress = progress
         self.evaluations = 0
         self.accepted = []  # per move made, whether it was accepted
+        self.made_at = []  # per move made, the budget fraction spent when it was made
         self.by_move = {}
         self.best = self.best_score = None
         self.t_start = self.t_end = None
@@ -258,6 +259,7 @@ class Annealer:
             else:
                 accepted = self.rng.random() < math.exp(-delta / temperature)
             self.accepted.append(accepted)
+            self.made_at.append(fraction)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
                 current, current_score, current_energy = candidate, score, energy
@@ -268,15 +270,23 @@ class Annealer:
                 next_report = fraction + 1.0 / PROGRESS_UPDATES
 
     def stats(self):
-        """Moves tried and accepted, and the acceptance over the first and the last tenth of the moves."""
-        accepted = self.accepted
-        window = max(1, int(len(accepted) * ACCEPTANCE_WINDOW))
+        """Moves tried and accepted, and the acceptance over the moves of the first and the last tenth of the
+        search's budget (from the first move: set-up and calibration left out), where the schedule sets the
+        temperature: by moves, the first and the last tenth of the moves; by seconds, of the seconds (moves tried
+        again from one strategy, which cost no simulation, crowd the end of a search)."""
+        accepted, made_at = self.accepted, self.made_at
+        start = end = None
+        if accepted:
+            window = ACCEPTANCE_WINDOW * (1.0 - made_at[0])
+            first = [a for a, f in zip(accepted, made_at) if f < made_at[0] + window] or accepted[:1]
+            last = [a for a, f in zip(accepted, made_at) if f >= 1.0 - window] or accepted[-1:]
+            start, end = sum(first) / len(first), sum(last) / len(last)
         return {
             "moves_tried": len(accepted),
             "moves_accepted": sum(accepted),
             "evaluations": self.evaluations,
-            "acceptance_start": sum(accepted[:window]) / window if accepted else None,
-            "acceptance_end": sum(accepted[-window:]) / window if accepted else None,
+            "acceptance_start": start,
+            "acceptance_end": end,
             "temperature_start": self.t_start,
             "temperature_end": self.t_end,
             "accepted_by_move": dict(sorted(self.by_move.items())),
