@@ -93,6 +93,8 @@ def run_cell(graph, preset, cost_model, budget_s, seed):
         "setup_s": round(result.stats["setup_seconds"], 2),
         "moves_per_s": round(result.stats["moves_tried"] / max(result.stats["search_seconds"], 1e-9), 1),
         "moves_tried": result.stats["moves_tried"],
+        # moves tried again from the same strategy reuse its simulation (placement.search.Annealer._round)
+        "simulations": result.stats["evaluations"],
         "moves_accepted": result.stats["moves_accepted"],
         "acceptance_start": result.stats["acceptance_start"],
         "acceptance_end": result.stats["acceptance_end"],

@@ -23,6 +23,9 @@ from placement.grouping import group_ops
 
 _PROBE_BYTES = 1 << 30
 _CHECK_BYTES = 12_345_679
+_SMALL_BYTES = 1 << 10
+# where a fit of two pieces is checked, besides around the size where they cross
+_PIECE_CHECKS = (1, 100, 10_000, 1_000_000, _CHECK_BYTES, 100_000_000, 3 << 30)
 
 
 def ps_candidates(resource_spec):
@@ -41,16 +44,50 @@ def model_key(device):
     return (device.kind, device.model)
 
 
-def _affine_fit(price):
-    """``[(intercept, slope, links)]`` of each phase ``price(nbytes)`` returns, or None where it is not affine."""
-    zero, probe, check = (price(n) for n in (0, _PROBE_BYTES, _CHECK_BYTES))
-    if not [p.links for p in zero] == [p.links for p in probe] == [p.links for p in check]:
+def _line(price, low, high):
+    """``[(intercept, slope, links)]`` of each phase, through ``price(low)`` and ``price(high)``; None where their
+    links differ."""
+    a, b = price(low), price(high)
+    if [p.links for p in a] != [p.links for p in b]:
         return None
-    fit = [(z.seconds, (p.seconds - z.seconds) / _PROBE_BYTES, z.links) for z, p in zip(zero, probe)]
-    for (a, b, _), c in zip(fit, check):
-        if abs(a + b * _CHECK_BYTES - c.seconds) > 1e-9 * max(c.seconds, 1e-9):
-            return None
-    return fit
+    slopes = [(q.seconds - p.seconds) / (high - low) for p, q in zip(a, b)]
+    return [(p.seconds - slope * low, slope, p.links) for p, slope in zip(a, slopes)]
+
+
+def _total(piece, nbytes):
+    return sum(a + b * nbytes for a, b, _ in piece)
+
+
+def _matches(pieces, price, nbytes):
+    """Whether the fastest of ``pieces`` gives ``price(nbytes)``'s phases: the same links, seconds to 1e-9."""
+    piece = min(pieces, key=lambda p: _total(p, nbytes))
+    phases = price(nbytes)
+    return [p.links for p in phases] == [links for _, _, links in piece] and all(
+        abs(a + b * nbytes - p.seconds) <= 1e-9 * max(p.seconds, 1e-9) for (a, b, _), p in zip(piece, phases))
+
+
+def _affine_fit(price):
+    """Pieces of ``price(nbytes)``: each a list of ``(intercept, slope, links)`` per phase, the fastest piece at a
+    size being its phases; None where no fit of one or two pieces holds.
+
+    One piece where the phases are affine in the bytes; else two (NCCL's tree for small messages and its ring
+    for large ones: the faster at each size), fitted at the small and the large end and checked at sizes in
+    between and around where they cross.
+    """
+    one = _line(price, 0, _PROBE_BYTES)
+    if one is not None and _matches([one], price, _CHECK_BYTES):
+        return [one]
+    small, large = _line(price, 0, _SMALL_BYTES), _line(price, _PROBE_BYTES, 2 * _PROBE_BYTES)
+    if small is None or large is None:
+        return None
+    pieces = [small, large]
+    checks = list(_PIECE_CHECKS)
+    slope = sum(b for _, b, _ in small) - sum(b for _, b, _ in large)
+    if slope > 0:
+        cross = (sum(a for a, _, _ in large) - sum(a for a, _, _ in small)) / slope
+        if 0 < cross < _PROBE_BYTES:
+            checks += [int(cross * 0.99), int(cross), int(cross) + 1, int(cross * 1.01) + 1]
+    return pieces if all(_matches(pieces, price, n) for n in checks) else None
 
 
 class Problem:
@@ -80,7 +117,7 @@ class Problem:
         self.resource_spec = resource_spec
         self.cost_model = cost_model
         self.groups = groups if groups is not None else group_ops(graph_item)
-        self.comm = cost_model.comm_model(resource_spec)
+        self.comm = share_of.comm if share_of else cost_model.comm_model(resource_spec)
         self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
         self.variables = [v for v in graph_item.trainable_variables()]
         self.dense_bytes = {v.name: int(v.bytes) for v in self.variables}
@@ -112,10 +149,13 @@ class Problem:
         self._op_group = None
         self._live = {}
         self._costs = {}
-        self._phases = {}
-        self._links = {}
-        self._affine_fits = {}
-        self._slowest_memory = {}  # devices -> the lowest memory bandwidth among them
+        self._update_attribution = None
+        # transfer prices do not depend on the batch: the shares of one problem keep them in one place
+        whole = self._whole
+        self._phases = whole._phases if share_of else {}
+        self._links = whole._links if share_of else {}
+        self._affine_fits = whole._affine_fits if share_of else {}
+        self._slowest_memory = whole._slowest_memory if share_of else {}  # devices -> the lowest memory bandwidth
 
     def _cores(self, device, sharing):
         """The cores ``device``'s process gets: its emulated node's, this machine's over ``sharing`` processes
@@ -162,20 +202,28 @@ class Problem:
         return self._costs[key]
 
     def _update_costs(self, seconds):
-        variables = self.graph_item.variables
-        own = {}
-        attributed = set()
-        for v in self.variables:
-            names = set(v.update_ops)
-            for slot in v.slots:
-                if slot in variables:
-                    names.update(variables[slot].update_ops)
-            names &= set(self.groups.update_ops)
-            attributed |= names
-            own[v.name] = sum(seconds.get(o, 0.0) for o in sorted(names))
-        rest = sum(seconds.get(o, 0.0) for o in self.groups.update_ops if o not in attributed)
+        own, rest = self._whole._update_ops()
+        rest = sum(seconds.get(o, 0.0) for o in rest)
         total = sum(self.dense_bytes.values()) or 1
-        return {name: own[name] + rest * self.dense_bytes[name] / total for name in own}
+        return {name: sum(seconds.get(o, 0.0) for o in ops) + rest * self.dense_bytes[name] / total
+                for name, ops in own.items()}
+
+    def _update_ops(self):
+        """``(variable -> its own and its slots' update ops, sorted; the update ops of no variable)``, found once
+        (the shares of one problem have its variables and groups)."""
+        if self._update_attribution is None:
+            variables = self.graph_item.variables
+            update_ops = set(self.groups.update_ops)
+            own = {}
+            for v in self.variables:
+                names = set(v.update_ops)
+                for slot in v.slots:
+                    if slot in variables:
+                        names.update(variables[slot].update_ops)
+                own[v.name] = sorted(names & update_ops)
+            attributed = {o for ops in own.values() for o in ops}
+            self._update_attribution = (own, [o for o in self.groups.update_ops if o not in attributed])
+        return self._update_attribution
 
     def dense_update_seconds(self, device, name):
         """A sparse gradient densified and applied as a dense one on ``device``: the table's zeros written and
@@ -260,16 +308,19 @@ class Problem:
 
         The CommModel's phases are latency plus bytes over bandwidth, so two
         probes give each phase's intercept and slope and a new size costs no
-        walk over devices and paths.  A third probe checks the fit; where it
-        fails (e.g. unequal nodes, whose slowest node changes with size, or a
-        calibrated loopback), every size is asked of ``price``.
+        walk over devices and paths.  A third probe checks the fit.  Where it
+        fails, a fit of two pieces, the faster at each size, is tried (NCCL's
+        choice between its tree and its ring, see :func:`_affine_fit`); where
+        that fails too (e.g. unequal nodes, whose slowest node changes with
+        size, or a calibrated loopback), every size is asked of ``price``.
         """
         if key not in self._affine_fits:
             self._affine_fits[key] = _affine_fit(price)
-        fit = self._affine_fits[key]
-        if fit is None:
+        pieces = self._affine_fits[key]
+        if pieces is None:
             return price(nbytes)
-        return [Phase(a + b * nbytes, links) for a, b, links in fit]
+        piece = pieces[0] if len(pieces) == 1 else min(pieces, key=lambda p: _total(p, nbytes))
+        return [Phase(a + b * nbytes, links) for a, b, links in piece]
 
     # -- memory costs ------------------------------------------------------
     def allocated_bytes(self):

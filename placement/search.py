@@ -8,11 +8,14 @@ any machine.  The search counts its own moves and evaluations.
 Schedule: energies are step times relative to the start of a round.  Before
 the first round, up to :data:`SAMPLE_MOVES` moves sampled around the start
 (within :data:`CALIBRATION_SHARE` of a wall-clock budget) give the uphill deltas;
-the start temperature makes an uphill move of that sample accepted
-:data:`START_ACCEPTANCE` of the time on average, the end temperature
-:data:`END_ACCEPTANCE` of the time, and the temperature falls geometrically
-between them over the first ``1 - QUENCH`` of each round; the rest of the
-round is a descent at zero temperature (only improvements are accepted).
+the start temperature makes an uphill move of the smaller half of that sample
+accepted :data:`START_ACCEPTANCE` of the time on average (the larger half are
+moves such as a replica count or a variable off NCCL that change the step
+several-fold: a temperature that accepts them is a random walk), the end
+temperature an uphill move of the whole sample :data:`END_ACCEPTANCE` of the
+time, and the temperature falls geometrically between them over the first
+``1 - QUENCH`` of each round; the rest of the round is a descent at zero
+temperature (only improvements are accepted).
 A move that leaves the energy unchanged (a plateau: within
 :data:`PLATEAU` relative, the rounding of a sum taken in another order) is
 accepted with probability ``T / T_start``, so the walk crosses plateaus
@@ -20,7 +23,10 @@ early and stops drifting late.
 
 Restarts: the budget is split into :data:`ROUNDS` rounds; the first starts
 from the best baseline, the second from the next-best distinct baseline,
-and the others from the best strategy found so far.  The best strategy seen
+and the others from the best strategy found so far; the last round is a
+descent from it (zero temperature throughout), so that every seed ends in
+a local optimum of the best region found rather than wherever its last
+walk cooled.  The best strategy seen
 (fitting memory first, then fastest) is returned, so the search never
 returns anything worse than the best baseline.
 """
@@ -49,7 +55,9 @@ ROUNDS = 3
 PLATEAU = 1e-12
 MEMORY_PENALTY = 10.0
 PROGRESS_UPDATES = 100
-# Acceptance is reported over the first and the last tenth of the moves.
+# How many scores of candidates tried from one strategy a round keeps (see Annealer._round).
+MAX_TRIED = 4096
+# Acceptance is reported over the moves of the first and the last tenth of the search's budget (see Annealer.stats).
 ACCEPTANCE_WINDOW = 0.1
 
 
@@ -82,8 +90,21 @@ def energy_of(simulation):
     return simulation.step_time * (1.0 + MEMORY_PENALTY * excess)
 
 
-def _rank(simulation):
-    return (not simulation.fits, energy_of(simulation))
+@dataclass(frozen=True)
+class Score:
+    """What the search keeps of a simulation (not its busy times, which hold the whole simulated run)."""
+
+    step_time: float
+    energy: float
+    fits: bool
+
+    @classmethod
+    def of(cls, simulation):
+        return cls(simulation.step_time, energy_of(simulation), simulation.fits)
+
+
+def _rank(score):
+    return (not score.fits, score.energy)
 
 
 class Budget:
@@ -110,6 +131,21 @@ class Budget:
         return self.fraction() >= 1.0
 
 
+def changes(strategy, moved):
+    """What ``moved``, a move's copy of ``strategy``, changes of it: a hashable record, empty when nothing."""
+    sync = strategy.sync
+    changed = tuple((name, s) for name, s in moved.sync.items() if s is not sync[name] and s != sync[name])
+    if moved.replicas is not strategy.replicas and moved.replicas != strategy.replicas:
+        changed += (("replicas", tuple(map(tuple, moved.replicas))),)
+    if moved.ps_devices != strategy.ps_devices:
+        changed += (("ps_devices", tuple(moved.ps_devices)),)
+    if moved.group_slots != strategy.group_slots:
+        changed += (("group_slots", tuple(sorted(moved.group_slots.items()))),)
+    if moved.micro_batches != strategy.micro_batches:
+        changed += (("micro_batches", moved.micro_batches),)
+    return changed
+
+
 def temperature_for(deltas, acceptance):
     """The temperature at which an uphill delta of ``deltas`` is accepted with mean probability ``acceptance``."""
     low, high = 1e-12, 1e3
@@ -133,21 +169,23 @@ class Annealer:
         self.progress = progress
         self.evaluations = 0
         self.accepted = []  # per move made, whether it was accepted
+        self.made_at = []  # per move made, the budget fraction spent when it was made
         self.by_move = {}
-        self.best = self.best_sim = None
+        self.best = self.best_score = None
         self.t_start = self.t_end = None
 
     def evaluate(self, strategy):
+        """The :class:`Score` of ``strategy``'s simulation."""
         self.evaluations += 1
-        return self.simulator.simulate(strategy)
+        return Score.of(self.simulator.simulate(strategy))
 
-    def _offer(self, strategy, simulation):
-        if self.best_sim is None or _rank(simulation) < _rank(self.best_sim):
-            self.best, self.best_sim = copy_strategy(strategy), simulation
+    def _offer(self, strategy, score):
+        if self.best_score is None or _rank(score) < _rank(self.best_score):
+            self.best, self.best_score = copy_strategy(strategy), score
 
     def calibrate(self, start):
         """Set the start and end temperatures from the uphill deltas of moves sampled around ``start``."""
-        base = energy_of(self.evaluate(start))
+        base = self.evaluate(start).energy
         uphill = []
         begin = self.budget.fraction()
         for _ in range(SAMPLE_MOVES):
@@ -155,47 +193,62 @@ class Annealer:
                 break  # moves that are slow to evaluate (a partitioned PS over many nodes) leave time for the search
             candidate = copy_strategy(start)
             self.space.move(candidate)
-            delta = energy_of(self.evaluate(candidate)) / base - 1.0
+            delta = self.evaluate(candidate).energy / base - 1.0
             if delta > PLATEAU:
                 uphill.append(delta)
-        uphill = uphill or [1e-3]
-        self.t_start = temperature_for(uphill, START_ACCEPTANCE)
+        uphill = sorted(uphill) or [1e-3]
+        self.t_start = temperature_for(uphill[:(len(uphill) + 1) // 2], START_ACCEPTANCE)
         self.t_end = min(self.t_start, temperature_for(uphill, END_ACCEPTANCE))
 
-    def temperature(self, fraction):
-        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc)."""
-        if fraction >= 1.0 - QUENCH:
+    def temperature(self, fraction, descent=False):
+        """The temperature at ``fraction`` of a round: geometric cooling, then zero (see the module doc); zero
+        throughout a ``descent``."""
+        if descent or fraction >= 1.0 - QUENCH:
             return 0.0
         return self.t_start * (self.t_end / self.t_start) ** (fraction / (1.0 - QUENCH))
 
     def run(self, starts):
-        """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first); return the best found."""
+        """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first), the last a descent from the
+        best found; return the best found."""
         self.calibrate(starts[0])
         for k in range(ROUNDS):
-            start = starts[k] if k < len(starts) and k < ROUNDS - 1 else self.best
-            end = (k + 1) / ROUNDS
-            self._round(start, end)
+            last = k == ROUNDS - 1
+            start = starts[k] if k < len(starts) and not last else self.best
+            self._round(start, (k + 1) / ROUNDS, descent=last)
         if self.progress is not None:
-            self.progress(1.0, self.best_sim.step_time)
-        return self.best, self.best_sim
+            self.progress(1.0, self.best_score.step_time)
+        return self.best, self.best_score
 
-    def _round(self, start, end):
-        """Anneal from ``start`` until the budget fraction reaches ``end``."""
+    def _round(self, start, end, descent=False):
+        """Anneal from ``start`` until the budget fraction reaches ``end`` (only improve it: ``descent``).
+
+        A move tried again from the same strategy (as a descent does near its optimum) is not simulated again:
+        the scores of the candidates tried from the current strategy are kept, by what they change, until it
+        changes.
+        """
         current = copy_strategy(start)
-        current_sim = self.evaluate(current)
-        self._offer(current, current_sim)
-        current_energy = base = energy_of(current_sim)
+        current_score = self.evaluate(current)
+        self._offer(current, current_score)
+        current_energy = base = current_score.energy
         begin = self.budget.fraction()
         next_report = begin
+        tried = {}
         while not self.budget.spent() and self.budget.fraction() < end:
             fraction = self.budget.fraction()
-            temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12))
+            temperature = self.temperature((fraction - begin) / max(end - begin, 1e-12), descent)
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
-            # a move that found nothing to change (e.g. no free PS task) leaves the strategy as it was
-            simulation = current_sim if candidate == current else self.evaluate(candidate)
+            change = changes(current, candidate)
+            if not change:  # a move that found nothing to change (e.g. no free PS task)
+                score = current_score
+            elif change in tried:
+                score = tried[change]
+            else:
+                if len(tried) >= MAX_TRIED:
+                    tried.clear()
+                score = tried[change] = self.evaluate(candidate)
             self.budget.made += 1
-            energy = energy_of(simulation)
+            energy = score.energy
             delta = (energy - current_energy) / base
             if delta < -PLATEAU:
                 accepted = True
@@ -206,24 +259,34 @@ class Annealer:
             else:
                 accepted = self.rng.random() < math.exp(-delta / temperature)
             self.accepted.append(accepted)
+            self.made_at.append(fraction)
             if accepted:
                 self.by_move[label] = self.by_move.get(label, 0) + 1
-                current, current_sim, current_energy = candidate, simulation, energy
-                self._offer(current, simulation)
+                current, current_score, current_energy = candidate, score, energy
+                self._offer(current, score)
+                tried = {}
             if self.progress is not None and fraction >= next_report:
-                self.progress(fraction, self.best_sim.step_time)
+                self.progress(fraction, self.best_score.step_time)
                 next_report = fraction + 1.0 / PROGRESS_UPDATES
 
     def stats(self):
-        """Moves tried and accepted, and the acceptance over the first and the last tenth of the moves."""
-        accepted = self.accepted
-        window = max(1, int(len(accepted) * ACCEPTANCE_WINDOW))
+        """Moves tried and accepted, and the acceptance over the moves of the first and the last tenth of the
+        search's budget (from the first move: set-up and calibration left out), where the schedule sets the
+        temperature: by moves, the first and the last tenth of the moves; by seconds, of the seconds (moves tried
+        again from one strategy, which cost no simulation, crowd the end of a search)."""
+        accepted, made_at = self.accepted, self.made_at
+        start = end = None
+        if accepted:
+            window = ACCEPTANCE_WINDOW * (1.0 - made_at[0])
+            first = [a for a, f in zip(accepted, made_at) if f < made_at[0] + window] or accepted[:1]
+            last = [a for a, f in zip(accepted, made_at) if f >= 1.0 - window] or accepted[-1:]
+            start, end = sum(first) / len(first), sum(last) / len(last)
         return {
             "moves_tried": len(accepted),
             "moves_accepted": sum(accepted),
             "evaluations": self.evaluations,
-            "acceptance_start": sum(accepted[:window]) / window if accepted else None,
-            "acceptance_end": sum(accepted[-window:]) / window if accepted else None,
+            "acceptance_start": start,
+            "acceptance_end": end,
             "temperature_start": self.t_start,
             "temperature_end": self.t_end,
             "accepted_by_move": dict(sorted(self.by_move.items())),
@@ -233,7 +296,7 @@ class Annealer:
 def _starts(candidates):
     """The candidates' distinct strategies, best first (ties by name)."""
     out = []
-    for c in sorted(candidates, key=lambda c: (_rank(c.simulation), c.name)):
+    for c in sorted(candidates, key=lambda c: (_rank(Score.of(c.simulation)), c.name)):
         if c.strategy not in out:
             out.append(c.strategy)
     return out
@@ -313,7 +376,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
         search_seconds=searching,
         budget_s=None if moves is not None else budget_s,
         moves=moves,
-        start=min(candidates, key=lambda c: (_rank(c.simulation), c.name)).name,
+        start=min(candidates, key=lambda c: (_rank(Score.of(c.simulation)), c.name)).name,
         allreduce_only=allreduce_only,
         left_out=f"PS and hybrid plans: {collective_only}" if collective_only else None,
         allow_compression=allow_compression,

@@ -79,7 +79,9 @@ devices of each slot and the wide link sets (see :class:`_LinkQueue`) are
 cached per Simulator too, and so is what each fusion bucket and each PS
 variable costs under one set of replica classes (its ready time, phase
 lists, update seconds: ``Simulator.plans``), so a move re-prices only the
-buckets and variables it changed.  The busy seconds of every link and
+buckets and variables it changed; the memory is cached by what it
+depends on (replicas, slots, micro-batches, and which variables each PS
+task holds).  The busy seconds of every link and
 device are expanded only when read, so an evaluation inside a search costs
 in proportion to the transfers of the strategy, not to the cluster's
 devices.  Contention couples every transfer to those queued before it, so
@@ -217,7 +219,8 @@ class _Schedule:
     events: list
 
 
-# How many bucket, shard and worker plans a Simulator keeps (see _SyncRun._cached) before it starts again.
+# How many bucket, shard and worker plans (see _SyncRun._cached) and memories a Simulator keeps before it starts
+# again.
 MAX_PLANS = 100_000
 # A phase on at least this many links (a collective over many devices) is
 # reserved once for its whole link set rather than link by link.
@@ -615,6 +618,7 @@ class Simulator:
         self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
         self._classes = {}
+        self._memory = {}  # what Simulator.memory depends on -> (replica list, peak bytes per device)
         self.link_sets = ({}, {})  # see _LinkQueue
         # what one bucket or one PS variable costs under the replica classes it is simulated with (see _SyncRun)
         self.plans = {}
@@ -781,9 +785,20 @@ class Simulator:
         share = self._share(strategy)
         if share is not self:
             return share.memory(strategy, slots)
-        problem = self.problem
         if slots is None:
             slots = self._slots(strategy)
+        # what the memory depends on: replicas, slots, micro-batches, and which variables go to which PS task
+        key = (id(strategy.replicas), slots, self.problem.micro_batches_of(strategy), tuple(strategy.ps_devices),
+               tuple((name, s.ps_tasks) for name, s in strategy.sync.items() if s.method != "allreduce"))
+        cached = self._memory.get(key)
+        if cached is None or cached[0] is not strategy.replicas:
+            if len(self._memory) >= MAX_PLANS:
+                self._memory.clear()
+            cached = self._memory[key] = (strategy.replicas, self._memory_of(strategy, slots))
+        return dict(cached[1])
+
+    def _memory_of(self, strategy, slots):
+        problem = self.problem
         var_slot = self._var_slots(strategy)
         dense, sparse, whole = problem.dense_bytes, problem.sparse_bytes, self._whole_bytes
         persistent, accumulated, ps_bytes = {}, {}, {}

@@ -83,6 +83,7 @@ class StrategySpace:
         self.job_micro_batches = problem.micro_batches
         self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
         self.sparse = sorted(problem.sparse_gradients)
+        self._replica_lists = {}  # count -> the one replica list of that count this space hands out
 
     def applicable(self, strategy):
         moves = ["flip", "algorithm", "bucket", "split", "merge"]
@@ -196,9 +197,16 @@ class StrategySpace:
         count, most = len(strategy.replicas), len(self.compute_devices)
         steps = (count - 1, count + 1, count // 2, 2 * count, 1, most)  # both ends too: one replica syncs nothing
         new = self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count}))
-        strategy.replicas = [[d] for d in self.compute_devices[:new]]
+        strategy.replicas = self._first_replicas(new)
         if strategy.micro_batches:  # every replica keeps a row per micro-batch
             strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // new))
+
+    def _first_replicas(self, count):
+        """One-device replicas on the first ``count`` compute devices, the same list object for each count (the
+        Simulator caches per replica list, so a count the walk returns to hits its caches)."""
+        if count not in self._replica_lists:
+            self._replica_lists[count] = [[d] for d in self.compute_devices[:count]]
+        return self._replica_lists[count]
 
     def _micro_batches(self, strategy):
         current = strategy.micro_batches or self.job_micro_batches

@@ -59,3 +59,57 @@ def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(mlp_graph, e
     monkeypatch.setattr(placement.simulator, "MAX_PLANS", 3)
     test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_graph, embedding_graph, cost_model,
                                                                           "cpu-2s-25g:4", "embedding", "greedy_ps")
+
+
+def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_graph, cost_model):
+    """Over several nodes NCCL takes its tree for small buckets and its ring for large ones: the Problem prices
+    that from a fit of two pieces, which gives the CommModel's phases at every size, around the switch too."""
+    problem = Problem(mlp_graph, load_cluster(preset="dgx-h100:4"), cost_model)
+    devices = tuple(d.name for d in problem.resource_spec.compute_devices())
+    comm = problem.comm
+    sizes = sorted({int(1.37 ** k) for k in range(80)} | {0})
+    for nbytes in sizes:
+        fitted = problem.allreduce_phases(devices, "ring", nbytes, collective_ops=True)
+        exact = comm.allreduce_phases(nbytes, list(devices), "ring", collective_ops=True)
+        assert [p.links for p in fitted] == [p.links for p in exact]
+        assert [p.seconds for p in fitted] == pytest.approx([p.seconds for p in exact], rel=1e-9, abs=0)
+    pieces = problem._affine_fits[("ar", devices, "ring", True)]
+    assert len(pieces) == 2  # the tree's and the ring's, not a price asked of the CommModel at every size
+
+
+@pytest.mark.parametrize("start", ["greedy_ps", "greedy_op_placer"])
+def test_what_a_move_changes_names_the_candidate_exactly(mlp_graph, embedding_graph, cost_model, start):
+    """The search keeps the scores of the candidates tried from one strategy by what they change
+    (placement.search.changes): no change exactly when the candidate equals the strategy, and two candidates
+    of one strategy with the same changes are the same strategy."""
+    from placement.search import changes
+
+    spec = load_cluster(preset="dgx-h100:4")
+    for graph in (mlp_graph, embedding_graph):
+        problem = Problem(graph, spec, cost_model)
+        rng = random.Random(3)
+        space = StrategySpace(problem, rng, compressions=COMPRESSIONS, allow_micro_batches=True)
+        current = getattr(baselines, start)(problem)
+        for _ in range(10):
+            tried = {}
+            for _ in range(30):
+                candidate = copy_strategy(current)
+                space.move(candidate)
+                change = changes(current, candidate)
+                assert (not change) == (candidate == current)
+                assert tried.setdefault(change, candidate) == candidate
+            current = candidate
+
+
+def test_memory_reused_across_micro_batches_of_one_part_size_equals_fresh(mlp_graph, cost_model):
+    """Where one replica's slice is a single row, one and two micro-batches simulate the same part (the same
+    batch share), yet two keep a gradient buffer: the Simulator's memory cache tells them apart."""
+    spec = load_cluster(preset="dgx-h100:2")
+    reused = Simulator(Problem(mlp_graph, spec, cost_model))
+    strategy = baselines.data_parallel(reused.problem)
+    assert len(strategy.replicas) == mlp_graph.job.batch_size  # a row per replica
+    one = reused.simulate(strategy)
+    strategy.micro_batches = 2
+    two = reused.simulate(strategy)
+    assert_same(two, Simulator(Problem(mlp_graph, spec, cost_model)).simulate(strategy))
+    assert all(two.memory[d] > one.memory[d] for d in one.memory)
