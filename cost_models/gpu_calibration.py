@@ -40,7 +40,11 @@ BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": E
           "half_flops": (1e5, 1e11),
           "launch": LAUNCH, "xla_memory": (0.05, 1.0), "fused_tf": (0.05, 4.0), "fused_pytorch": (0.05, 4.0)}
 FREE = tuple(k for k in SHARED if k not in FIXED)
-ROBUST_SCALE = 0.1  # log-throughput residuals beyond ~10% weigh less (soft L1): one odd figure cannot drag the rest
+# Log-throughput residuals beyond ~10% weigh less, and less the larger they are (Cauchy loss): a source the shared
+# physics cannot match (G19 and G20, DLPerf's BERT-base runs, 1.2-1.7x slower than the model that fits NVIDIA's rows, with
+# XLA and without) does not drag the parameters every other model shares.  With soft L1, whose pull does not fade, a
+# fit without BERT-large's rows slowed every small kernel to match them and missed BERT-large by 20-50%.
+ROBUST_SCALE = 0.1
 ARCH_BOUNDS = (0.25, 4.0)
 ARCH_PRIOR_SIGMA = 0.5  # log-scale spread allowed to an architecture factor by the ridge term
 TARGETS = {"median_error": 0.12, "max_error": 0.30, "ratio_error": 0.15}
@@ -84,7 +88,7 @@ def _unpack(x, archs):
 def fit(steps):
     """Fitted :class:`GpuKernelParams` on ``steps`` (from :func:`prepared`).
 
-    Robust least squares (soft L1) on the log of predicted over published
+    Robust least squares (Cauchy loss) on the log of predicted over published
     throughput, plus a ridge term that holds each architecture factor
     towards 1.
     """
@@ -102,7 +106,7 @@ def fit(steps):
         predicted = np.log([throughput(s, run, params) for run, s in steps])
         return np.concatenate([predicted - published, x[len(FREE):] / ARCH_PRIOR_SIGMA])
 
-    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale=1.0, loss="soft_l1", f_scale=ROBUST_SCALE)
+    result = least_squares(residuals, x0, bounds=(lower, upper), x_scale=1.0, loss="cauchy", f_scale=ROBUST_SCALE)
     params = _unpack(result.x, archs)
     params.fitted_on = [run.id for run, _ in steps]
     params.source = "published-training-figures.md rows " + ", ".join(sorted({run.row for run, _ in steps}, key=_row_key))
