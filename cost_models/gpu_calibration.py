@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
-from cost_models.memory import fuses_elementwise, step_peak_bytes
+from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
 from cost_models.published import published_step, read_calibration
+from cost_models.step_table import fuses_elementwise
 
 # Starting values and bounds of the fit (efficiencies are fractions of peak).
 # Held, not fitted: a Keras job's memory-bound kernels stream at this fraction of peak bandwidth (as the
@@ -41,10 +42,11 @@ BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": E
           "half_flops": (1e5, 1e11),
           "launch": LAUNCH, "xla_memory": (0.05, 1.0), "fused_tf": (0.05, 4.0), "fused_pytorch": (0.05, 4.0)}
 FREE = tuple(k for k in SHARED if k not in FIXED)
-# Log-throughput residuals beyond ~10% weigh less, and less the larger they are (Cauchy loss): a source the shared
-# physics cannot match (G19 and G20, DLPerf's BERT-base runs, 1.2-1.7x slower than the model that fits NVIDIA's rows, with
-# XLA and without) does not drag the parameters every other model shares.  With soft L1, whose pull does not fade, a
-# fit without BERT-large's rows slowed every small kernel to match them and missed BERT-large by 20-50%.
+# Log-throughput residuals beyond ~10% weigh less, and less the larger they are (Cauchy loss): a source the
+# shared physics cannot match (G19 and G20, DLPerf's BERT-base runs, 1.2-1.7x slower than the model that fits
+# NVIDIA's rows, with XLA and without) does not drag the parameters every other model shares.  With soft L1,
+# whose pull does not fade, a fit without BERT-large's rows slowed every small kernel to match them and missed
+# BERT-large by 20-50%.
 ROBUST_SCALE = 0.1
 ARCH_BOUNDS = (0.25, 4.0)
 ARCH_PRIOR_SIGMA = 0.5  # log-scale spread allowed to an architecture factor by the ridge term

@@ -13,7 +13,7 @@ A device holds, at the peak of a step:
   nothing; pruned ops never run;
 - a framework reserve and, for convolutional steps, cuDNN's workspace.
 
-Under fused kernels (:func:`fuses_elementwise`: XLA, or the hand-fused
+Under fused kernels (cost_models.step_table.fuses_elementwise: XLA, or the hand-fused
 kernels of the published runs' frameworks), a chain of elementwise ops runs
 as one kernel, fused into the reductions it feeds, and writes only what
 another kind of op reads: an elementwise output that only elementwise ops
@@ -36,7 +36,7 @@ import numpy as np
 
 from cost_models.gpu import HOST_DTYPES, halved_by_precision
 from cost_models.prior import OP_CLASS
-from cost_models.step_table import CONV_TYPES, fuses_elementwise, inside_elementwise_chains
+from cost_models.step_table import CONV_TYPES, inside_elementwise_chains
 
 # Assumed, not measured (no figure in ../shared/reference): TensorFlow's
 # runtime and allocator fragmentation hold about half a GB of a GPU beyond the
