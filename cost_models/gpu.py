@@ -11,7 +11,9 @@ What a step costs on a GPU, as modelled:
 - **Kernels.**  A matrix product or convolution runs at
   ``peak(precision) * efficiency(class, precision) / (1 + half_flops / flops)``
   (small products are far from peak), with one efficiency per class
-  (matmul, conv) and precision (half, tf32, fp32).  Every other kernel (elementwise, reductions,
+  (matmul, conv) and precision (half, tf32, fp32), and never faster than it
+  streams its operands and result (the roofline: a product of few FLOPs per
+  byte is memory-bound).  Every other kernel (elementwise, reductions,
   normalisation, gathers, each optimizer-update op) streams its bytes at
   ``memory`` times the memory bandwidth.  float32 products use TF32 tensor
   cores where the GPU has them and the job allows it (TensorFlow's default
@@ -19,16 +21,23 @@ What a step costs on a GPU, as modelled:
   float32 graph run at fp16/bf16 moves half the bytes outside its update; a
   mixed-precision graph moves what its dtypes say (:func:`halved_by_precision`).
   Under XLA, memory-bound kernels are fused: their time and launches scale
-  by ``xla_memory``.  A published run whose source does not say whether it
-  used XLA (or, in PyTorch, which kernels it fused) gets its own fitted
-  factor, ``unstated_memory``; a user's job always says (capture records it).
+  by ``xla_memory``.  A user's job always says whether it runs XLA (capture
+  records it).  A published TensorFlow run whose source does not say is
+  priced between the two, at the geometric mean of its step with and
+  without XLA (no parameter stands for what the source left out); XLA does
+  not apply to PyTorch.
 - **The published runs' own kernels.**  The calibration steps are the Keras 3
   equivalents of the published models, which run more elementwise kernels
-  than NVIDIA's TensorFlow and PyTorch examples did (Keras 3 computes batch
-  norm, GELU and dropout from primitive ops; those examples used fused
-  kernels).  A published run's memory-bound time is scaled by a fitted
-  factor for its framework (``fused_tf``, ``fused_pytorch``); a user's Keras
-  job runs what its graph holds (factor 1).
+  than NVIDIA's TensorFlow and PyTorch examples did where those examples
+  used fused kernels (Keras 3 computes batch norm, GELU and dropout from
+  primitive ops).  Where a published run's framework fused them
+  (cost_models.step_table.fuses_elementwise: XLA, PyTorch's fused kernels,
+  TensorFlow's FusedBatchNorm in its convolutional examples), its
+  memory-bound time is scaled by a fitted factor for its framework
+  (``fused_tf``, ``fused_pytorch``); TensorFlow's transformers without XLA
+  ran layer norm, GELU and dropout as separate ops, as the Keras graph does
+  (factor 1: G20/amp runs 2.3x slower than G20/amp-xla), and so does a
+  user's Keras job.
 - **Launches.**  The host issues kernels one after another, ``launch``
   seconds each; the GPU runs them in order on one stream.  A kernel starts
   when it is issued and the previous one ended, so launch cost shows only
@@ -54,6 +63,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
+from cost_models.step_table import fuses_elementwise
 
 FORMAT = "autodist.gpu_kernel_model"
 VERSION = 1
@@ -69,7 +79,7 @@ HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
 # The fitted parameters, each a positive number (fitted in log space).
 SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "memory", "half_flops",
-          "launch", "xla_memory", "unstated_memory", "fused_tf", "fused_pytorch")
+          "launch", "xla_memory", "fused_tf", "fused_pytorch")
 # The framework of a published run -> its fusion factor (a user's job: "keras", factor 1).
 FRAMEWORK_FUSION = {"tf1": "fused_tf", "tf2": "fused_tf", "pytorch": "fused_pytorch"}
 PER_ARCHITECTURE = ("compute", "memory")
@@ -136,7 +146,9 @@ class GpuStep:
     precision : str
         One of :data:`PRECISIONS`.
     xla : bool or None
-        Whether XLA compiles the step; None: not known (published runs only).
+        Whether XLA compiles the step; None: not known (published runs only;
+        a TensorFlow run is then priced at the geometric mean of both, a
+        PyTorch run without XLA).
     micro_batches : int
     framework : str
         "keras" for a captured job; a published run's framework otherwise
@@ -154,6 +166,11 @@ class GpuStep:
         self.xla = xla if xla is None else bool(xla)
         self.micro_batches = int(micro_batches)
         self.framework = FRAMEWORK_FUSION.get(framework)
+        # Whether the framework's own fused kernels ran, without XLA and with it.
+        self.framework_fused = {x: self.framework is not None and fuses_elementwise(table, x, framework)
+                                for x in (False, True)}
+        if self.xla is None and framework == "pytorch":
+            self.xla = False
         op_type = table["op_type"]
         dtype = table["dtype"]
         classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)
@@ -181,8 +198,10 @@ class GpuStep:
         if self.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")
 
-    def kernel_seconds(self, params):
-        """Seconds each op's kernel runs on the GPU (0 for ops that launch none)."""
+    def kernel_seconds(self, params, xla=None):
+        """Seconds each op's kernel runs on the GPU (0 for ops that launch none), with XLA or not (``xla``;
+        default: the step's own setting, without XLA where it is not known)."""
+        xla = self.xla if xla is None else xla
         arch = params.architecture(self.architecture)
         eff = np.ones(len(self.peak))
         for kind, mask in self.kinds.items():
@@ -190,28 +209,41 @@ class GpuStep:
             eff[mask & self.conv] = params.shared[f"conv_{kind}"]
         eff = eff * arch["compute"]
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
-        memory = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
-        memory = memory * self._fusion(params)
+        streaming = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
+        compute = np.maximum(compute, streaming)
+        memory = streaming * self._fusion(params, xla)
         return np.where(self.compute, compute, np.where(self.memory, memory, 0.0))
 
-    def _fusion(self, params):
+    def _fusion(self, params, xla):
         """The factor on memory-bound kernels' time and launches (1 for a Keras job without XLA)."""
-        framework = params.shared[self.framework] if self.framework else 1.0
-        if self.xla is None:
-            return framework * params.shared["unstated_memory"]
-        return framework * (params.shared["xla_memory"] if self.xla else 1.0)
+        framework = params.shared[self.framework] if self.framework_fused[bool(xla)] else 1.0
+        return framework * (params.shared["xla_memory"] if xla else 1.0)
 
     def shares(self, params):
-        """Per op, its kernel seconds and the time it adds to the step (launch queue included)."""
-        kernel = self.kernel_seconds(params)
+        """Per op, its kernel seconds and the time it adds to the step (launch queue included).
+
+        A step whose XLA setting is not known (:class:`GpuStep`'s ``xla``)
+        gets its shares without XLA, scaled to the geometric mean of its
+        step times with and without.
+        """
+        if self.xla is not None:
+            return self._shares(params, self.xla)
+        kernel, without = self._shares(params, False)
+        _, with_xla = self._shares(params, True)
+        scale = np.sqrt(self._total(with_xla) / self._total(without))
+        return kernel * scale, without * scale
+
+    def _shares(self, params, xla):
+        kernel = self.kernel_seconds(params, xla)
         launches = np.where(self.compute, params.shared["launch"], 0.0)
-        launches = np.where(self.memory, params.shared["launch"] * self._fusion(params), launches)
+        launches = np.where(self.memory, params.shared["launch"] * self._fusion(params, xla), launches)
         issued = np.cumsum(launches)
         ran = np.cumsum(kernel)
         # end_i = ran_i + max_{j <= i} (issued_j - ran_{j-1}): the GPU waits for the host at most there.
         wait = np.maximum.accumulate(np.maximum(issued - (ran - kernel), 0.0))
-        end = ran + wait
-        return kernel, np.diff(end, prepend=0.0)
+        # Each op adds its kernel and the GPU's extra wait before it: end_i - end_{i-1}, without the rounding of
+        # differencing the running sums (a 5 ps kernel after seconds of them).
+        return kernel, kernel + np.diff(wait, prepend=0.0)
 
     def kernels_only(self):
         """The same step without the ops that launch no kernel (same step time, less to compute when fitting)."""
@@ -224,6 +256,9 @@ class GpuStep:
     def step_seconds(self, params):
         """Seconds of one step: micro-batches times the forward and backward, plus the update."""
         _, share = self.shares(params)
+        return self._total(share)
+
+    def _total(self, share):
         return self.micro_batches * float(share[~self.update].sum()) + float(share[self.update].sum())
 
 

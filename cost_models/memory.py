@@ -13,7 +13,7 @@ A device holds, at the peak of a step:
   nothing; pruned ops never run;
 - a framework reserve and, for convolutional steps, cuDNN's workspace.
 
-Under fused kernels (:func:`fuses_elementwise`: XLA, or the hand-fused
+Under fused kernels (cost_models.step_table.fuses_elementwise: XLA, or the hand-fused
 kernels of the published runs' frameworks), a chain of elementwise ops runs
 as one kernel, fused into the reductions it feeds, and writes only what
 another kind of op reads: an elementwise output that only elementwise ops
@@ -36,7 +36,7 @@ import numpy as np
 
 from cost_models.gpu import HOST_DTYPES, halved_by_precision
 from cost_models.prior import OP_CLASS
-from cost_models.step_table import inside_elementwise_chains
+from cost_models.step_table import CONV_TYPES, inside_elementwise_chains
 
 # Assumed, not measured (no figure in ../shared/reference): TensorFlow's
 # runtime and allocator fragmentation hold about half a GB of a GPU beyond the
@@ -45,21 +45,6 @@ from cost_models.step_table import inside_elementwise_chains
 # autotuning picks on the calibration models.
 FRAMEWORK_RESERVE_BYTES = 512 * 2**20
 CONV_WORKSPACE_BYTES = 256 * 2**20
-CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
-
-
-def fuses_elementwise(table, xla, framework):
-    """Whether the step runs its elementwise chains fused (see the module docstring).
-
-    XLA fuses them; so do the hand-fused kernels of a published run's
-    framework: PyTorch's examples fuse GELU, layer norm and batch norm, and
-    TensorFlow's convolutional examples run batch norm as FusedBatchNorm
-    (their transformers' layer norm and GELU are separate ops without XLA).
-    A Keras job without XLA runs the ops its graph holds.
-    """
-    if xla or framework == "pytorch":
-        return True
-    return framework in ("tf1", "tf2") and bool(np.isin(table["op_type"], CONV_TYPES).any())
 
 
 def allocated_bytes(table, precision="fp32", fused_kernels=False):

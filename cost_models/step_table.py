@@ -56,6 +56,7 @@ ELEMENTWISE = ("Add", "AddV2", "AddN", "Sub", "Mul", "RealDiv", "Div", "DivNoNan
                "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad")
 REDUCTIONS = ("Sum", "Mean", "Max", "Min", "Prod")
 FUSIBLE_READERS = ELEMENTWISE + REDUCTIONS + ALIAS_TYPES
+CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
 
 
 def remapper_fused(ops, inputs=None):
@@ -124,6 +125,20 @@ def _step_table(graph_item):
     table["opaque_use"] = _last_readers(ops, sources, lambda op: op.type not in FUSIBLE_READERS)
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
     return table
+
+
+def fuses_elementwise(table, xla, framework):
+    """Whether the step runs its elementwise chains fused (cost_models.memory and cost_models.gpu use it).
+
+    XLA fuses them; so do the hand-fused kernels of a published run's
+    framework: PyTorch's examples fuse GELU, layer norm and batch norm, and
+    TensorFlow's convolutional examples run batch norm as FusedBatchNorm
+    (their transformers' layer norm and GELU are separate ops without XLA).
+    A Keras job without XLA runs the ops its graph holds.
+    """
+    if xla or framework == "pytorch":
+        return True
+    return framework in ("tf1", "tf2") and bool(np.isin(table["op_type"], CONV_TYPES).any())
 
 
 def inside_elementwise_chains(table):

@@ -185,6 +185,64 @@ def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
     assert check["device"] == "V100-16GB" and check["batch"] == 256 and not check["fits"]
 
 
+def _published(run_id):
+    from cost_models.gpu_calibration import device_of
+
+    run = next(r for r in read_calibration() if r.id == run_id)
+    table, _ = published_step(run)
+    return run, table, device_of(run.device)
+
+
+def test_the_framework_fusion_factor_applies_only_where_the_framework_fused():
+    """TF1's ResNet-50 ran batch norm fused (memory-bound time scaled by fused_tf); TF1's BERT without XLA ran
+    its layer norm and GELU as separate ops, as the Keras graph does, and XLA fused them."""
+    params = GpuKernelParams.load()
+    for run_id, fused_without_xla in (("G4/amp", True), ("G20/amp", False)):
+        run, table, device = _published(run_id)
+        keras = GpuStep(table, device, run.precision, False).kernel_seconds(params)
+        for xla, fused in ((False, fused_without_xla), (True, True)):
+            step = GpuStep(table, device, run.precision, xla, framework="tf1")
+            ratio = step.kernel_seconds(params)[step.memory] / keras[step.memory]
+            xla_factor = params.shared["xla_memory"] if xla else 1.0
+            expected = (params.shared["fused_tf"] if fused else 1.0) * xla_factor
+            assert ratio == pytest.approx(np.full(ratio.shape, expected)), (run_id, xla)
+
+
+def test_g20_without_xla_is_predicted_much_slower_than_with_it():
+    """The published BERT-base AMP runs differ 2.3x by XLA alone (G20); the model must not flatten that."""
+    from cost_models.gpu_calibration import prepared, throughput
+
+    steps = {run.id: (run, step) for run, step in prepared(read_calibration()) if run.row == "G20"}
+    params = GpuKernelParams.load()
+    with_xla, without = (throughput(steps[i][1], steps[i][0], params) for i in ("G20/amp-xla", "G20/amp"))
+    assert with_xla / without > 1.8
+
+
+def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_without_xla():
+    params = GpuKernelParams.load()
+    run, table, device = _published("G13/amp")
+    assert run.xla is None and run.framework == "tf1"
+    seconds = {x: GpuStep(table, device, run.precision, x, run.micro_batches, "tf1").step_seconds(params)
+               for x in (None, False, True)}
+    assert seconds[True] < seconds[None] < seconds[False]
+    assert seconds[None] == pytest.approx(np.sqrt(seconds[True] * seconds[False]))
+    run, table, device = _published("G34/a100")
+    unstated, without = (GpuStep(table, device, run.precision, x, framework="pytorch").step_seconds(params)
+                         for x in (None, False))
+    assert unstated == without
+
+
+def test_products_are_never_faster_than_their_bytes_stream():
+    params = GpuKernelParams.load()
+    run, table, device = _published("G34/h100")
+    step = GpuStep(table, device, run.precision, False)
+    arch = params.architecture(step.architecture)
+    streaming = step.bytes / (step.memory_bandwidth * params.shared["memory"] * arch["memory"])
+    kernel = step.kernel_seconds(params)
+    assert np.all(kernel[step.compute] >= streaming[step.compute])
+    assert np.any(kernel[step.compute] == streaming[step.compute])  # BERT's attention products are memory-bound
+
+
 def test_calibration_file_matches_the_reference_rows():
     """Every figure in the shipped calibration file is in its row of the published-figures reference."""
     reference = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference",
