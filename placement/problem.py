@@ -225,6 +225,11 @@ class Problem:
             self._update_attribution = (own, [o for o in self.groups.update_ops if o not in attributed])
         return self._update_attribution
 
+    def gathered_update_seconds(self, device, name):
+        """Sparse variable ``name``'s update on ``device`` once every replica's rows are gathered: the same
+        kernels as one replica's, over the rows of the whole batch (the captured step's own update)."""
+        return self._whole.device_costs(self.resource_spec.device(device))[1][name]
+
     def dense_update_seconds(self, device, name):
         """A sparse gradient densified and applied as a dense one on ``device``: the table's zeros written and
         the rows scattered into them, then the update streams the variable, its gradient and its slots in and

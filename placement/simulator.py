@@ -506,12 +506,12 @@ class _SyncRun:
         return ready, phases, label, cast, updates, f"update bucket {bucket}"
 
     def _update_seconds(self, costs, name, device, gathered, replicas):
-        """One replica's update of allreduced variable ``name`` (``costs``: its device's captured updates): the
-        rows of every replica where they were gathered; where a sparse gradient was summed densely, at least
+        """One replica's update of allreduced variable ``name`` (``costs``: its device's updates at one
+        replica's batch): the whole batch's rows where they were gathered; where a sparse gradient was summed densely, at least
         the whole table streamed (the captured ops may already be dense: Keras' Adam densifies its slots'
         update); else as captured."""
         if name in gathered:
-            return costs[name] * replicas
+            return self.problem.gathered_update_seconds(device, name)
         if name in self.problem.sparse_gradients and replicas > 1:
             return max(costs[name], self.problem.dense_update_seconds(device, name))
         return costs[name]
