@@ -214,9 +214,10 @@ def test_a_compressed_one_client_plan_trains_like_plain_keras(reference_weights)
 def test_a_compressed_collective_plan_trains_two_processes_like_one(small_job, reference_weights, tmp_path):  # noqa: F811
     spec = load_cluster(preset=CLUSTER)
     names = sorted(v.name for v in small_job.trainable_variables())
-    # Bucket 0 (embedding, hidden) in fp16, bucket 1 (logits) in bf16.
+    # Bucket 0 (embedding, densified, and hidden) in fp16, bucket 1 (logits) in bf16.
     sync = {n: VarSync("allreduce", algorithm="ring", bucket=int(n.startswith("logits")),
-                       compression="bf16" if n.startswith("logits") else "fp16") for n in names}
+                       compression="bf16" if n.startswith("logits") else "fp16",
+                       sparse_sync="dense" if n.startswith("embedding") else "gather") for n in names}
     plan_path = save_plan(small_job, spec, Strategy(replicas=REPLICAS, sync=sync), tmp_path / "plan.json")
     done, record, weights = run_plan(plan_path, str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]

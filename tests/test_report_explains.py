@@ -6,6 +6,7 @@ assertion holds for a known strategy; each expectation is checked against
 the simulator by hand.
 """
 
+import dataclasses
 import os
 import re
 
@@ -25,11 +26,15 @@ from tests.test_report import LONG_NUMBER
 EMBEDDING = "deep_embedding/embeddings"
 
 
-def baseline_report(graph_item, preset, baseline):
-    """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``."""
+def baseline_report(graph_item, preset, baseline, sparse_sync="gather"):
+    """``(plan, report document, simulator)`` of the plan that follows baseline ``baseline``, its allreduced
+    sparse gradients travelling as ``sparse_sync`` says."""
     spec, cost_model = from_preset(preset), CostModel.default()
     simulator = Simulator(Problem(graph_item, spec, cost_model))
     strategy = BASELINES[baseline](simulator.problem)
+    for name in simulator.problem.sparse_gradients:
+        if strategy.sync[name].method == "allreduce":
+            strategy.sync[name] = dataclasses.replace(strategy.sync[name], sparse_sync=sparse_sync)
     plan = Plan.from_strategy(graph_item, spec, strategy, simulator.simulate(strategy), cost_model.id, seed=0)
     return plan, build_report(plan, graph_item, cost_model=cost_model), simulator
 
@@ -142,13 +147,17 @@ def test_ps_for_the_embedding_is_explained_by_resimulating(wide_deep_graph):
     base = simulator.simulate(strategy).step_time
     by_hand = {}
     for algorithm in ALLREDUCE_ALGORITHMS:
-        allreduced = VarSync("allreduce", algorithm=algorithm, bucket=_fresh_bucket(strategy))
-        by_hand[algorithm] = simulator.simulate(_changed(strategy, {EMBEDDING: allreduced})).step_time - base
-    best = min(by_hand, key=lambda a: (by_hand[a], a))
-    assert item["alternative"] == f"allreduce {best}"
+        for mode, how in (("gather", "rows gathered"), ("dense", "densified")):
+            allreduced = VarSync("allreduce", algorithm=algorithm, bucket=_fresh_bucket(strategy), sparse_sync=mode)
+            by_hand[f"allreduce {algorithm} ({how})"] = simulator.simulate(
+                _changed(strategy, {EMBEDDING: allreduced})).step_time - base
+    best = min(by_hand, key=by_hand.get)  # ties (a gather is a ring whatever the bucket's algorithm): the first
+    assert item["alternative"] == best
     assert item["delta_seconds"] == pytest.approx(by_hand[best], abs=1e-12)
-    assert item["delta_seconds"] > 0, "PS wins for the embedding here"
-    assert f"would add {ms(item['delta_seconds'])}" in item["sentence"] and "of touched rows" in item["sentence"]
+    # (with its rows gathered, allreduce now beats this baseline's PS: the sentence says what it would save)
+    verb = "add" if item["delta_seconds"] > 0 else "save"
+    assert f"would {verb} {ms(abs(item['delta_seconds']))}" in item["sentence"]
+    assert "of touched rows" in item["sentence"]
     text = render(doc)
     assert " ".join(item["sentence"].split()) in " ".join(text.split())
     assert not LONG_NUMBER.search(text) and not LONG_NUMBER.search(render(doc, "markdown"))
@@ -156,7 +165,8 @@ def test_ps_for_the_embedding_is_explained_by_resimulating(wide_deep_graph):
 
 @pytest.mark.slow
 def test_queueing_is_not_called_latency(wide_deep_graph):
-    _, doc, _ = baseline_report(wide_deep_graph, "g4dn.12xlarge:2", "hierarchical")
+    # The embeddings' tables densified and summed: bytes to queue behind (their gathered rows are few).
+    _, doc, _ = baseline_report(wide_deep_graph, "g4dn.12xlarge:2", "hierarchical", sparse_sync="dense")
     b = doc["bottleneck"]
     # The step waits on transfers longer than any link is busy, but their time is bytes, not latency.
     assert b["exposed_comm_fraction"] > 0.2 and b["busiest_link"]["busy_fraction"] < b["exposed_comm_fraction"]
@@ -168,16 +178,22 @@ def test_queueing_is_not_called_latency(wide_deep_graph):
 
 @pytest.mark.slow
 def test_a_worse_decision_shows_what_it_costs(wide_deep_graph):
-    plan, doc, simulator = baseline_report(wide_deep_graph, "p3.16xlarge:2", "ring")
+    plan, doc, simulator = baseline_report(wide_deep_graph, "p3.16xlarge:2", "ring", sparse_sync="dense")
     strategy = plan.strategy
     item = next(i for i in doc["counterfactuals"]["items"] if i["name"] == EMBEDDING)
-    assert item["chosen"] == "allreduce ring" and item["alternative"] == "PS on node-0/CPU:0"
-    assert item["leaves_collective_ops"]
+    assert item["chosen"] == "allreduce ring (densified)"
 
-    # By hand: the embedding alone on a PS task on node 0's CPU, every other variable still ring-allreduced.
+    # By hand: the embedding alone on a PS task on node 0's CPU, or its rows gathered, every other variable
+    # still ring-allreduced.
+    base = simulator.simulate(strategy).step_time
     on_ps = Strategy(strategy.replicas, {**strategy.sync, EMBEDDING: VarSync("ps", ps_tasks=(0,))},
                      ["node-0/CPU:0"], strategy.group_slots)
-    by_hand = simulator.simulate(on_ps).step_time - simulator.simulate(strategy).step_time
+    gathered = _changed(strategy, {EMBEDDING: dataclasses.replace(strategy.sync[EMBEDDING], sparse_sync="gather")})
+    by_hand = {"PS on node-0/CPU:0": simulator.simulate(on_ps).step_time - base,
+               "allreduce ring (rows gathered)": simulator.simulate(gathered).step_time - base}
+    best = min(by_hand, key=by_hand.get)
+    assert item["alternative"] == best and item["leaves_collective_ops"] == (best.startswith("PS"))
+    by_hand = by_hand[best]
     assert item["delta_seconds"] == pytest.approx(by_hand, abs=1e-12)
     assert item["delta_seconds"] < 0, "a 122 MiB dense allreduce over 25 Gb/s Ethernet loses to PS"
     assert f"would save {ms(-item['delta_seconds'])}" in item["sentence"]
