@@ -124,11 +124,11 @@ class CollectiveGroup:
         sum).  A sparse gradient (``IndexedSlices``) is not summed but
         all-gathered, as ``MultiWorkerMirroredStrategy`` does: every
         replica's rows, concatenated, update the variable
-        (:meth:`_gathered`), unless the plan says ``sparse_sync: dense``.  Collectives run one after the other in bucket
-        order, the same on every replica.  One of the sums (the first in 32
-        bits or more, else the first) also carries ``checksum`` (of the
-        global batch); its sum must be the replica count times this
-        replica's checksum.
+        (:meth:`_gathered`), unless the plan says ``sparse_sync: dense``.
+        Collectives run one after the other in bucket order, the same on
+        every replica.  One of the sums (the first in 32 bits or more, else
+        the first) also carries ``checksum`` (of the global batch); its sum
+        must be the replica count times this replica's checksum.
         """
         import tensorflow as tf
 
@@ -152,8 +152,8 @@ class CollectiveGroup:
         order = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] == "gather", item[0][1]))
         # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
         summed_keys = [k for k, ((_, wire), _) in enumerate(order) if wire != "gather"]
-        carrier = next((k for k in summed_keys if tf.as_dtype(order[k][0][1]).size > 2), summed_keys[0]
-                       if summed_keys else None)
+        wide = [k for k in summed_keys if tf.as_dtype(order[k][0][1]).size > 2]
+        carrier = (wide or summed_keys or [None])[0]
         previous = []
         for k, ((bucket, wire), members) in enumerate(order):
             if wire == "gather":
