@@ -225,6 +225,12 @@ class Problem:
             self._update_attribution = (own, [o for o in self.groups.update_ops if o not in attributed])
         return self._update_attribution
 
+    def gathered(self, strategy, names):
+        """The sparse gradients among ``names`` whose rows ``strategy`` all-gathers (``VarSync.sparse_sync``)."""
+        if not self.sparse_gradients:
+            return ()
+        return tuple(v for v in names if v in self.sparse_gradients and strategy.sync[v].sparse_sync == "gather")
+
     def gathered_update_seconds(self, device, name):
         """Sparse variable ``name``'s update on ``device`` once every replica's rows are gathered: the same
         kernels as one replica's, over the rows of the whole batch (the captured step's own update)."""

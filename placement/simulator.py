@@ -735,8 +735,7 @@ class Simulator:
             else:
                 ps_vars.append(name)
         for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
-            gathered = tuple(v for v in names if v in self.problem.sparse_gradients
-                             and strategy.sync[v].sparse_sync == "gather")
+            gathered = self.problem.gathered(strategy, names)
             run.allreduce(algorithm, bucket, slot, tuple(names), self._slot_devices(strategy.replicas, slot),
                           compression, gathered)
         for name in ps_vars:

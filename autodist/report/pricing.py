@@ -68,8 +68,7 @@ class Pricing:
         for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
             devices = tuple(r[slot] for r in strategy.replicas)
             # as simulated: a sparse gradient's rows are all-gathered after the bucket's sum
-            gathered = [v for v in names if v in self.sparse_gradients and strategy.sync[v].sparse_sync == "gather"
-                        and len(devices) > 1]
+            gathered = self._problem.gathered(strategy, names) if len(devices) > 1 else ()
             nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
             if len(gathered) < len(names):
                 priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
