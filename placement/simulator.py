@@ -494,8 +494,9 @@ class _SyncRun:
             lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         ) if summed else []
         for v in gathered:
-            phases = phases + problem.phase_list(("ag", devices, problem.sparse_bytes[v]),
-                                                 lambda: problem.sparse_allgather_phases(devices, problem.sparse_bytes[v]))
+            rows = problem.sparse_bytes[v]
+            phases = phases + problem.phase_list(("ag", devices, rows),
+                                                 lambda: problem.sparse_allgather_phases(devices, rows))
         label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
         updates = []
         for c, (_, members) in enumerate(self.classes):
@@ -507,9 +508,9 @@ class _SyncRun:
 
     def _update_seconds(self, costs, name, device, gathered, replicas):
         """One replica's update of allreduced variable ``name`` (``costs``: its device's updates at one
-        replica's batch): the whole batch's rows where they were gathered; where a sparse gradient was summed densely, at least
-        the whole table streamed (the captured ops may already be dense: Keras' Adam densifies its slots'
-        update); else as captured."""
+        replica's batch): the whole batch's rows where they were gathered; where a sparse gradient was summed
+        densely, at least the whole table streamed (the captured ops may already be dense: Keras' Adam
+        densifies its slots' update); else as captured."""
         if name in gathered:
             return self.problem.gathered_update_seconds(device, name)
         if name in self.problem.sparse_gradients and replicas > 1:
