@@ -132,6 +132,7 @@ class Problem:
         gradient_group = self.groups.gradient_group
         self.ready_order = sorted(self.dense_bytes, key=lambda v: (gradient_group[v], v))
         self.ps_candidates = ps_candidates(resource_spec)
+        self.node_index = {node.name: i for i, node in enumerate(resource_spec.nodes)}
         self.preds = self.groups.predecessors()
         self.unit_index = {u: i for i, u in enumerate(self.groups.units)}
         self.group_unit = [self.unit_index[g.unit] for g in self.groups.groups]
@@ -232,8 +233,8 @@ class Problem:
         return tuple(v for v in names if v in self.sparse_gradients and strategy.sync[v].sparse_sync == "gather")
 
     def gathered_update_seconds(self, device, name):
-        """Sparse variable ``name``'s update on ``device`` once every replica's rows are gathered: the same
-        kernels as one replica's, over the rows of the whole batch (the captured step's own update)."""
+        """Sparse variable ``name``'s update on ``device`` once every replica's rows are gathered (or pushed to its
+        PS): the same kernels as one replica's, over the rows of the whole batch (the captured step's own update)."""
         return self._whole.device_costs(self.resource_spec.device(device))[1][name]
 
     def dense_update_seconds(self, device, name):

@@ -24,10 +24,19 @@ What one step does, as simulated:
    bucket fitted beside it: that is Horovod's, which TensorFlow's
    collective ops do not pay): the step grows by what the slowed compute outlasts
    (``contention_delay``, counted as exposed communication).  PS, as the
-   runtime runs it: every worker task (one per node) sums its replicas'
-   gradient of each shard on its first replica device and pushes it once
-   over gRPC, the PS applies the update when all pushes of that shard are
-   in, then every task pulls it once and copies it to its other replicas.
+   runtime (launcher.runtime.trainer) runs it: every worker task (one per
+   node) sums its replicas' gradient of each shard on its first replica
+   device and pushes it once over gRPC, and the PS applies the update when
+   all pushes of that shard are in (the update of a sparse one runs on
+   every replica's rows).  The pulls are the next step's reads: they start
+   once the step's last update has ended (one step is one function call),
+   every task pulls each dense shard once and copies it to its other
+   replicas, and every replica gathers its own rows of a sparse one on the
+   PS.  A variable's pushes are all in flight at once in the runtime, and
+   so are the pulls: the simulator takes them in turns (:meth:`_SyncRun._turn`)
+   in which every node sends to a different node, as concurrent streams keep
+   every NIC busy, rather than in an order that queues every task's first
+   push on one PS.
    Transfers are taken in request order, and every phase of one runs in
    the first window, once it is ready, in which every link resource it
    occupies (one per direction of each port: links are full duplex) is
@@ -381,6 +390,7 @@ class _SyncRun:
         self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
         self.upd_busy = {}
         self.ps_free = {}
+        self.pulls = []  # (turn, request index, phases, label) of the pulls that follow the step
         self.busy = {}
         self.heap = []
         self.seq = 0
@@ -540,20 +550,32 @@ class _SyncRun:
         return [tuple(devs) for _, devs in sorted(by_node.items())]
 
     def parameter_server(self, name, slot):
-        """Every task sums its replicas' gradient of each shard and pushes it once; the PS updates
-        the shard; every task pulls it once and copies it to its other replicas.  What each shard
-        costs is the Simulator's to cache (:meth:`_shard_plans`)."""
+        """Every task sums its replicas' gradient of each shard and pushes it once, in turns; the PS updates
+        the shard; the pulls wait for :meth:`pull`.  What each shard costs is the Simulator's to cache
+        (:meth:`_shard_plans`)."""
         s = self.strategy.sync[name]
         devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
         plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
-        for ps_device, pushes, pulls, cost, labels in plans:
-            pushed = self._after_pushes(len(pushes), ps_device, cost, pulls, labels)
-            for ready, phases in pushes:
-                self.submit(ready, phases, labels[0], pushed)
+        requests = []
+        for i, (ps_device, pushes, pulls, cost, labels) in enumerate(plans):
+            pushed = self._after_pushes(len(pushes), ps_device, cost, labels[1])
+            requests += [(turn, i, ready, phases, labels[0], pushed) for turn, ready, phases in pushes]
+            self.pulls += [(turn, len(self.pulls), phases, labels[2]) for turn, phases in pulls]
+        for _, _, ready, phases, label, pushed in sorted(requests, key=lambda r: r[:2]):
+            self.submit(ready, phases, label, pushed)
+
+    def pull(self):
+        """The next step's pulls, all requested at once when this step's last compute, update or transfer has
+        ended (the runtime's step is one function call, whose reads of a PS variable come before its
+        update), in turn order (:meth:`_turn`); then run them."""
+        start = max(max(self.finish), max(self.upd_free.values(), default=0.0), max(self.ps_free.values(), default=0.0))
+        for _, _, phases, label in sorted(self.pulls, key=lambda p: p[:2]):
+            self.submit(start, phases, label, self.finish.append)
+        self.drain()
 
     def _shard_plans(self, name, shards, ps_devices, slot):
-        """Per shard: ``(PS device, pushes as (ready, phases), pulls' phases, update seconds, (push, update,
-        pull) labels)``."""
+        """Per shard: ``(PS device, pushes as (turn, ready, phases), pulls as (turn, phases), update seconds,
+        (push, update, pull) labels)``; see :meth:`_turn`."""
         problem = self.problem
         nbytes = -(-problem.sparse_bytes[name] // shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
@@ -561,16 +583,31 @@ class _SyncRun:
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
         plans = []
         for i, ps_device in enumerate(ps_devices):
-            pushes = [(self.ready(self.classes[c][0], name),
+            pushes = [(self._turn(devs[0], ps_device), self.ready(self.classes[c][0], name),
                        self._local_copies(devs, nbytes, inward=True)
                        + self._ps_transfer(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes))
                       for c, devs in targets]
-            pulls = [self._ps_transfer(ps_device, devs[0], nbytes) + self._local_copies(devs, nbytes, inward=False)
-                     for _, devs in targets]
-            cost = problem.device_costs(problem.resource_spec.device(ps_device))[1][name] / shards
+            if sparse:  # every replica gathers its own rows on the PS (launcher.runtime.trainer._gather_rows)
+                pulls = [(self._turn(ps_device, d), self._ps_transfer(ps_device, d, nbytes))
+                         for _, devs in targets for d in devs]
+            else:
+                pulls = [(self._turn(ps_device, devs[0]), self._ps_transfer(ps_device, devs[0], nbytes)
+                          + self._local_copies(devs, nbytes, inward=False)) for _, devs in targets]
+            # a sparse shard's update runs on every replica's rows, as an allreduced one's does once gathered
+            cost = (problem.gathered_update_seconds(ps_device, name) if sparse
+                    else problem.device_costs(problem.resource_spec.device(ps_device))[1][name]) / shards
             label = f"{name}/{i}"
             plans.append((ps_device, pushes, pulls, cost, (f"push {label}", f"update {label}", f"pull {label}")))
         return plans
+
+    def _turn(self, src, dst):
+        """When, among its concurrent transfers of one variable, ``src``'s to ``dst`` is taken: their nodes'
+        distance in node order, so that each turn pairs every sender with a different receiver (the NICs all
+        busy at once, as concurrent gRPC streams keep them, rather than every task's first push queued on the
+        first PS)."""
+        index = self.problem.node_index
+        spec = self.problem.resource_spec
+        return (index[spec.device(dst).node] - index[spec.device(src).node]) % len(index)
 
     def _ps_transfer(self, src, dst, nbytes):
         problem = self.problem
@@ -586,8 +623,8 @@ class _SyncRun:
         return problem.phase_list(("local", src, dst, nbytes, copies),
                                   lambda: problem.transfer_phases(src, dst, nbytes), copies)
 
-    def _after_pushes(self, pending, ps_device, cost, pulls, labels):
-        """The callback that, at the last push of a shard, updates it and starts the pulls."""
+    def _after_pushes(self, pending, ps_device, cost, label):
+        """The callback that, at the last push of a shard, updates it."""
         left = [pending]
 
         def pushed(t):
@@ -599,9 +636,7 @@ class _SyncRun:
             self.ps_free[ps_device] = stop
             self.busy[ps_device] = self.busy.get(ps_device, 0.0) + cost
             if self.trace:
-                self.events.append((labels[1], "update", ps_device, start, stop))
-            for phases in pulls:
-                self.submit(stop, phases, labels[2], self.finish.append)
+                self.events.append((label, "update", ps_device, start, stop))
 
         return pushed
 
@@ -742,6 +777,7 @@ class Simulator:
         for name in ps_vars:
             run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
+        run.pull()
 
         compute_time = run.finish[0]
         client_time = self.problem.client_time(strategy)
