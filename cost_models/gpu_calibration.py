@@ -43,8 +43,8 @@ BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": E
           "launch": LAUNCH, "xla_memory": (0.05, 1.0), "fused_tf": (0.05, 4.0), "fused_pytorch": (0.05, 4.0)}
 FREE = tuple(k for k in SHARED if k not in FIXED)
 # Log-throughput residuals beyond ~10% weigh less, and less the larger they are (Cauchy loss): a source the
-# shared physics cannot match (G19 and G20, DLPerf's BERT-base runs, 1.2-1.7x slower than the model that fits
-# NVIDIA's rows, with XLA and without) does not drag the parameters every other model shares.  With soft L1,
+# shared physics cannot match (G20/amp, DLPerf's BERT-base AMP run without XLA, 1.5x slower than the model that
+# fits every other row) does not drag the parameters every other model shares.  With soft L1,
 # whose pull does not fade, a fit without BERT-large's rows slowed every small kernel to match them and missed
 # BERT-large by 20-50%.
 ROBUST_SCALE = 0.1

@@ -220,7 +220,7 @@ def test_g20_without_xla_is_predicted_much_slower_than_with_it():
 
 def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_without_xla():
     params = GpuKernelParams.load()
-    run, table, device = _published("G13/amp")
+    run, table, device = _published("G8/amp")
     assert run.xla is None and run.framework == "tf1"
     seconds = {x: GpuStep(table, device, run.precision, x, run.micro_batches, "tf1").step_seconds(params)
                for x in (None, False, True)}
