@@ -20,8 +20,18 @@ What a step costs on a GPU, as modelled:
   on Ampere and later), float16/bfloat16 ops their tensor-core peak.  A
   float32 graph run at fp16/bf16 moves half the bytes outside its update; a
   mixed-precision graph moves what its dtypes say (:func:`halved_by_precision`).
-  Under XLA, memory-bound kernels are fused: their time and launches scale
-  by ``xla_memory``.  A user's job always says whether it runs XLA (capture
+- **Fusion.**  Where a step's elementwise chains run fused (XLA, or a
+  published run's framework, see below), the memory-bound ops inside a
+  chain (cost_models.step_table.inside_elementwise_chains) launch nothing
+  and move nothing: the kernel that ends the chain keeps their
+  intermediates in registers.  Keras computes a mixed-precision batch norm
+  in float32 from primitive ops (casts in and out), so this is what lets an
+  AMP ResNet-50 move about half the bytes per sample of its float32 step,
+  as NVIDIA's fused fp16 kernels do.  The memory-bound kernels left are
+  scaled by one factor per fuser: ``xla_memory`` under XLA (TensorFlow's
+  CNNs and transformers alike), ``fused_tf`` for TensorFlow's convolutional
+  examples without XLA, ``fused_pytorch`` for PyTorch's examples.
+  A user's job always says whether it runs XLA (capture
   records it).  A published TensorFlow run whose source does not say is
   priced between the two, at the geometric mean of its step with and
   without XLA (no parameter stands for what the source left out); XLA does
@@ -32,12 +42,11 @@ What a step costs on a GPU, as modelled:
   used fused kernels (Keras 3 computes batch norm, GELU and dropout from
   primitive ops).  Where a published run's framework fused them
   (cost_models.step_table.fuses_elementwise: XLA, PyTorch's fused kernels,
-  TensorFlow's FusedBatchNorm in its convolutional examples), its
-  memory-bound time is scaled by a fitted factor for its framework
-  (``fused_tf``, ``fused_pytorch``); TensorFlow's transformers without XLA
-  ran layer norm, GELU and dropout as separate ops, as the Keras graph does
-  (factor 1: G20/amp runs 2.3x slower than G20/amp-xla), and so does a
-  user's Keras job.
+  TensorFlow's FusedBatchNorm in its convolutional examples), its chains
+  are fused as above; TensorFlow's transformers without XLA ran layer
+  norm, GELU and dropout as separate ops, as the Keras graph does (nothing
+  fused: G20/amp runs 2.3x slower than G20/amp-xla), and so does a user's
+  Keras job without XLA.
 - **Launches.**  The host issues kernels one after another, ``launch``
   seconds each; the GPU runs them in order on one stream.  A kernel starts
   when it is issued and the previous one ended, so launch cost shows only
@@ -63,7 +72,7 @@ import numpy as np
 from autodist.errors import CostModelError
 from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
-from cost_models.step_table import fuses_elementwise
+from cost_models.step_table import fuses_elementwise, inside_elementwise_chains
 
 FORMAT = "autodist.gpu_kernel_model"
 VERSION = 1
@@ -80,7 +89,7 @@ HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
 # The fitted parameters, each a positive number (fitted in log space).
 SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "memory", "half_flops",
           "launch", "xla_memory", "fused_tf", "fused_pytorch")
-# The framework of a published run -> its fusion factor (a user's job: "keras", factor 1).
+# The framework of a published run -> the factor on its memory-bound kernels where it fuses without XLA.
 FRAMEWORK_FUSION = {"tf1": "fused_tf", "tf2": "fused_tf", "pytorch": "fused_pytorch"}
 PER_ARCHITECTURE = ("compute", "memory")
 
@@ -152,7 +161,7 @@ class GpuStep:
     micro_batches : int
     framework : str
         "keras" for a captured job; a published run's framework otherwise
-        (see :data:`FRAMEWORK_FUSION`).
+        (see :data:`FRAMEWORK_FUSION`: its fuser without XLA).
 
     Raises CostModelError when the device lists no peak for a precision the
     step needs.
@@ -165,12 +174,12 @@ class GpuStep:
         self.architecture = architecture_of(device.model)
         self.xla = xla if xla is None else bool(xla)
         self.micro_batches = int(micro_batches)
-        self.framework = FRAMEWORK_FUSION.get(framework)
-        # Whether the framework's own fused kernels ran, without XLA and with it.
-        self.framework_fused = {x: self.framework is not None and fuses_elementwise(table, x, framework)
-                                for x in (False, True)}
         if self.xla is None and framework == "pytorch":
             self.xla = False
+        # The factor on the memory-bound kernels left where elementwise chains are fused, without XLA and with it
+        # (None: nothing fused).
+        self.fuser = {x: (("xla_memory" if x else FRAMEWORK_FUSION[framework])
+                          if fuses_elementwise(table, x, framework) else None) for x in (False, True)}
         op_type = table["op_type"]
         dtype = table["dtype"]
         classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)
@@ -179,6 +188,7 @@ class GpuStep:
         self.compute = np.isin(classes, COMPUTE_CLASSES) & ~no_kernel
         self.conv = (classes == "conv") & self.compute
         self.memory = ~no_kernel & ~self.compute
+        self.chained = self.memory & inside_elementwise_chains(table)
         self.fallback = (classes == "") & self.memory
         self.update = table["phase"] == "update"
         peaks = device.peak_flops or {}
@@ -211,13 +221,18 @@ class GpuStep:
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
         streaming = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
         compute = np.maximum(compute, streaming)
-        memory = streaming * self._fusion(params, xla)
-        return np.where(self.compute, compute, np.where(self.memory, memory, 0.0))
+        memory = np.where(self._launching(xla), streaming * self._fusion(params, xla), 0.0)
+        return np.where(self.compute, compute, memory)
+
+    def _launching(self, xla):
+        """Which ops launch a kernel of their own: not the memory-bound ops inside a chain a fusing kernel runs."""
+        launching = self.compute | self.memory
+        return launching & ~self.chained if self.fuser[bool(xla)] else launching
 
     def _fusion(self, params, xla):
-        """The factor on memory-bound kernels' time and launches (1 for a Keras job without XLA)."""
-        framework = params.shared[self.framework] if self.framework_fused[bool(xla)] else 1.0
-        return framework * (params.shared["xla_memory"] if xla else 1.0)
+        """The factor on the memory-bound kernels left (1 where nothing is fused)."""
+        fuser = self.fuser[bool(xla)]
+        return params.shared[fuser] if fuser else 1.0
 
     def shares(self, params):
         """Per op, its kernel seconds and the time it adds to the step (launch queue included).
@@ -235,8 +250,7 @@ class GpuStep:
 
     def _shares(self, params, xla):
         kernel = self.kernel_seconds(params, xla)
-        launches = np.where(self.compute, params.shared["launch"], 0.0)
-        launches = np.where(self.memory, params.shared["launch"] * self._fusion(params, xla), launches)
+        launches = np.where(self._launching(xla), params.shared["launch"], 0.0)
         issued = np.cumsum(launches)
         ran = np.cumsum(kernel)
         # end_i = ran_i + max_{j <= i} (issued_j - ran_{j-1}): the GPU waits for the host at most there.
