@@ -134,6 +134,11 @@ def _runs(row, point, config, precision, xla, framework, batch, system, points, 
 
 
 GA_NOTE = "micro-batches at 4 and 16 nodes from the stated global batch 65536"
+# The DLE BERT runs (M7-M14) ran with XLA: at DLE@729963dd every predefined config whose batch sizes match these
+# rows sets use_xla="true" (TensorFlow/LanguageModeling/BERT/scripts/configs/pretrain_config.sh: dgx1 16/8 lines
+# 69/82, dgx2 64/32 lines 41/54, dgxa100 64/64 and 16/8 lines 13/26; TensorFlow2/LanguageModeling/BERT/scripts/configs/
+# pretrain_config.sh: 312/176 lines 27/46, 60/32 lines 67/86), as the single-GPU rows G10-G18 record.
+DLE_BERT_XLA = True
 ROWS = tuple(
     _runs("M1", "fp32", "resnet50-fp32", "fp32", True, "tf1", 128, "DGX-1", [(1, 1, 3170, 7.69 / 8)])
     + _runs("M1", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX-1", [(1, 1, 9510, 7.48 / 8)])
@@ -147,37 +152,39 @@ ROWS = tuple(
     + _runs("M5", "amp", "resnet50-mp", "fp16", False, "tf1", 256, "DGX-2", [(1, 1, 16290.42, 15.95 / 16)])
     + _runs("M6", "fp32", "resnext101-fp32", "fp32", None, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
     + _runs("M6", "amp", "resnext101-mp", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
-    + _runs("M7", "amp", "bert_large-s128-mp", "fp16", None, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
+    + _runs("M7", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
             (134.34, "G10/amp"))
-    + _runs("M7", "fp32", "bert_large-s128-fp32", "fp32", None, "tf1", 8, "DGX-1", [(1, 1024, 285.79, None)],
+    + _runs("M7", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1", [(1, 1024, 285.79, None)],
             (39.43, "G10/fp32"))
-    + _runs("M8", "amp", "bert_large-s128-mp", "fp16", None, "tf1", 64, "DGX A100 40GB", [(1, 128, 2871.89, None)],
+    + _runs("M8", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
+            [(1, 128, 2871.89, None)],
             (356.845, "G13/amp"))
-    + _runs("M8", "tf32", "bert_large-s128-fp32", "tf32", None, "tf1", 64, "DGX A100 40GB",
+    + _runs("M8", "tf32", "bert_large-s128-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(1, 128, 1889.71, None)], (238.10, "G13/tf32"))
-    + _runs("M9", "amp", "bert_large-s128-mp", "fp16", None, "tf1", 64, "DGX A100 40GB",
+    + _runs("M9", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(4, 32, 11159, None), (16, 8, 41144, None), (32, 4, 77479.87, None)], (356.845, "G13/amp"))
-    + _runs("M10", "tf32", "bert_large-s128-fp32", "tf32", None, "tf1", 64, "DGX A100 40GB",
+    + _runs("M10", "tf32", "bert_large-s128-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(4, 32, 7532.00, None), (16, 8, 28605.62, None), (32, 4, 53585.82, None)], (238.10, "G13/tf32"))
-    + _runs("M11", "amp", "bert_large-s512-mp", "fp16", None, "tf1", 16, "DGX A100 40GB", [(32, 16, 16705, None)],
+    + _runs("M11", "amp", "bert_large-s512-mp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX A100 40GB",
+            [(32, 16, 16705, None)],
             (70.856, "G14/amp"))
-    + _runs("M11", "tf32", "bert_large-s512-fp32", "tf32", None, "tf1", 8, "DGX A100 40GB",
+    + _runs("M11", "tf32", "bert_large-s512-fp32", "tf32", DLE_BERT_XLA, "tf1", 8, "DGX A100 40GB",
             [(32, 16, 9463.80, None)], (39.96, "G14/tf32"))
-    + _runs("M12", "amp", "bert_large-s128-mp", "fp16", None, "tf1", 64, "DGX-2H",
+    + _runs("M12", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX-2H",
             [(4, 16, 13192.00, None), (16, 4, 48223.00, None), (32, 2, 86673.64, None)],
             note=f"DGX-2H's 450 W V100s priced as V100-32GB; {GA_NOTE}")
-    + _runs("M12", "fp32", "bert_large-s128-fp32", "fp32", None, "tf1", 32, "DGX-2H",
+    + _runs("M12", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf1", 32, "DGX-2H",
             [(4, 32, 3389.83, None), (16, 8, 13217.78, None), (32, 4, 25142.26, None)],
             note=f"DGX-2H's 450 W V100s priced as V100-32GB; {GA_NOTE}")
-    + _runs("M13", "amp", "bert_large-s128-mp", "fp16", None, "tf2", 312, "DGX A100 80GB",
+    + _runs("M13", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf2", 312, "DGX A100 80GB",
             [(1, 32, 3803.82, None), (2, 16, 7551.37, None), (8, 4, 29711.11, None), (32, 1, 110280.73, None)],
             (485.59, "G17/amp"), note="micro-batches below 32 nodes from the stated global batch 79872")
-    + _runs("M13", "tf32", "bert_large-s128-fp32", "tf32", None, "tf2", 176, "DGX A100 80GB",
+    + _runs("M13", "tf32", "bert_large-s128-fp32", "tf32", DLE_BERT_XLA, "tf2", 176, "DGX A100 80GB",
             [(1, 64, 2062.98, None), (2, 32, 4084.76, None), (8, 8, 16134.02, None), (32, 2, 59569.77, None)],
             (282.98, "G17/tf32"), note="micro-batches below 32 nodes from the stated global batch 90112")
-    + _runs("M14", "amp", "bert_large-s128-mp", "fp16", None, "tf2", 60, "DGX-2H", [(32, 2, 84223.16, None)],
+    + _runs("M14", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf2", 60, "DGX-2H", [(32, 2, 84223.16, None)],
             note="DGX-2H's 450 W V100s priced as V100-32GB")
-    + _runs("M14", "fp32", "bert_large-s128-fp32", "fp32", None, "tf2", 32, "DGX-2H", [(32, 4, 20094.14, None)],
+    + _runs("M14", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf2", 32, "DGX-2H", [(32, 4, 20094.14, None)],
             note="DGX-2H's 450 W V100s priced as V100-32GB")
     + _runs("M35", "v100", "resnet50-mp", "fp16", None, "pytorch", 256, "DGX-1", [(1, 1, 6174, None)],
             (833, "G30/amp"), note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced "
@@ -327,14 +334,16 @@ def fit(runs):
     """The :class:`NcclOverlap` that minimises the squared efficiency error of ``runs`` (those with a published
     efficiency), over a grid of the fixed cost per collective, the contention and the GPU speed spread."""
     scored = [r for r in runs if r.efficiency is not None]
+    contentions = np.array(CONTENTION)
     best = None
     for spread in SPEED_SPREAD:
         for fixed in COLLECTIVE_SECONDS:
-            for contention in CONTENTION:
-                overlap = NcclOverlap(float(fixed), float(contention), float(spread))
-                loss = sum((efficiency(r, overlap) - r.efficiency) ** 2 for r in scored)
+            # every contention of the grid priced at once (cost_models.overlap.contention_delay takes an array)
+            losses = sum((efficiency(r, NcclOverlap(float(fixed), contentions, float(spread))) - r.efficiency) ** 2
+                         for r in scored)
+            for contention, loss in zip(CONTENTION, losses):
                 if best is None or loss < best[0] - 1e-15:
-                    best = (loss, overlap)
+                    best = (loss, NcclOverlap(float(fixed), float(contention), float(spread)))
     fitted = best[1]
     return NcclOverlap(fitted.collective_seconds, fitted.contention, fitted.speed_spread, [r.id for r in scored])
 

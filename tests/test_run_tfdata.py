@@ -57,10 +57,11 @@ def test_a_dataset_with_sample_weights_or_a_separate_y_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, source", [("allreduce", "tfrecord"), ("allreduce", "generator"), ("ps", "tfrecord"),
-                                          ("hybrid", "generator")])
-def test_tfdata_scripts_train_under_every_plan_kind_to_single_process_weights(plans, reference_weights, tmp_path,
-                                                                              kind, source):
+# Each input under one of the two runtimes: collective ops (allreduce plans) and one client (PS and hybrid plans,
+# whose every kind tests/test_run.py trains).
+@pytest.mark.parametrize("kind, source", [("allreduce", "generator"), ("ps", "tfrecord")])
+def test_tfdata_scripts_train_under_both_runtimes_to_single_process_weights(plans, reference_weights, tmp_path,
+                                                                            kind, source):
     from launcher.local import run_local
 
     plan, plan_path = plans[kind]
