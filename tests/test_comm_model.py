@@ -160,6 +160,23 @@ def test_loopback_transfers_follow_the_calibration():
         assert phase.seconds >= cm.calibration.predict(nbytes)
 
 
+def test_collectives_between_emulated_nodes_are_never_faster_than_over_loopback():
+    """A 10 Gbit/s veth is faster than what two processes of this machine sum and copy (the loopback measurement
+    binds); a 100 Mbit/s one is slower (the shaped link binds)."""
+    from cost_models.collectives import ring_allreduce_seconds
+
+    cm = CostModel.default()
+    for preset, binds in (("emu-10gbit:2", "loopback"), ("emu-100mbit:2", "link")):
+        spec = load_cluster(preset=preset)
+        comm = cm.comm_model(spec)
+        devices = [d.name for d in spec.devices("CPU")]
+        loopback = ring_allreduce_seconds(cm.collectives, 2**21, 2)
+        over_links = sum(p.seconds for p in comm.allreduce_phases(2**21, devices))
+        on_collective_ops = sum(p.seconds for p in comm.allreduce_phases(2**21, devices, collective_ops=True))
+        assert on_collective_ops == pytest.approx(max(loopback, over_links)), preset
+        assert (loopback > over_links) == (binds == "loopback"), preset
+
+
 def test_ps_fan_in_more_workers_on_one_server_take_longer():
     spec = load_cluster(preset="cpu-local:5")
     comm = CostModel.default().comm_model(spec)
