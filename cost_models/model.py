@@ -406,15 +406,15 @@ def _model_in(folder):
     emulated_link = _record(folder, EMULATED_LINK, EmulatedLinkCalibration)
     gpu = GpuKernelParams.load(GPU_MODEL)
     overlap = NcclOverlap.load(OVERLAP_FILE)
-    ops = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
-    if not os.path.exists(_in(ops, TIMINGS)):
-        raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=_in(ops, TIMINGS))
+    ops = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
+    if not os.path.exists(in_folder(ops, TIMINGS)):
+        raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=in_folder(ops, TIMINGS))
     try:
-        op_model, meta = load_model(_in(ops, MODEL_PICKLE), _in(ops, MODEL_META))
+        op_model, meta = load_model(in_folder(ops, MODEL_PICKLE), in_folder(ops, MODEL_META))
         # No one-thread model: data without one-thread times (GPU rows).
         one_thread_model = None
-        if os.path.exists(_in(ops, ONE_THREAD_META)):
-            one_thread_model, _ = load_model(_in(ops, ONE_THREAD_PICKLE), _in(ops, ONE_THREAD_META))
+        if os.path.exists(in_folder(ops, ONE_THREAD_META)):
+            one_thread_model, _ = load_model(in_folder(ops, ONE_THREAD_PICKLE), in_folder(ops, ONE_THREAD_META))
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
@@ -422,27 +422,27 @@ def _model_in(folder):
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
-        timings_meta = read_meta(_in(ops, TIMINGS_META))
-        return fit_cost_model(read_timings(_in(ops, TIMINGS)), timings_meta.get("steps"), profiled_cores(timings_meta),
-                              calibration=calibration, collectives=collectives, gpu=gpu, remote_step=remote_step,
-                              emulated_link=emulated_link, overlap=overlap)
+        timings_meta = read_meta(in_folder(ops, TIMINGS_META))
+        return fit_cost_model(read_timings(in_folder(ops, TIMINGS)), timings_meta.get("steps"),
+                              profiled_cores(timings_meta), calibration=calibration, collectives=collectives, gpu=gpu,
+                              remote_step=remote_step, emulated_link=emulated_link, overlap=overlap)
 
 
-def _in(folder, shipped_path):
+def in_folder(folder, shipped_path):
     """The file of ``folder`` named as the shipped ``shipped_path``."""
     return os.path.join(folder, os.path.basename(shipped_path))
 
 
 def _calibrations(folder=DATA_DIR):
     """The transfer and CPU collective calibrations of ``folder``, else the shipped ones (``None`` where missing)."""
-    paths = [_in(folder, p) if os.path.exists(_in(folder, p)) else p for p in (CALIBRATION, COLLECTIVES)]
+    paths = [in_folder(folder, p) if os.path.exists(in_folder(folder, p)) else p for p in (CALIBRATION, COLLECTIVES)]
     return tuple(TransferCalibration.load(path) if os.path.exists(path) else None for path in paths)
 
 
 def _record(folder, shipped_path, record):
     """The ``record`` (a VersionedRecord class) saved in ``folder`` under the shipped file's name, else the
     shipped one (``None`` where missing)."""
-    path = _in(folder, shipped_path) if os.path.exists(_in(folder, shipped_path)) else shipped_path
+    path = in_folder(folder, shipped_path) if os.path.exists(in_folder(folder, shipped_path)) else shipped_path
     return record.load(path) if os.path.exists(path) else None
 
 

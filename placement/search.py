@@ -28,7 +28,9 @@ descent from it (zero temperature throughout), so that every seed ends in
 a local optimum of the best region found rather than wherever its last
 walk cooled.  The best strategy seen
 (fitting memory first, then fastest) is returned, so the search never
-returns anything worse than the best baseline.
+returns anything worse than the best baseline, nor than training on one
+replica (evaluated before the first round: the later rounds start from it
+where it is the best).
 """
 
 from __future__ import annotations
@@ -211,6 +213,10 @@ class Annealer:
         """Anneal in :data:`ROUNDS` rounds from ``starts`` (strategies, best first), the last a descent from the
         best found; return the best found."""
         self.calibrate(starts[0])
+        # Not distributing at all is what a user would weigh the plan against too: the search never returns worse.
+        undistributed = next((self.space.one_replica(s) for s in starts if s.allreduces_everything()), None)
+        if undistributed is not None:
+            self._offer(undistributed, self.evaluate(undistributed))
         for k in range(ROUNDS):
             last = k == ROUNDS - 1
             start = starts[k] if k < len(starts) and not last else self.best

@@ -196,10 +196,21 @@ class StrategySpace:
     def _replicas(self, strategy):
         count, most = len(strategy.replicas), len(self.compute_devices)
         steps = (count - 1, count + 1, count // 2, 2 * count, 1, most)  # both ends too: one replica syncs nothing
-        new = self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count}))
-        strategy.replicas = self._first_replicas(new)
+        self._set_replicas(strategy, self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count})))
+
+    def _set_replicas(self, strategy, count):
+        strategy.replicas = self._first_replicas(count)
         if strategy.micro_batches:  # every replica keeps a row per micro-batch
-            strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // new))
+            strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // count))
+
+    def one_replica(self, strategy):
+        """A copy of ``strategy`` on one replica (training undistributed), or None where its replica count cannot
+        change (replicas that span several devices, or one compute device)."""
+        if "replicas" not in self.applicable(strategy):
+            return None
+        single = copy_strategy(strategy)
+        self._set_replicas(single, 1)
+        return single
 
     def _first_replicas(self, count):
         """One-device replicas on the first ``count`` compute devices, the same list object for each count (the

@@ -68,6 +68,18 @@ def test_search_drops_replicas_whose_allreduce_costs_more_than_they_compute(wide
     assert result.stats["accepted_by_move"].get("replicas", 0) > 0
 
 
+def test_one_move_already_returns_one_replica_where_training_undistributed_is_fastest(wide_embedding_graph,
+                                                                                       cost_model):
+    """One replica is evaluated before the first round: a search too short to walk there still returns it."""
+    from placement import optimize
+
+    spec = load_cluster(preset="emu-100mbit:2")
+    result = optimize(wide_embedding_graph, spec, cost_model, seed=0, moves=1)
+    assert len(result.strategy.replicas) == 1
+    single = result.simulation.step_time
+    assert all(single < c.simulation.step_time for c in result.candidates)
+
+
 @pytest.mark.slow
 def test_a_plan_on_two_of_three_devices_runs_two_processes_and_trains_like_one(small_job, reference_weights,  # noqa: F811
                                                                               tmp_path):

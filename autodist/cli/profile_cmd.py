@@ -159,20 +159,17 @@ def _added_to_earlier(rows, meta, folder, measured_micro):
     import numpy as np
 
     from cost_models.dataset import Timings, read_meta, read_timings
-    from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
+    from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META, in_folder
 
-    def _in(place, shipped_path):
-        return os.path.join(place, os.path.basename(shipped_path))
-
-    earlier = folder if os.path.exists(_in(folder, TIMINGS)) else DATA_DIR
-    earlier_meta = read_meta(_in(earlier, TIMINGS_META))
+    earlier = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
+    earlier_meta = read_meta(in_folder(earlier, TIMINGS_META))
     here, there = meta["machine"], earlier_meta.get("machine") or {}
     if (here.get("cpu"), here.get("cores")) != (there.get("cpu"), there.get("cores")):
         raise InputError(f"the timings in {earlier} were measured on {there.get('cpu')} x{there.get('cores')}, "
                          f"this machine is {here.get('cpu')} x{here.get('cores')}; profile into a new folder",
                          field="--add")
     replaced = set(meta["steps"]) | ({"micro"} if measured_micro else set())
-    earlier_rows = read_timings(_in(earlier, TIMINGS))
+    earlier_rows = read_timings(in_folder(earlier, TIMINGS))
     kept = earlier_rows.subset(~np.isin(earlier_rows.origin, sorted(replaced)))
     added = {k: meta[k] for k in ("command", "load_average", "note")}
     merged = dict(earlier_meta, steps=dict(earlier_meta.get("steps") or {}, **meta["steps"]),
