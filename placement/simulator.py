@@ -568,10 +568,16 @@ class _SyncRun:
         """The next step's pulls, all requested at once when this step's last compute, update or transfer has
         ended (the runtime's step is one function call, whose reads of a PS variable come before its
         update), in turn order (:meth:`_turn`); then run them."""
-        start = max(max(self.finish), max(self.upd_free.values(), default=0.0), max(self.ps_free.values(), default=0.0))
+        if not self.pulls:
+            return
+        start = self.end()
         for _, _, phases, label in sorted(self.pulls, key=lambda p: p[:2]):
             self.submit(start, phases, label, self.finish.append)
         self.drain()
+
+    def end(self):
+        """When the step's last compute, transfer or update (on a replica or a PS) has ended."""
+        return max(max(self.finish), max(self.upd_free.values(), default=0.0), max(self.ps_free.values(), default=0.0))
 
     def _shard_plans(self, name, shards, ps_devices, slot):
         """Per shard: ``(PS device, pushes as (turn, ready, phases), pulls as (turn, phases), update seconds,
@@ -781,8 +787,7 @@ class Simulator:
 
         compute_time = run.finish[0]
         client_time = self.problem.client_time(strategy)
-        step_time = client_time + max(max(run.finish), max(run.upd_free.values(), default=0.0),
-                                      max(run.ps_free.values(), default=0.0))
+        step_time = client_time + run.end()
         step_time += contention_delay(compute_time, run.collective_spans)
         memory = self.memory(strategy, slots)
         events = run.events
