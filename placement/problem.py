@@ -145,6 +145,7 @@ class Problem:
         self.on_this_machine = any(d.model == "cpu-local" and resource_spec.cores_of(d.name) is None
                                    for d in resource_spec.devices("CPU"))
         self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
+        self.input_bytes = graph_item.input_bytes()  # one (micro-)batch of this problem's step
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         self._table = None
         self._op_group = None

@@ -575,6 +575,21 @@ class _SyncRun:
             self.submit(start, phases, label, self.finish.append)
         self.drain()
 
+    def feed(self):
+        """The next step's input, sent with its pulls: a one-client plan's client, on the first worker's node,
+        sends every replica on another node its slice of the global batch (all of its micro-batches) over gRPC
+        (launcher.runtime.trainer slices the batch its step is called with).  Replicas on the client's node
+        read theirs on that machine: no network, and not priced (as a PS task there is not)."""
+        self.pulls += self._cached(("feed",), self._feeds)
+
+    def _feeds(self):
+        problem, spec = self.problem, self.problem.resource_spec
+        firsts = [r[0] for r in self.strategy.replicas]
+        client = min(firsts, key=lambda d: problem.node_index[spec.device(d).node])
+        nbytes = problem.input_bytes * problem.micro_batches_of(self.strategy)
+        return [(self._turn(client, d), -1, self._ps_transfer(client, d, nbytes), f"input to {d}")
+                for d in firsts if spec.device(d).node != spec.device(client).node]
+
     def end(self):
         """When the step's last compute, transfer or update (on a replica or a PS) has ended."""
         return max(max(self.finish), max(self.upd_free.values(), default=0.0), max(self.ps_free.values(), default=0.0))
@@ -783,6 +798,8 @@ class Simulator:
         for name in ps_vars:
             run.parameter_server(name, var_slot[name] if var_slot else 0)
         run.drain()
+        if not strategy.allreduces_everything():
+            run.feed()
         run.pull()
 
         compute_time = run.finish[0]

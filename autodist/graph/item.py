@@ -218,6 +218,17 @@ class GraphItem:
             total += n
         return total
 
+    def step_inputs(self):
+        """Names of the placeholders that feed the batch to the step (their first dimension is the batch size)."""
+        batch = self.job.batch_size
+        return {name for name, op in self.ops.items()
+                if op.type == "Placeholder" and not op.data_inputs
+                and op.output_shapes and op.output_shapes[0] and op.output_shapes[0][0] == batch}
+
+    def input_bytes(self):
+        """Bytes of one step's input batch (features and labels), as the step's placeholders hold it."""
+        return sum(self.ops[name].total_output_bytes for name in self.step_inputs())
+
     def total_flops(self):
         return sum(op.flops for op in self.ops.values())
 

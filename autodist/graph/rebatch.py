@@ -45,13 +45,6 @@ def _batch_dim(shape, batch):
     return None
 
 
-def _step_inputs(graph_item, batch):
-    """The placeholders that feed a batch to the step (their first dimension is the batch)."""
-    return {name for name, op in graph_item.ops.items()
-            if op.type == "Placeholder" and not op.data_inputs
-            and op.output_shapes and op.output_shapes[0] and op.output_shapes[0][0] == batch}
-
-
 def _constant_ops(graph_item):
     """Ops computed from constants only (no step input, no variable): folded shapes, fills, tiles."""
     constant = set()
@@ -130,7 +123,7 @@ def batch_tensors(graph_item):
     """
     batch = graph_item.job.batch_size
     dense_gradients = _dense_gradients(graph_item)
-    sources = _step_inputs(graph_item, batch)
+    sources = graph_item.step_inputs()
     constant = _constant_ops(graph_item)
     shapes = {}
     carried = {}
