@@ -12,7 +12,14 @@ them; a slower one's last two thirds of about RUN_SECONDS).  Per cell: every str
 whose measured times differ by more than 10%, and whether the plan was the
 measured fastest (and within 5% of it).  Needs root (network namespaces).
 
-    python benchmarks/bench_emulated.py [--models mlp,small_cnn] [--clusters emu-1gbit:2] [--budget 2]
+The op costs are first profiled here, as a user profiles their own machine:
+the models' rows of the shipped timings are replaced by a fresh profile
+(``autodist profile ops --add``, :func:`profile_here`).  This VM's speed
+differs between sessions by more than any other error measured here (a
+128 MB variable copy: 10.6 ms in the shipped profile, 73 ms in a session a
+day later); ``--ops shipped`` prices with the shipped timings instead.
+
+    python benchmarks/bench_emulated.py [--models mlp,small_cnn] [--clusters emu-1gbit:2] [--budget 2] [--ops shipped]
 
 Writes benchmarks/results/bench_emulated.json and .md; a run of fewer
 models or clusters than all is marked partial in both.
@@ -24,6 +31,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +58,7 @@ MODELS = {
     "transformer_lm": ["--batch-size", "4"],
     "small_cnn": ["--batch-size", "64"],
 }
+PROFILE_STEPS = 10  # profiled steps per model (more for a fast one, to span seconds), as the shipped profile
 DIFFERENT = 1.10  # pairs whose measured times differ by more than this factor count for the ranking agreement
 NEAR_BEST = 1.05  # the plan is "within 5%" of the best measured strategy
 
@@ -150,8 +159,8 @@ def markdown(result):
     lines = ["# Measured vs predicted step time on emulated clusters", "",
              f"`{result['command']}`  ", f"machine: {result['machine']}  ",
              f"measured: the median of a run's steps 101-200 where the plan predicts 200 steps within "
-             f"{RUN_SECONDS:g} s, else of the last two thirds of about {RUN_SECONDS:g} s (at least {MIN_STEPS} steps)",
-             ""]
+             f"{RUN_SECONDS:g} s, else of the last two thirds of about {RUN_SECONDS:g} s (at least {MIN_STEPS} steps)  ",
+             f"op costs: {result['op_costs']}", ""]
     if result["partial"]:
         lines += [f"**Partial run**: {', '.join(result['models'])} on {', '.join(result['clusters'])} only; "
                   "the full benchmark is `python benchmarks/bench_emulated.py`.", ""]
@@ -189,6 +198,19 @@ def _names(text, known):
     return names
 
 
+def profile_here(models, folder):
+    """Profile ``models``' steps on this machine into ``folder``, beside the shipped timings of every other model,
+    and refit (``autodist profile ops --add``); wide_deep at the script's own table size, as the shipped profile."""
+    argv = [sys.executable, "-m", "autodist", "profile", "ops", "--no-micro", "--add", "--steps", str(PROFILE_STEPS),
+            "--out", folder]
+    for model in models:
+        argv += ["--model", model, "--batch-size", MODELS[model][MODELS[model].index("--batch-size") + 1]]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"bench_emulated: profiling failed: {done.stderr.strip().splitlines()[-1]}")
+    return " ".join(shlex.quote(a) for a in ["autodist", *argv[3:]])
+
+
 def main():
     from autodist.api import graph_of
     from autodist.resource_spec import load_cluster
@@ -199,15 +221,21 @@ def main():
     parser.add_argument("--models", type=lambda t: _names(t, list(MODELS)), default=list(MODELS))
     parser.add_argument("--clusters", type=lambda t: _names(t, CLUSTERS), default=list(CLUSTERS))
     parser.add_argument("--budget", type=float, default=2.0, help="search budget per plan, seconds")
+    parser.add_argument("--ops", choices=("fresh", "shipped"), default="fresh",
+                        help="op costs from a profile of the models taken first, here (default), or the shipped ones")
     args = parser.parse_args()
     try:
         check_can_emulate(load_cluster(preset=args.clusters[0]))
     except AutoDistError as exc:
         parser.exit(2, f"bench_emulated: error: {exc}\n")
-    cost_model = load_cost_model()
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     cells = []
     with tempfile.TemporaryDirectory(prefix="bench-emulated-") as folder:
+        ops = "the shipped op timings"
+        if args.ops == "fresh":
+            print(f"bench_emulated: profiling {', '.join(args.models)}", file=sys.stderr, flush=True)
+            ops = f"profiled first, here: {profile_here(args.models, os.path.join(folder, 'ops'))}"
+        cost_model = load_cost_model(os.path.join(folder, "ops") if args.ops == "fresh" else None)
         for model in args.models:
             graph_item = graph_of(os.path.join(MODELS_DIR, f"{model}.py"), _script_args(model))
             for cluster in args.clusters:
@@ -218,6 +246,7 @@ def main():
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
                    f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end",
         "partial": args.models != list(MODELS) or args.clusters != list(CLUSTERS),
+        "op_costs": ops,
         "models": args.models,
         "clusters": args.clusters,
         "run_length": {"settled_steps": SETTLED_STEPS, "run_seconds": RUN_SECONDS, "min_steps": MIN_STEPS},

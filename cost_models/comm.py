@@ -282,7 +282,9 @@ class CommModel:
         ``collective_ops``: the runtime sums it with TensorFlow's collective
         ops (plans that allreduce everything) rather than with transfers
         between the replicas' devices.  On GPUs those are NCCL's, with no
-        gRPC overhead.  ``horovod``: the collective is one of Horovod's fused
+        gRPC overhead.  A collective op runs its own algorithm whatever
+        ``algorithm`` names (``CollectiveReduceV2``: a ring on CPUs, NCCL's
+        ring, tree or NVLS on GPUs), so it is priced as that.  ``horovod``: the collective is one of Horovod's fused
         buckets, which pays the fixed cost per collective fitted on the
         published Horovod runs (``overlap``: its coordination between ranks);
         TensorFlow's collective ops, which autodist's runtime runs, and
@@ -294,6 +296,8 @@ class CommModel:
         devices = list(dict.fromkeys(devices))
         if algorithm not in ALGORITHMS:
             raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
+        if collective_ops:
+            algorithm = "ring"
         if len(devices) < 2:
             return []
         on_this_machine = self._loopback_collective(nbytes, devices) if collective_ops else None
@@ -351,19 +355,29 @@ class CommModel:
         gather = (n - 1) * nbytes / bandwidth + 2 * (n - 1) * latency + fixed
         return counts + [Phase(gather, links)]
 
-    def compute_contention(self, devices, collective_ops=True):
+    def compute_contention(self, devices, collective_ops=True, nbytes=None, seconds=None):
         """The fraction of its time beside compute that a training allreduce over ``devices`` takes from it.
 
-        The fitted NCCL contention for collective ops on GPUs (``overlap``);
-        ``None`` for anything else (and without ``overlap``), which takes
-        nothing from compute.
+        The fitted NCCL contention for collective ops on GPUs (``overlap``).
+        Between CPU processes of this machine (loopback, or emulated nodes,
+        which have only their own cores), a collective op's copies, sums and
+        gRPC work run on the cores the replica computes on: given its
+        ``nbytes`` and the ``seconds`` it is priced at, it takes the share
+        that the same collective measured over loopback (where the CPU, not
+        a link, binds) is of those seconds.  ``None`` for anything else
+        (and without the measurements), which takes nothing from compute.
         """
-        if self.overlap is None or not collective_ops:
+        if not collective_ops:
             return None
         key = tuple(devices)
         if key not in self._on_gpus:
             self._on_gpus[key] = self._all_gpus(key)
-        return self.overlap.contention if self._on_gpus[key] else None
+        if self._on_gpus[key]:
+            return None if self.overlap is None else self.overlap.contention
+        if nbytes is None or not seconds or not (self._all_loopback(list(key)) or self._all_emulated(key)):
+            return None
+        on_this_machine = self._loopback_collective(nbytes, key)
+        return None if on_this_machine is None else min(1.0, on_this_machine / seconds)
 
     def lockstep_pace(self, replicas):
         """How much longer ``replicas`` (lists of device names) that step together compute than one of them alone.

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
@@ -299,6 +299,14 @@ class Annealer:
         }
 
 
+def _named_as_run(strategy):
+    """``strategy`` with its buckets named by the algorithm that sums them: on collective ops (a ring on CPUs,
+    NCCL's choice on GPUs) the algorithm a move chose is not run, and is priced as a ring."""
+    if not strategy.allreduces_everything():
+        return strategy
+    return replace(strategy, sync={name: replace(s, algorithm="ring") for name, s in strategy.sync.items()})
+
+
 def _starts(candidates):
     """The candidates' distinct strategies, best first (ties by name)."""
     out = []
@@ -367,6 +375,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     else:
         best = copy_strategy(starts[0])
     searching = time.perf_counter() - searching
+    best = _named_as_run(best)
     warning = None
     if problem.dense_bytes and not annealer.accepted:
         rest = ", calibrating the temperature the rest" if setup_s < budget_s else ""

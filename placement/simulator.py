@@ -410,12 +410,13 @@ class _SyncRun:
     def ready(self, schedule, var):
         return schedule.gradient_ready[var] if self.overlap else schedule.end
 
-    def submit(self, t, phases, label, on_done, stream=None):
-        """Queue ``phases`` from ``t``; a collective names its ``stream`` (its devices) and runs atomically."""
+    def submit(self, t, phases, label, on_done, stream=None, contention=None):
+        """Queue ``phases`` from ``t``; a collective names its ``stream`` (its devices) and runs atomically,
+        taking ``contention`` (a fraction, or None) of its time from the compute it runs beside."""
         if not phases:
             on_done(t)
             return
-        heapq.heappush(self.heap, (t, self.seq, 0, phases, label, on_done, stream))
+        heapq.heappush(self.heap, (t, self.seq, 0, phases, label, on_done, stream, contention))
         self.seq += 1
 
     def drain(self):
@@ -428,7 +429,7 @@ class _SyncRun:
         """
         heap, occupy, trace, stream_free = self.heap, self.links.occupy, self.trace, self.stream_free
         while heap:
-            t, _, index, phases, label, on_done, stream = heapq.heappop(heap)
+            t, _, index, phases, label, on_done, stream, contention = heapq.heappop(heap)
             if stream is not None:  # a collective: all its phases, once its stream is free
                 end = begin = max(t, stream_free.get(stream, t))
                 for latency, occupancy, used in phases:
@@ -436,7 +437,6 @@ class _SyncRun:
                     if trace:
                         self.events.append((label, "sync", "+".join(used) or "local", start, end))
                 stream_free[stream] = end
-                contention = self.collective_ops and self.problem.comm.compute_contention(stream)
                 if contention:
                     self.collective_spans.append((begin, end, contention))
                 on_done(end)
@@ -452,7 +452,7 @@ class _SyncRun:
                     on_done(end)
                     break
                 if heap and heap[0][0] <= end:
-                    heapq.heappush(heap, (end, self.seq, index, phases, label, on_done, stream))
+                    heapq.heappush(heap, (end, self.seq, index, phases, label, on_done, stream, contention))
                     self.seq += 1
                     break
 
@@ -480,17 +480,18 @@ class _SyncRun:
         runtime); the others are summed as dense tensors.
         What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
         """
-        ready, phases, label, cast, updates, update_label = self._cached(
+        ready, phases, label, cast, updates, update_label, contention = self._cached(
             (algorithm, bucket, slot, names, devices, compression, gathered, self.collective_ops),
             lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression, gathered))
         self.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
                     # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
                     # wait for each other.
-                    stream=devices if self.collective_ops else (devices, bucket))
+                    stream=devices if self.collective_ops else (devices, bucket), contention=contention)
 
     def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression, gathered):
-        """``(ready, phases, label, cast seconds, updates, update label)`` of one bucket; ``updates``: per class,
-        ``(class, device that applies them, seconds)``."""
+        """``(ready, phases, label, cast seconds, updates, update label, compute contention)`` of one bucket;
+        ``updates``: per class, ``(class, device that applies them, seconds)``; the contention: what the collective
+        takes from the compute beside it (CommModel.compute_contention), None for ordinary ops."""
         problem = self.problem
         collective_ops = self.collective_ops
         gathered = gathered if len(devices) > 1 else ()
@@ -514,7 +515,11 @@ class _SyncRun:
             costs = problem.device_costs(problem.resource_spec.device(device))[1]
             updates.append(((c, slot), device, sum(self._update_seconds(costs, v, device, gathered, len(devices))
                                                    for v in names)))
-        return ready, phases, label, cast, updates, f"update bucket {bucket}"
+        contention = None
+        if collective_ops and phases:
+            contention = problem.comm.compute_contention(devices, nbytes=nbytes,
+                                                         seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
+        return ready, phases, label, cast, updates, f"update bucket {bucket}", contention
 
     def _update_seconds(self, costs, name, device, gathered, replicas):
         """One replica's update of allreduced variable ``name`` (``costs``: its device's updates at one
@@ -791,7 +796,8 @@ class Simulator:
                 buckets.setdefault(key, []).append(name)
             else:
                 ps_vars.append(name)
-        for (algorithm, bucket, slot, compression), names in sorted(buckets.items()):
+        # issued in bucket order, as the runtimes run them (launcher.runtime.collective, launcher.runtime.trainer)
+        for (algorithm, bucket, slot, compression), names in sorted(buckets.items(), key=lambda kv: (kv[0][1:], kv[0])):
             gathered = self.problem.gathered(strategy, names)
             run.allreduce(algorithm, bucket, slot, tuple(names), self._slot_devices(strategy.replicas, slot),
                           compression, gathered)

@@ -177,6 +177,44 @@ def test_collectives_between_emulated_nodes_are_never_faster_than_over_loopback(
         assert (loopback > over_links) == (binds == "loopback"), preset
 
 
+def test_collective_ops_run_their_own_algorithm_whatever_the_plan_names():
+    """CollectiveReduceV2 is a ring on CPUs and NCCL's choice on GPUs (launcher.runtime.collective): a bucket on
+    collective ops is priced so under every algorithm name; summed by ordinary ops, master and hierarchical differ."""
+    cm = CostModel.default()
+    for preset in ("emu-1gbit:2", "p3.16xlarge:2"):
+        spec = load_cluster(preset=preset)
+        comm = cm.comm_model(spec)
+        devices = [d.name for d in spec.devices("GPU") or spec.devices("CPU")]
+        on_ops = {a: sum(p.seconds for p in comm.allreduce_phases(2**24, devices, a, collective_ops=True))
+                  for a in ("ring", "hierarchical", "master")}
+        assert len(set(on_ops.values())) == 1, preset
+    by_ops = {a: comm.allreduce_time(2**24, devices, a) for a in ("ring", "hierarchical", "master")}
+    assert len(set(by_ops.values())) == 3
+
+
+def test_a_cpu_collective_takes_its_loopback_work_from_the_compute_beside_it():
+    """Between emulated nodes (one core each), a collective op's copies, sums and gRPC work run on the core the
+    replica computes on: all of its time at 10 Gbit/s, where that work binds; a small share at 100 Mbit/s, where the
+    link does.  GPUs keep the fitted NCCL contention; ordinary ops (the one-client runtime) take none."""
+    from cost_models.collectives import ring_allreduce_seconds
+
+    cm = CostModel.default()
+    nbytes = 2**22
+    loopback = ring_allreduce_seconds(cm.collectives, nbytes, 2)
+    shares = {}
+    for preset in ("emu-10gbit:2", "emu-100mbit:2"):
+        spec = load_cluster(preset=preset)
+        comm = cm.comm_model(spec)
+        devices = [d.name for d in spec.devices("CPU")]
+        seconds = sum(p.seconds for p in comm.allreduce_phases(nbytes, devices, collective_ops=True))
+        shares[preset] = comm.compute_contention(devices, nbytes=nbytes, seconds=seconds)
+        assert shares[preset] == pytest.approx(min(1.0, loopback / seconds))
+        assert comm.compute_contention(devices, collective_ops=False, nbytes=nbytes, seconds=seconds) is None
+    assert shares["emu-10gbit:2"] == 1.0 and shares["emu-100mbit:2"] < 0.2
+    gpus = load_cluster(preset="dgx-h100:2")
+    assert cm.comm_model(gpus).compute_contention(_gpus(gpus), nbytes=nbytes, seconds=1.0) == cm.overlap.contention
+
+
 def test_ps_fan_in_more_workers_on_one_server_take_longer():
     spec = load_cluster(preset="cpu-local:5")
     comm = CostModel.default().comm_model(spec)

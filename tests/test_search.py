@@ -148,3 +148,12 @@ def test_the_plan_records_which_budget_the_search_had_and_its_moves(mlp_graph, c
     assert Plan.build(mlp_graph, spec, by_moves, cost_model.id, 0).provenance["search"] == {
         "budget_s": None, "moves": 30, "moves_made": 30}
     assert by_moves.stats["evaluations"] > by_moves.stats["moves_tried"]  # the start and calibration samples too
+
+
+def test_a_plan_on_collective_ops_names_the_ring_they_run(mlp_graph, cost_model):
+    """Collective ops sum every bucket with their own algorithm (launcher.runtime.collective), which the simulator
+    prices whatever a move named: the plan names what runs, not a master or hierarchical it would not run."""
+    spec = load_cluster(preset="p3.16xlarge:2")
+    result = optimize(mlp_graph, spec, cost_model, seed=0, moves=3000, allreduce_only=True)
+    assert result.strategy.allreduces_everything()
+    assert {s.algorithm for s in result.strategy.sync.values()} == {"ring"}
