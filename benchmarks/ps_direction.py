@@ -60,7 +60,7 @@ _PUBLISHED_PS = ("AutoDist's 1.5x: its allreduce densified sparse gradients, so 
                  "the ring where PS moves its touched rows")
 _GATHERED = ("no published figure: the ring all-gathers the embedding's touched rows, so only the LM head's bytes "
              "differ much, 2(P-1)/P = 1.75 of it per NIC each way under PS and 2(n-1)/n = 1.97 under the flat "
-             "ring: PS can be at most 1.13x faster, less its client's dispatch (hierarchical moves 1.75 too)")
+             "ring: PS can be at most 1.13x faster, less its client's dispatch; hierarchical, on collective ops, runs the same ring)")
 _ROWS = ("the flat ring all-gathers 63 replicas' rows through every NIC each way, partitioned PS about 14, "
          "less its client's dispatch")
 _RING_WINS = "BytePS and Horovod: NCCL's ring over InfiniBand with RDMA against PS over gRPC/TCP, for a dense CNN"
