@@ -200,11 +200,15 @@ def _names(text, known):
 
 def profile_here(models, folder):
     """Profile ``models``' steps on this machine into ``folder``, beside the shipped timings of every other model,
-    and refit (``autodist profile ops --add``); wide_deep at the script's own table size, as the shipped profile."""
+    and refit (``autodist profile ops --add``), with the arguments they run with here: their steps are then
+    timed whole at the batches their replicas run (cost_models.measured_steps)."""
     argv = [sys.executable, "-m", "autodist", "profile", "ops", "--no-micro", "--add", "--steps", str(PROFILE_STEPS),
             "--out", folder]
     for model in models:
-        argv += ["--model", model, "--batch-size", MODELS[model][MODELS[model].index("--batch-size") + 1]]
+        args = list(MODELS[model])
+        batch = args.pop(args.index("--batch-size") + 1)
+        args.remove("--batch-size")
+        argv += ["--model", model, "--batch-size", batch, "--script-args", shlex.join(args)]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"bench_emulated: profiling failed: {done.stderr.strip().splitlines()[-1]}")

@@ -21,6 +21,7 @@ from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import RAW_COLUMNS, design_matrix, device_peak
 from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, GpuStep, job_precision
+from cost_models.measured_steps import MeasuredStep, measured_steps_of
 from cost_models.prior import prior_seconds
 from cost_models.step_table import step_table
 from cost_models.types import OpCost
@@ -80,11 +81,14 @@ class CostModel:
     overlap : cost_models.overlap.NcclOverlap or None
         The fixed cost per collective and compute contention of NCCL
         collectives on GPUs, fitted on published scaling (see cost_models.overlap).
+    measured_steps : iterable of cost_models.measured_steps.MeasuredStep
+        Profiled steps timed whole: a CPU step of the same structure is
+        scaled to their measured time (see cost_models.measured_steps).
     """
 
     def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
                  executor=None, one_thread_model=None, gpu=None, remote_step=None, emulated_link=None,
-                 overlap=None):
+                 overlap=None, measured_steps=()):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.calibration = calibration
@@ -96,6 +100,7 @@ class CostModel:
         self.remote_step = remote_step
         self.emulated_link = emulated_link
         self.overlap = overlap
+        self.measured_steps = {(m.structure, m.device_model): m for m in measured_steps}
         self._id = None
 
     @classmethod
@@ -127,7 +132,9 @@ class CostModel:
                 {"params": self.op_model.get_params(), "types": self.op_model.op_types_,
                  "kernel_rates": self.op_model.kernel_rate_, "devices": sorted(self.learned_devices),
                  "executor_overhead": self.executor_overhead,
-                 "executor": self.executor.to_dict() if self.executor else None}, sort_keys=True).encode())
+                 "executor": self.executor.to_dict() if self.executor else None,
+                 "measured_steps": [m.to_dict() for _, m in sorted(self.measured_steps.items())]},
+                sort_keys=True).encode())
             for model in (self.op_model, self.one_thread_model):
                 if model is not None:
                     h.update(np.asarray(model.estimator_.predict(_probe_matrix(model))).tobytes())
@@ -167,16 +174,11 @@ class CostModel:
             seconds, sources, shares, op_types = self._gpu_step(graph_item, device)
         else:
             names = list(graph_item.ops)
-            table = step_table(graph_item)  # built once per GraphItem: its raw feature columns
-            raw = {column: table[column] for column in RAW_COLUMNS}
-            try:
-                peak = device_peak(device)
-            except ValueError as exc:
-                raise CostModelError(str(exc), field="peak_flops") from None
-            seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
-                                                         device.kind, device.model, peak, device.memory_bandwidth,
-                                                         cores)
-            op_types = raw["op_type"]
+            seconds, sources, shares, op_types = self._cpu_step(graph_item, device, cores)
+            scale = self._measured_scale(graph_item, device, cores, shares)
+            if scale is not None:
+                seconds, shares = seconds * scale, shares * scale
+                sources = np.where(sources == "learned", "step-measured", sources).astype(object)
         unknown = sources == "fallback"
         if unknown.any():
             types = sorted(set(op_types[unknown]))
@@ -187,6 +189,30 @@ class CostModel:
             )
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
+
+    def _cpu_step(self, graph_item, device, cores):
+        """Seconds alone, sources, step shares and op types of ``graph_item``'s ops on a CPU (:meth:`predict_step`)."""
+        table = step_table(graph_item)  # built once per GraphItem: its raw feature columns
+        raw = {column: table[column] for column in RAW_COLUMNS}
+        try:
+            peak = device_peak(device)
+        except ValueError as exc:
+            raise CostModelError(str(exc), field="peak_flops") from None
+        seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
+                                                     device.kind, device.model, peak, device.memory_bandwidth, cores)
+        return seconds, sources, shares, raw["op_type"]
+
+    def _measured_scale(self, graph_item, device, cores, shares):
+        """Measured over predicted step time where a step of ``graph_item``'s structure was timed whole on
+        ``device``'s model (cost_models.measured_steps), at its batch on the cores its process gets; ``None``
+        elsewhere.  ``shares``: the predicted step shares of ``graph_item``'s ops.
+        """
+        step = self.measured_steps.get((graph_item.structure_hash(), device.model))
+        predicted = float(np.sum(shares))
+        if step is None or not graph_item.job.batch_size or predicted <= 0:
+            return None
+        on = cores if cores is not None else self.executor.cores if self.executor else max(step.seconds_by_cores)
+        return step.seconds(float(on), graph_item.job.batch_size) / predicted
 
     def _gpu_step(self, graph_item, device):
         """Kernel seconds, sources, step shares and op types of one micro-batch on a GPU (cost_models.gpu).
@@ -385,7 +411,8 @@ def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=Non
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
                      collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link, overlap)
+                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link, overlap,
+                     measured_steps_of(steps))
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -418,7 +445,8 @@ def _model_in(folder):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu, remote_step, emulated_link, overlap)
+                         executor, one_thread_model, gpu, remote_step, emulated_link, overlap,
+                         [MeasuredStep.from_dict(m) for m in data.get("measured_steps", [])])
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
@@ -494,6 +522,7 @@ def save_default(timings, meta, folder=DATA_DIR):
         "devices": sorted(model.learned_devices),
         "executor_overhead_seconds": model.executor_overhead,
         "executor": model.executor.to_dict() if model.executor else None,
+        "measured_steps": [m.to_dict() for _, m in sorted(model.measured_steps.items())],
         "origins": sorted(set(timings.origin)),
         "op_types": len(set(timed.raw["op_type"])),
         "file": os.path.basename(TIMINGS),

@@ -247,6 +247,7 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
         "step_seconds": statistics.median(walls),
         "step_repeats": profiled,
         "batch_size": item.job.batch_size,
+        "structure": item.structure_hash(),
         "ops": len(names),
         "timed_ops": int(np.isfinite(seconds).sum()),
         "device_model": device["device_model"],
@@ -255,12 +256,17 @@ def profile_step(fn, args, item, device, origin, steps=5, warmup=2):
 
 
 # Runs in a fresh process (the executor's threads are fixed when TensorFlow
-# starts): build the zoo step, warm up, time the steps, print their median.
-_DEFAULT_EXECUTOR_CHILD = """
-import json, statistics, sys
-steps, script, args = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+# starts), on the first CORES of its cores where CORES > 0 (TensorFlow sizes
+# its thread pools by the cores it may run on): build the zoo step, with
+# Grappler's fusions off (GRAPPLER "unfused") or as training runs it, warm up,
+# time the steps, print their median.
+_STEP_CHILD = """
+import contextlib, json, os, statistics, sys
+steps, grappler, cores, script, args = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+if cores:
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
 from cost_models.profiling import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
-with unfused_graphs():
+with unfused_graphs() if grappler == "unfused" else contextlib.nullcontext():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
     walls = step_wall_times(fn, fn_args, steps)
@@ -270,6 +276,11 @@ with unfused_graphs():
     walls += step_wall_times(fn, fn_args, steps_spanning(estimate, steps) - len(walls))
     print(json.dumps(statistics.median(walls)))
 """
+
+
+def _child_step_seconds(script, args, steps, grappler, cores):
+    return float(run_json(_STEP_CHILD, [steps, grappler, cores, os.path.abspath(script), *args],
+                          "timed step", source=script, timeout=1800))
 
 
 def default_executor_step_seconds(script, args=(), steps=5):
@@ -284,8 +295,39 @@ def default_executor_step_seconds(script, args=(), steps=5):
     Grappler's fusion is off, as when profiling, so that the ops are the
     profiled ones.
     """
-    return float(run_json(_DEFAULT_EXECUTOR_CHILD, [steps, os.path.abspath(script), *args],
-                          "default-executor step", source=script, timeout=1800))
+    return _child_step_seconds(script, args, steps, "unfused", 0)
+
+
+def run_step_seconds(script, args=(), steps=5, cores=0):
+    """Median step time of a zoo script as training runs it (Grappler's fusions on), on ``cores`` of this
+    machine's cores (0: all), in a fresh process; timed as :func:`default_executor_step_seconds`."""
+    return _child_step_seconds(script, args, steps, "as-run", cores)
+
+
+def run_steps(script, args, steps, batch_size):
+    """``{cores: {batch: seconds}}`` (strings as keys) of a zoo script's step as training runs it
+    (:func:`run_step_seconds`), on one core and on all this process may use, at ``batch_size`` and, where
+    ``args`` set ``--batch-size``, at half of it too (the batch of each of two replicas).
+
+    Replicas run a slice of the batch, and the op model's step is least sure
+    away from the profiled batch: small_cnn on one core, measured 44 ms at 64
+    and 24 ms at 32, was predicted 38 ms and 12 ms.
+    """
+    batches = [batch_size]
+    if "--batch-size" in args and batch_size >= 2:
+        batches.append(batch_size // 2)
+    return {str(cores): {str(batch): run_step_seconds(script, with_batch_size(args, batch), steps, cores)
+                         for batch in batches}
+            for cores in sorted({1, len(os.sched_getaffinity(0))})}
+
+
+def with_batch_size(args, batch_size):
+    """Script ``args`` with ``--batch-size`` set to ``batch_size`` (the zoo scripts' flag)."""
+    args = list(args)
+    if "--batch-size" in args:
+        i = args.index("--batch-size")
+        del args[i:i + 2]
+    return [*args, "--batch-size", str(batch_size)]
 
 
 # Runs in a fresh process (thread pools are fixed when TensorFlow starts):
@@ -548,6 +590,8 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
                 after = default_executor_step_seconds(script, args, steps)
                 record["default_step_seconds"] = (before + after) / 2
                 if one_thread_too:
+                    record["run_step_seconds"] = run_steps(script, args, steps, record["batch_size"])
+                if one_thread_too:
                     rows = with_one_thread_seconds(rows, "zoo", {"script": os.path.abspath(script),
                                                                  "args": list(args), "steps": steps}, script)
             except AutoDistError as exc:
@@ -581,10 +625,15 @@ def _median_of_runs(measured):
     one_thread = _median_over_runs(np.stack([r.seconds_one_thread for r, _ in measured]))
     step_runs = [r["step_seconds"] for _, r in measured]
     default_runs = [r["default_step_seconds"] for _, r in measured]
-    return dataclasses.replace(rows, seconds=median, seconds_one_thread=one_thread), dict(
-        record, runs=len(measured), timed_ops=int(np.isfinite(median).sum()),
-        step_seconds=statistics.median(step_runs), step_seconds_per_run=step_runs,
-        default_step_seconds=statistics.median(default_runs), default_step_seconds_per_run=default_runs)
+    merged = dict(record, runs=len(measured), timed_ops=int(np.isfinite(median).sum()),
+                  step_seconds=statistics.median(step_runs), step_seconds_per_run=step_runs,
+                  default_step_seconds=statistics.median(default_runs), default_step_seconds_per_run=default_runs)
+    if "run_step_seconds" in record:
+        merged["run_step_seconds"] = {
+            cores: {batch: statistics.median(r["run_step_seconds"][cores][batch] for _, r in measured)
+                    for batch in by_batch}
+            for cores, by_batch in record["run_step_seconds"].items()}
+    return dataclasses.replace(rows, seconds=median, seconds_one_thread=one_thread), merged
 
 
 def _median_of_micro_runs(parts):

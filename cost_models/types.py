@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOURCES = ("learned", "prior", "fallback", "calibrated", "assumed")
+SOURCES = ("learned", "step-measured", "prior", "fallback", "calibrated", "assumed")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class OpCost:
     than ``seconds`` where the device's executor overlaps ops, see
     cost_models.executor; the shares of a step's ops add up to its compute
     time).  ``source`` is ``"learned"`` (the fitted model, for op types and
-    device models it was trained on), ``"prior"`` (the roofline with
+    device models it was trained on), ``"step-measured"`` (the fitted
+    model's, scaled to the measured time of a step of the same structure,
+    see cost_models.measured_steps), ``"prior"`` (the roofline with
     per-op-type efficiencies), ``"calibrated"`` / ``"assumed"`` (the GPU
     kernel model, with efficiencies fitted on published figures of the
     GPU's architecture or not, see cost_models.gpu) or ``"fallback"`` (an

@@ -146,6 +146,7 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir, small_calibra
     assert not np.isfinite(rows.seconds_one_thread[~np.isfinite(rows.seconds)]).any()
     for name in ("op_model", "op_model_one_thread"):
         assert (tmp_path / f"{name}.pkl").exists() and (tmp_path / f"{name}.json").exists()
+    _check_step_timed_whole(tmp_path, step, zoo_dir)
     _check_median_of_runs(rows, step)
     # The data evaluates like the shipped data (one model: nothing to leave out).
     ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path), "--gpu-calibration", str(small_calibration))
@@ -153,6 +154,26 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir, small_calibra
     report = json.loads(ev.stdout)
     assert report["op_holdout"]["test_rows"] > 0
     assert report["leave_one_model_out"]["models"] == {}
+
+
+def _check_step_timed_whole(folder, step, zoo_dir):
+    """The step was also timed whole as training runs it, on one core and on all, at its batch and half of it;
+    the model fitted in ``folder`` prices the same script's captured step at the time measured on one core."""
+    from autodist.api import graph_of
+    from autodist.resource_spec import load_cluster
+    from cost_models.model import load_cost_model
+
+    cores = {"1", str(len(os.sched_getaffinity(0)))}
+    assert set(step["run_step_seconds"]) == cores
+    assert all(set(by_batch) == {"32", "16"} and min(by_batch.values()) > 0
+               for by_batch in step["run_step_seconds"].values())
+    graph = graph_of(os.path.join(zoo_dir, "mlp.py"), ["--batch-size", "32", "--steps", "1"])
+    assert graph.structure_hash() == step["structure"]
+    emulated = load_cluster(preset="emu-1gbit:2")
+    device = emulated.devices("CPU")[0]
+    assert emulated.cores_of(device.name) == 1
+    costs = load_cost_model(str(folder)).op_costs(graph, device, cores=1)
+    assert sum(c.step_seconds for c in costs.values()) == pytest.approx(step["run_step_seconds"]["1"]["32"])
 
 
 def _check_median_of_runs(rows, step):
@@ -167,7 +188,9 @@ def _check_median_of_runs(rows, step):
     untimed = int(np.flatnonzero(np.isfinite(rows.seconds))[0])
     slower[untimed] = np.nan
     second = (dataclasses.replace(rows, seconds=slower),
-              dict(step, step_seconds=step["step_seconds"] * 3, default_step_seconds=step["default_step_seconds"] * 3))
+              dict(step, step_seconds=step["step_seconds"] * 3, default_step_seconds=step["default_step_seconds"] * 3,
+                   run_step_seconds={c: {b: s * 3 for b, s in by_batch.items()}
+                                     for c, by_batch in step["run_step_seconds"].items()}))
     merged, record = _median_of_runs([(rows, step), second])
     finite = np.isfinite(rows.seconds)
     finite[untimed] = False
@@ -176,6 +199,8 @@ def _check_median_of_runs(rows, step):
     assert record["runs"] == 2 and record["step_seconds_per_run"] == [step["step_seconds"], step["step_seconds"] * 3]
     assert record["step_seconds"] == pytest.approx(step["step_seconds"] * 2)
     assert record["default_step_seconds"] == pytest.approx(step["default_step_seconds"] * 2)
+    assert record["run_step_seconds"] == {c: {b: pytest.approx(s * 2) for b, s in by_batch.items()}
+                                          for c, by_batch in step["run_step_seconds"].items()}
     other_ops = dataclasses.replace(rows, raw={**rows.raw, "op_type": rows.raw["op_type"][::-1]})
     with pytest.raises(CostModelError, match="runs captured different ops"):
         _median_of_runs([(rows, step), (other_ops, step)])

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import jsonschema
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -423,3 +424,57 @@ def test_a_process_on_one_core_runs_the_step_at_one_thread_speed(mlp_graph, cpu)
     step = sum(c.step_seconds for c in whole.values())
     step_one = sum(c.step_seconds for c in one.values())
     assert step < step_one < cores * step
+
+
+def test_a_step_timed_whole_sets_the_step_time_of_graphs_of_its_structure(mlp_graph, embedding_graph, cpu):
+    """Profiled steps timed whole (cost_models.measured_steps) price every graph of their structure: at a measured
+    batch and core count the ops add up to the measured time, between them along the measured lines; the ops
+    keep the model's proportions and say where their time came from; a graph of another structure is untouched."""
+    from autodist.graph.rebatch import at_batch
+    from cost_models.measured_steps import MeasuredStep
+
+    model = CostModel.default()
+    cores = int(model.executor.cores)
+    batch = mlp_graph.job.batch_size
+    timed = {1: {batch: 0.010, batch // 2: 0.006}, cores: {batch: 0.004, batch // 2: 0.003}}
+    measured = copy_with_steps(model, [MeasuredStep("mlp", mlp_graph.structure_hash(), cpu.model, timed)])
+
+    def step(graph, on):
+        costs = measured.op_costs(graph, cpu, cores=on)
+        return sum(c.step_seconds for c in costs.values()), costs
+
+    assert step(mlp_graph, 1)[0] == pytest.approx(0.010)
+    assert step(mlp_graph, None)[0] == pytest.approx(0.004)
+    half = at_batch(mlp_graph, batch // 2)
+    assert half.structure_hash() == mlp_graph.structure_hash()
+    assert step(half, 1)[0] == pytest.approx(0.006)
+    # A line through the measured batches: 0.002 s + 0.008 s per captured batch on one core.
+    assert step(at_batch(mlp_graph, batch * 2), 1)[0] == pytest.approx(0.018)
+    if cores > 1:
+        assert step(mlp_graph, (1 + cores) / 2)[0] == pytest.approx(0.007)
+    total, costs = step(mlp_graph, 1)
+    plain = model.op_costs(mlp_graph, cpu, cores=1)
+    ratio = total / sum(c.step_seconds for c in plain.values())
+    assert all(c.step_seconds == pytest.approx(plain[n].step_seconds * ratio) for n, c in costs.items())
+    assert {c.source for c in costs.values()} <= {"step-measured", "prior", "fallback"}
+    assert any(c.source == "step-measured" for c in costs.values()) and "step-measured" in SOURCES
+    assert measured.op_costs(embedding_graph, cpu) == model.op_costs(embedding_graph, cpu)
+    assert measured.id != model.id
+    # The report says which steps were timed whole.
+    from autodist.api import make_plan
+    from autodist.report import build_report, schema
+
+    for graph, basis in ((mlp_graph, "step-measured"), (embedding_graph, "measured")):
+        plan = make_plan(graph, "emu-1gbit:2", budget_s=0.2, cost_model=measured)
+        doc = build_report(plan, graph, cost_model=measured)
+        jsonschema.validate(doc, schema())
+        assert [d["basis"] for d in doc["costs"]["devices"]] == [basis]
+
+
+def copy_with_steps(model, steps):
+    """``model`` with ``steps`` (MeasuredStep list) as its steps timed whole."""
+    import copy
+
+    other = copy.copy(model)
+    other.measured_steps, other._id = {(m.structure, m.device_model): m for m in steps}, None
+    return other

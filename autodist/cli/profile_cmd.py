@@ -35,6 +35,9 @@ def register(subparsers):
                      help=f"a zoo model (a script in {ZOO_DIR}) or a script path; repeatable")
     ops.add_argument("--batch-size", type=int, action="append", default=[], metavar="B",
                      help="batch size of each --model, in order (default: the script's own)")
+    ops.add_argument("--script-args", action="append", default=[], metavar="ARGS",
+                     help="further arguments of each --model's script, in order, as one shell-quoted string "
+                          "(--script-args=\"--rows 1000\")")
     ops.add_argument("--no-micro", action="store_true", help="skip the micro-benchmarks")
     ops.add_argument("--steps", type=int, default=5,
                      help="profiled steps per model (default 5); more for a small model, to span 3 s")
@@ -117,8 +120,12 @@ def run_ops(args):
         raise InputError("must be at least 1", field="--runs")
     if args.batch_size and len(args.batch_size) != len(args.model):
         raise InputError("give one --batch-size per --model, or none", field="--batch-size")
+    if args.script_args and len(args.script_args) != len(args.model):
+        raise InputError("give one --script-args per --model, or none", field="--script-args")
     sizes = args.batch_size or [None] * len(args.model)
-    scripts = [(_script(m), ["--batch-size", str(b)] if b else []) for m, b in zip(args.model, sizes)]
+    extra = [shlex.split(a) for a in args.script_args] or [[]] * len(args.model)
+    scripts = [(_script(m), [*more, *(["--batch-size", str(b)] if b else [])])
+               for m, b, more in zip(args.model, sizes, extra)]
     load_before = os.getloadavg()
     rows, steps = collect(scripts, micro=not args.no_micro, steps=args.steps, seed=args.seed,
                           time_limit_s=args.time_limit, progress=lambda msg: print(msg, flush=True), runs=args.runs)
@@ -139,7 +146,10 @@ def run_ops(args):
                  f"{EXECUTOR_SETTLE_RUNS} runs (its kernel cost estimates settle) where these take at most "
                  f"{SETTLE_SECONDS:g} s; "
                  "seconds_one_thread: the same kernels profiled again with one intra-op thread, in fresh processes; "
-                 "Grappler remapping and arithmetic optimisation were off while profiling"),
+                 "Grappler remapping and arithmetic optimisation were off while profiling; "
+                 "run_step_seconds ({cores: {batch: seconds}}): the step as training runs it (Grappler on), "
+                 "timed as default_step_seconds in fresh processes on one core and on all, at the batch and "
+                 "(where --batch-size is given) at half of it"),
     }
     if args.add:
         rows, meta = _added_to_earlier(rows, meta, folder, measured_micro=not args.no_micro)

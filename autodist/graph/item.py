@@ -162,6 +162,7 @@ class GraphItem:
         self.variables = {v.name: v for v in variables}
         self.job = job or JobInfo()
         self._graph = None
+        self._structure = None
 
     # -- views -----------------------------------------------------------
     @property
@@ -260,6 +261,18 @@ class GraphItem:
         """sha256 of the canonical JSON of ops, variables and job facts."""
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def structure_hash(self):
+        """sha256 of what the batch does not change: the op types (with counts) and the variables' shapes.
+
+        A step captured at another batch (or re-scaled to one, see
+        ``autodist.graph.rebatch.at_batch``) has the same structure hash.
+        """
+        if self._structure is None:
+            ops = sorted(op.type for op in self.ops.values())
+            variables = sorted((list(v.shape), v.dtype) for v in self.variables.values())
+            self._structure = hashlib.sha256(json.dumps([ops, variables], separators=(",", ":")).encode()).hexdigest()
+        return self._structure
 
     @classmethod
     def from_dict(cls, data, where="<graph item>"):

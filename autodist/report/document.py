@@ -82,16 +82,20 @@ def _memory(peak, spec):
     return {"peak_bytes": peak, "limit_bytes": limit, "fits": all(peak[d] <= limit[d] for d in peak)}
 
 
-def _costs(data, spec, micro_batches):
-    """The job's precision and accumulation, and how each device model's costs were obtained."""
+def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
+    """The job's precision and accumulation, and how each device model's costs were obtained (by ``cost_model``,
+    else the shipped one; with ``graph_item``, whether its step was timed whole on a CPU model)."""
     from cost_models import CostModel
     from cost_models.gpu import architecture_of
 
-    model = CostModel.default()
+    model = cost_model or CostModel.default()
+    structure = graph_item.structure_hash() if graph_item is not None else None
     devices = []
     for kind, name in sorted({(d.kind, d.model) for d in spec.devices()}):
         if kind == "GPU":
             basis = "calibrated" if model.gpu.calibrated(architecture_of(name)) else "assumed"
+        elif (structure, name) in model.measured_steps:
+            basis = "step-measured"
         else:
             basis = "measured" if name in model.learned_devices else "assumed"
         devices.append({"model": name, "kind": kind, "basis": basis})
@@ -267,7 +271,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "speedup_over_best_baseline": _ratio(best[1], step),
             "memory": _memory(prediction["memory"], plan.resource_spec),
         },
-        "costs": _costs(data, plan.resource_spec, plan.micro_batches),
+        "costs": _costs(data, plan.resource_spec, plan.micro_batches, cost_model, graph_item),
         "baselines": baselines,
         "lower_bound": lower,
         "gap_to_lower_bound": (step / lower - 1.0) if lower else None,

@@ -94,7 +94,8 @@ def _job(doc, md):
     return table(["job", ""], rows, md)
 
 
-BASIS = {"measured": "measured", "calibrated": "calibrated on published figures",
+BASIS = {"measured": "measured", "step-measured": "measured, this step timed whole",
+         "calibrated": "calibrated on published figures",
          "assumed": "ASSUMED (neither measured nor calibrated)"}
 
 
