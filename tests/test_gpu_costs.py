@@ -234,6 +234,57 @@ def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_wi
     assert unstated == without
 
 
+def _conv_step(groups):
+    """A captured Keras step around one 3x3 Conv2D of 128 channels in ``groups`` groups (after a dense layer, so
+    that its input gradient runs too)."""
+    import keras
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_step
+
+    model = keras.Sequential([keras.Input((28, 28, 128)), keras.layers.Dense(128),
+                              keras.layers.Conv2D(128, 3, padding="same", groups=groups, use_bias=False),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1)])
+    opt = keras.optimizers.SGD()
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    return capture_step(step, np.zeros((32, 28, 28, 128), np.float32), np.zeros((32, 1), np.float32))
+
+
+def test_a_grouped_convolution_is_priced_as_the_grouped_kernel_it_runs():
+    """Keras compiles a grouped Conv2D with XLA inside its own function; the capture inlines it, so its forward and
+    both gradients are priced on their own FLOPs (the dense convolution's over the groups) and bytes (the same
+    activations): each costs more than a quarter of the dense one and less than it, never below its streaming."""
+    a100 = load_cluster(preset="p4d.24xlarge").gpus()[0]
+    params = GpuKernelParams.load()
+    convs, costs = {}, {}
+    for groups in (1, 4):
+        item = with_job_options(_conv_step(groups), precision="tf32")
+        assert not any(op.type.endswith("PartitionedCall") for op in item.ops.values())
+        convs[groups] = {op.type: name for name, op in item.ops.items() if op.type.startswith("Conv2D")}
+        assert set(convs[groups]) == {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
+        costs[groups] = CostModel.default().op_costs(item, a100)
+        table = step_table(item)
+        step = GpuStep(table, a100, "tf32")
+        arch = params.architecture(step.architecture)
+        streaming = step.bytes / (step.memory_bandwidth * params.shared["memory"] * arch["memory"])
+        names = list(item.ops)
+        for name in convs[groups].values():
+            assert costs[groups][name].seconds >= streaming[names.index(name)] > 0
+        if groups == 1:
+            dense = item
+            continue
+        for op_type, name in convs[groups].items():
+            dense_name = convs[1][op_type]
+            assert item.ops[name].flops * groups == dense.ops[dense_name].flops, op_type
+            assert costs[1][dense_name].seconds / groups < costs[groups][name].seconds < costs[1][dense_name].seconds
+
+
 def test_products_are_never_faster_than_their_bytes_stream():
     params = GpuKernelParams.load()
     run, table, device = _published("G34/h100")

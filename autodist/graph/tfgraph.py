@@ -123,6 +123,37 @@ def variable_facts(var):
     }
 
 
+# Grappler's inliner leaves a call marked for XLA compilation (this attribute on the call node; tf.function's
+# jit_compile sets it) where it is (InlineFunctionCalls in tensorflow/core/grappler/optimizers/function_optimizer.cc;
+# its aggressive mode ignores _noinline).
+XLA_MUST_COMPILE = "_XlaMustCompile"
+
+
+def _inlinable(concrete):
+    """``concrete``'s graph, inputs and outputs with no call marked for XLA compilation.
+
+    Keras 3 runs a grouped convolution (a kernel of fewer input channels
+    than its input) inside a ``tf.function(jit_compile=True)``, which its
+    TensorFlow backend needs on CPUs; XLA on a GPU runs that convolution as
+    one cuDNN convolution, so the step is priced on the convolution ops the
+    function holds, as if TensorFlow ran them.
+    """
+    from types import SimpleNamespace
+
+    import tensorflow as tf
+
+    graph_def = concrete.graph.as_graph_def()
+    nodes = list(graph_def.node) + [node for function in graph_def.library.function for node in function.node_def]
+    for node in nodes:
+        if XLA_MUST_COMPILE in node.attr:
+            del node.attr[XLA_MUST_COMPILE]
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return SimpleNamespace(graph=graph, inputs=[graph.get_tensor_by_name(t.name) for t in concrete.inputs],
+                           outputs=[graph.get_tensor_by_name(t.name) for t in concrete.outputs])
+
+
 def has_calls(graph):
     """Whether ``graph`` calls library functions whose ops would stay hidden."""
     return any(op.type in CALL_TYPES for op in graph.get_operations())
@@ -131,15 +162,18 @@ def has_calls(graph):
 def inlined_graph(concrete, variables):
     """The graph of ``concrete`` with every function call inlined (Grappler's inliner).
 
-    ``variables`` maps the names of the resource placeholders of known
-    variables to their facts (see :func:`variable_facts`); those placeholders
-    become ``VarHandleOp``s with the real shape and dtype, so that shape
-    inference reaches every op that reads them.
+    Calls to functions compiled with XLA are inlined too (see
+    :func:`_inlinable`).  ``variables`` maps the names of the resource
+    placeholders of known variables to their facts (see
+    :func:`variable_facts`); those placeholders become ``VarHandleOp``s with
+    the real shape and dtype, so that shape inference reaches every op that
+    reads them.
     """
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import _run_inline_graph_optimization
 
-    graph_def = _run_inline_graph_optimization(concrete, lower_control_flow=False, aggressive_inlining=True)
+    graph_def = _run_inline_graph_optimization(_inlinable(concrete), lower_control_flow=False,
+                                               aggressive_inlining=True)
     for node in graph_def.node:
         facts = variables.get(node.name)
         if facts is None or node.op != "Placeholder":
