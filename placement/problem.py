@@ -167,6 +167,22 @@ class Problem:
             return pinned
         return max(1, len(machine_cores()) // sharing)
 
+    def overlaps_compute(self, replicas):
+        """Whether a step of ``replicas`` (lists of device names) can send gradients while it computes: not where
+        every replica process has one core (an emulated node's, or this machine's shared by that many processes).
+
+        Such a process runs one op at a time on its one inter-op thread, and a
+        collective's ring steps or a push's gRPC sends progress only between
+        its kernels.  Measured (benchmarks/results/bench_emulated.md, before
+        this rule): small_cnn on emu-1gbit:2 ran its gradients in three
+        buckets, priced to overlap the backward pass, in 45.9 ms, and in one
+        after it in 44.4 ms (priced 29.2 and 38.1 ms); transformer_lm on
+        emu-1gbit:2 in 440 ms and 456 ms (priced 322 and 427 ms); PS plans,
+        whose pushes overlapped the backward pass, ran 14-65% over their
+        prices on emu-1gbit:2 and emu-10gbit:2.
+        """
+        return not all(self.device_model[d][1] == 1 for replica in replicas for d in replica)
+
     def at_replicas(self, replicas, micro_batches=None):
         """The problem of one micro-batch of one replica's share of the global batch (cached).
 

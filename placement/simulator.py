@@ -42,6 +42,8 @@ What one step does, as simulated:
    occupies (one per direction of each port: links are full duplex) is
    free, possibly a gap that earlier reservations left; this models
    contention on NVLink/PCIe ports, NICs and PS servers.
+   Where every replica process has one core (Problem.overlaps_compute),
+   nothing is sent before the replica's compute has ended.
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
    a PS applies its shards' updates one at a time.
@@ -785,7 +787,7 @@ class Simulator:
         slots = self._slots(strategy)
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
         var_slot = self._var_slots(strategy)
-        run = _SyncRun(self, strategy, classes, trace, overlap)
+        run = _SyncRun(self, strategy, classes, trace, overlap and self.problem.overlaps_compute(strategy.replicas))
 
         buckets = {}  # (algorithm, bucket, slot, compression) -> variables
         ps_vars = []

@@ -10,7 +10,7 @@ from autodist.graph.item import GraphItem
 from cost_models.memory import live_peak, runtime_overhead_bytes
 from cost_models.overlap import NcclOverlap, lockstep_pace
 from cost_models.step_table import step_table
-from autodist.resource_spec import load_cluster
+from autodist.resource_spec import ResourceSpec, load_cluster
 from autodist.strategy import Strategy, VarSync
 from placement import Problem, Simulator, baselines, simulate
 from placement.simulator import _LinkQueue
@@ -46,6 +46,26 @@ def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_mode
     # gradients become ready at different times of the backward pass
     ready = sim._share(strategy)._schedule(strategy.replicas[0], (), False, 1).gradient_ready
     assert len(set(ready.values())) > 1
+
+
+def test_replicas_on_one_core_each_send_nothing_while_they_compute(embedding_graph, cost_model):
+    """On emulated nodes of one core each (a process runs one op at a time there), neither buckets of
+    collectives nor PS pushes overlap the backward pass; on the same nodes with two cores each they do."""
+    one_core = load_cluster(preset="emu-1gbit:2")
+    data = one_core.to_dict()
+    two_cores = ResourceSpec.from_dict({**data, "nodes": [{**n, "emulation": {**n["emulation"], "cores": [0, 1]}}
+                                                          for n in data["nodes"]]})
+    for spec, overlaps in ((one_core, False), (two_cores, True)):
+        sim = Simulator(Problem(embedding_graph, spec, cost_model))
+        base = baselines.data_parallel(sim.problem)
+        assert sim.problem.overlaps_compute(base.replicas) is overlaps
+        ps = Strategy(replicas=base.replicas, ps_devices=[base.replicas[0][0]],
+                      sync={name: VarSync("ps", ps_tasks=(0,)) for name in base.sync})
+        for strategy in (per_variable_buckets(base), ps):
+            overlapped, serial = sim.simulate(strategy), sim.simulate(strategy, overlap=False)
+            assert (overlapped.step_time < serial.step_time) is overlaps
+            if not overlaps:
+                assert overlapped.step_time == serial.step_time
 
 
 def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
