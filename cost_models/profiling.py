@@ -542,7 +542,8 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
         Profiled (and separately timed) steps per zoo model.  On a CPU, each
         zoo step and the micro-benchmarks are also profiled with one
         intra-op thread (``seconds_one_thread``, see
-        :func:`with_one_thread_seconds`).
+        :func:`with_one_thread_seconds`), and each zoo step is timed whole
+        as training runs it (``run_step_seconds``, see :func:`run_steps`).
     time_limit_s : float
         Stop starting new work after this long; what was measured is kept.
     progress : callable(str) or None
@@ -591,7 +592,6 @@ def collect(zoo_scripts=(), micro=True, steps=5, seed=0, time_limit_s=600.0, pro
                 record["default_step_seconds"] = (before + after) / 2
                 if one_thread_too:
                     record["run_step_seconds"] = run_steps(script, args, steps, record["batch_size"])
-                if one_thread_too:
                     rows = with_one_thread_seconds(rows, "zoo", {"script": os.path.abspath(script),
                                                                  "args": list(args), "steps": steps}, script)
             except AutoDistError as exc:
