@@ -4,7 +4,7 @@ The op model predicts each op from features shared across models, and on
 this machine it prices some profiled steps far from their own measured
 time, most of all at a batch it was not profiled at (small_cnn on one core:
 38 ms predicted, 44 ms measured at its profiled batch of 64; 12 ms
-predicted, 24 ms measured at 32).  A
+predicted, 25 ms measured at 32).  A
 step the user profiled (``autodist profile ops --model``) has a better
 answer: its measured time.  Profiling times every zoo step as training runs
 it (Grappler's fusions on) on one core and on all of the machine's cores

@@ -311,7 +311,7 @@ def run_steps(script, args, steps, batch_size):
 
     Replicas run a slice of the batch, and the op model's step is least sure
     away from the profiled batch: small_cnn on one core, measured 44 ms at 64
-    and 24 ms at 32, was predicted 38 ms and 12 ms.
+    and 25 ms at 32, was predicted 38 ms and 12 ms.
     """
     batches = [batch_size]
     if "--batch-size" in args and batch_size >= 2:
