@@ -202,12 +202,16 @@ class CostModel:
                                                      device.kind, device.model, peak, device.memory_bandwidth, cores)
         return seconds, sources, shares, raw["op_type"]
 
+    def measured_step(self, graph_item, device_model):
+        """The step of ``graph_item``'s structure timed whole on ``device_model`` (a MeasuredStep), or None."""
+        return self.measured_steps.get((graph_item.structure_hash(), device_model))
+
     def _measured_scale(self, graph_item, device, cores, shares):
         """Measured over predicted step time where a step of ``graph_item``'s structure was timed whole on
         ``device``'s model (cost_models.measured_steps), at its batch on the cores its process gets; ``None``
         elsewhere.  ``shares``: the predicted step shares of ``graph_item``'s ops.
         """
-        step = self.measured_steps.get((graph_item.structure_hash(), device.model))
+        step = self.measured_step(graph_item, device.model)
         predicted = float(np.sum(shares))
         if step is None or not graph_item.job.batch_size or predicted <= 0:
             return None

@@ -141,6 +141,7 @@ class Problem:
         # devices of one key share every op cost: the model, and the cores a CPU process gets (emulated nodes,
         # or this machine's cores shared by its replica processes)
         self.device_model = {d.name: (model_key(d), self._cores(d, sharing)) for d in resource_spec.devices()}
+        self.one_core = frozenset(d for d, (_, cores) in self.device_model.items() if cores == 1)
         self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
         self.on_this_machine = any(d.model == "cpu-local" and resource_spec.cores_of(d.name) is None
                                    for d in resource_spec.devices("CPU"))
@@ -173,15 +174,15 @@ class Problem:
 
         Such a process runs one op at a time on its one inter-op thread, and a
         collective's ring steps or a push's gRPC sends progress only between
-        its kernels.  Measured (benchmarks/results/bench_emulated.md, before
-        this rule): small_cnn on emu-1gbit:2 ran its gradients in three
+        its kernels.  Measured by benchmarks/bench_emulated.py before this
+        rule (the run after it replaced those results): small_cnn on emu-1gbit:2 ran its gradients in three
         buckets, priced to overlap the backward pass, in 45.9 ms, and in one
         after it in 44.4 ms (priced 29.2 and 38.1 ms); transformer_lm on
         emu-1gbit:2 in 440 ms and 456 ms (priced 322 and 427 ms); PS plans,
         whose pushes overlapped the backward pass, ran 14-65% over their
         prices on emu-1gbit:2 and emu-10gbit:2.
         """
-        return not all(self.device_model[d][1] == 1 for replica in replicas for d in replica)
+        return not self.one_core or not all(d in self.one_core for replica in replicas for d in replica)
 
     def at_replicas(self, replicas, micro_batches=None):
         """The problem of one micro-batch of one replica's share of the global batch (cached).

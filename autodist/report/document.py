@@ -89,12 +89,11 @@ def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
     from cost_models.gpu import architecture_of
 
     model = cost_model or CostModel.default()
-    structure = graph_item.structure_hash() if graph_item is not None else None
     devices = []
     for kind, name in sorted({(d.kind, d.model) for d in spec.devices()}):
         if kind == "GPU":
             basis = "calibrated" if model.gpu.calibrated(architecture_of(name)) else "assumed"
-        elif (structure, name) in model.measured_steps:
+        elif graph_item is not None and model.measured_step(graph_item, name) is not None:
             basis = "step-measured"
         else:
             basis = "measured" if name in model.learned_devices else "assumed"
