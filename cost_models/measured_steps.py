@@ -38,11 +38,13 @@ class MeasuredStep:
     def seconds(self, cores, batch):
         """The step's time on ``cores`` cores at ``batch`` samples.
 
-        Per measured core count, a line through the measured batches (a
-        fixed part plus a part per sample; proportional to the batch with
-        one measured batch, and never below that where the line would fall
-        under it), then linear between measured core counts (the nearest
-        count beyond them).
+        Per measured core count: the measured time at a measured batch;
+        elsewhere a line through the measured batches (a fixed part plus a
+        part per sample; proportional to the batch with one measured batch,
+        and never below that where the line would fall under it; the
+        nearest measured batch's time where timing noise made the line fall
+        with the batch), then linear between measured core counts (the
+        nearest count beyond them).
         """
         counts = sorted(self.seconds_by_cores)
         return float(np.interp(cores, counts, [_at_batch(self.seconds_by_cores[c], batch) for c in counts]))
@@ -59,12 +61,16 @@ class MeasuredStep:
 
 def _at_batch(by_batch, batch):
     """Seconds at ``batch`` from ``{batch: seconds}`` (see :meth:`MeasuredStep.seconds`)."""
+    if batch in by_batch:
+        return by_batch[batch]
     batches = sorted(by_batch)
     smallest = batches[0]
     proportional = by_batch[smallest] * batch / smallest
     if len(batches) == 1:
         return proportional
     slope, intercept = np.polyfit(batches, [by_batch[b] for b in batches], 1)
+    if slope <= 0:
+        return by_batch[min(batches, key=lambda b: abs(b - batch))]
     return float(max(slope * batch + intercept, min(proportional, by_batch[smallest])))
 
 

@@ -471,6 +471,18 @@ def test_a_step_timed_whole_sets_the_step_time_of_graphs_of_its_structure(mlp_gr
         assert [d["basis"] for d in doc["costs"]["devices"]] == [basis]
 
 
+def test_a_measured_batch_keeps_its_measured_step_time_when_noise_makes_the_line_fall():
+    """A tiny step timed at batch 16 a little slower than at 32 (timing noise) is priced at what was measured at
+    each measured batch, and beyond them at the nearest one's time, not along a line that falls with the batch."""
+    from cost_models.measured_steps import MeasuredStep
+
+    step = MeasuredStep("mlp", "s", "cpu", {1: {32: 0.00359, 16: 0.00363}})
+    assert step.seconds(1, 32) == 0.00359 and step.seconds(1, 16) == 0.00363
+    assert step.seconds(1, 128) == 0.00359 and step.seconds(1, 8) == 0.00363
+    rising = MeasuredStep("mlp", "s", "cpu", {1: {32: 0.004, 16: 0.003}})
+    assert rising.seconds(1, 64) == pytest.approx(0.006) and rising.seconds(1, 8) == pytest.approx(0.0025)
+
+
 def copy_with_steps(model, steps):
     """``model`` with ``steps`` (MeasuredStep list) as its steps timed whole."""
     import copy
