@@ -8,6 +8,7 @@ command and machine as data (``cost_models/data/transfer_calibration.json``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -153,11 +154,16 @@ def measure_transfers(sizes=SIZES, repeats=15, time_limit_s=240.0):
     -------
     list of dict ``{"bytes", "seconds", "repeats"}``
     """
-    import tensorflow as tf
-
     worker_addr, ps_addr = f"localhost:{_free_port()}", f"localhost:{_free_port()}"
+    with ps_server(worker_addr, ps_addr):
+        return time_transfers(worker_addr, ps_addr, sizes, repeats, time_limit_s)
+
+
+@contextlib.contextmanager
+def ps_server(worker_addr, ps_addr, prefix=()):
+    """A PS server process at ``ps_addr`` for :func:`time_transfers` (run as ``prefix + argv``), up while inside."""
     server_proc = subprocess.Popen(
-        [sys.executable, "-c", _SERVER_SCRIPT, worker_addr, ps_addr],
+        [*prefix, sys.executable, "-c", _SERVER_SCRIPT, worker_addr, ps_addr],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -165,12 +171,19 @@ def measure_transfers(sizes=SIZES, repeats=15, time_limit_s=240.0):
     try:
         if server_proc.stdout.readline().strip() != "ready":
             raise CostModelError("the PS server process for the transfer calibration did not start")
-        cluster = tf.train.ClusterSpec({"worker": [worker_addr], "ps": [ps_addr]})
-        server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
-        return _time_sizes(tf, server.target, sizes, repeats, time.monotonic() + time_limit_s)
+        yield
     finally:
         server_proc.terminate()
         server_proc.wait(timeout=30)
+
+
+def time_transfers(worker_addr, ps_addr, sizes, repeats, time_limit_s=240.0):
+    """:func:`measure_transfers`'s timing, from a worker server at ``worker_addr`` against :func:`ps_server`."""
+    import tensorflow as tf
+
+    cluster = tf.train.ClusterSpec({"worker": [worker_addr], "ps": [ps_addr]})
+    server = tf.distribute.Server(cluster, job_name="worker", task_index=0, protocol="grpc")
+    return _time_sizes(tf, server.target, sizes, repeats, time.monotonic() + time_limit_s)
 
 
 def _time_sizes(tf, target, sizes, repeats, deadline):

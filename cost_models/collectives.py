@@ -77,12 +77,17 @@ def _worker(cluster, index, sizes, repeats):
                           for n, t in times.items()]), flush=True)
 
 
-def measure_collectives(sizes=SIZES, repeats=15, time_limit_s=300.0):
-    """Median seconds of one 2-task ring allreduce of each size (list of ``{"bytes", "seconds", "repeats"}``)."""
-    cluster = {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
+def measure_collectives(sizes=SIZES, repeats=15, time_limit_s=300.0, cluster=None, prefixes=((), ())):
+    """Median seconds of one 2-task ring allreduce of each size (list of ``{"bytes", "seconds", "repeats"}``).
+
+    The two worker processes serve ``cluster`` (two loopback ports unless given) and run as ``prefixes[i] + argv``
+    (in an emulated node's namespace, say).
+    """
+    cluster = cluster or {"worker": [f"localhost:{_free_port()}", f"localhost:{_free_port()}"]}
     argv = [sys.executable, "-m", "cost_models.collectives", json.dumps(cluster), json.dumps(list(sizes)),
             str(repeats)]
-    workers = [subprocess.Popen(argv + [str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    workers = [subprocess.Popen([*prefixes[i], *argv, str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
                for i in range(2)]
     try:
         out, err = workers[0].communicate(timeout=time_limit_s + 120)

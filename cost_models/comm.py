@@ -186,12 +186,16 @@ class CommModel:
             return self.link_efficiency(nic.kind, nic.rdma)
         return self._emulated_efficiency(nic.bandwidth, node.name)
 
-    def _emulated_efficiency(self, rate, where):
-        """The fraction of an emulated link of ``rate`` bytes/s that TensorFlow's gRPC achieves, as measured."""
+    def _emulated(self, where):
+        """What TensorFlow achieves over this machine's emulated links, as measured (CostModelError without)."""
         if self.emulated_link is None:
             raise CostModelError("no emulated link calibration to price emulated nodes' links: run "
                                  "'autodist profile emulated-links' (as root)", source=where)
-        return self.emulated_link.efficiency(rate)
+        return self.emulated_link
+
+    def _emulated_efficiency(self, rate, where):
+        """The fraction of an emulated link of ``rate`` bytes/s that TensorFlow's gRPC achieves, as measured."""
+        return self._emulated(where).efficiency(rate)
 
     def _between_emulated_nodes(self, src, dst, path):
         """Whether ``path`` (from ``src`` to ``dst``) goes between two emulated nodes."""
@@ -290,7 +294,8 @@ class CommModel:
         TensorFlow's collective ops, which autodist's runtime runs, and
         nccl-tests do not.  Collective ops between this machine's processes
         cost what ``profile collectives`` measured over loopback; between
-        emulated nodes, no less than that.
+        emulated nodes, what ``profile emulated-links`` measured on their
+        links (:meth:`_emulated_ring`).
         """
         nbytes = _check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -300,6 +305,8 @@ class CommModel:
             algorithm = "ring"
         if len(devices) < 2:
             return []
+        if collective_ops and self._ring_across_emulated_nodes(devices):
+            return [self._emulated_ring(nbytes, devices)]
         on_this_machine = self._loopback_collective(nbytes, devices) if collective_ops else None
         if on_this_machine is not None and self._all_loopback(devices):
             _, _, links = self._ring_links(devices)
@@ -324,13 +331,25 @@ class CommModel:
             fixed = self.overlap.collective_seconds if horovod else 0.0
         if fixed:
             phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
-        if on_this_machine is not None and self._all_emulated(devices):
-            # Emulated nodes are processes of this machine behind shaped veths: their collective is never faster than
-            # the same processes' collective over loopback, whose copies, sums and gRPC work bind at high rates.
-            short = on_this_machine - sum(p.seconds for p in phases)
-            if short > 0:
-                phases[0] = Phase(phases[0].seconds + short, phases[0].links)
         return [p for p in phases if p.seconds > 0 or p.links]
+
+    def _ring_across_emulated_nodes(self, devices):
+        """Whether every hop of the ring over ``devices`` goes between two emulated nodes."""
+        spec = self.resource_spec
+        hops = zip(devices, devices[1:] + devices[:1])
+        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops)
+
+    def _emulated_ring(self, nbytes, devices):
+        """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links:
+        ``n - 1`` times the measured 2-task allreduce of ``2 nbytes / n`` (each of the ``2(n-1)`` steps moves
+        ``nbytes / n``; cost_models.collectives.ring_allreduce_seconds) at the ring's slowest rate, plus its
+        largest hop delay per step."""
+        spec = self.resource_spec
+        hops = [spec.path(a, b) for a, b in zip(devices, devices[1:] + devices[:1])]
+        n = len(devices)
+        _, _, links = self._ring_links(devices)
+        measured = self._emulated(devices[0]).allreduce_seconds(min(p.bandwidth for p in hops), 2.0 * nbytes / n)
+        return Phase((n - 1) * measured + 2 * (n - 1) * max(p.latency for p in hops), links)
 
     def sparse_allgather_phases(self, nbytes, devices):
         """Phases of one sparse gradient's all-gather, ``nbytes`` of rows per replica.

@@ -1,67 +1,68 @@
-"""What TensorFlow's gRPC achieves over this machine's emulated links, measured.
+"""What TensorFlow's gRPC and collectives achieve over this machine's emulated links, measured.
 
 An emulated node's NIC (autodist.resource_spec.emulated) is a veth pair
 shaped by ``tc`` to the NIC's rate.  The rate is the wire's: Ethernet, IP and
 TCP headers take their share of it, and at high rates this machine's cores,
-not the shaper, limit what one gRPC transfer moves.  This module measures
-it: for each emulated preset, two namespaces of ``launcher.emulation`` and a
-tensor pulled from one task's server into the other through TensorFlow's
-gRPC (medians of several pulls), and stores the achieved fraction of the
-rate per rate (``cost_models/data/emulated_link_calibration.json``).  The
-communication model prices every transfer between emulated nodes at the
-fraction measured for its rate (interpolated in log rate between measured
-rates, the nearest measured one outside them).  Measuring needs root.
+not the shaper, bind: each node's processes run on its one core, which does
+gRPC's copies and the ring's sums too.  This module measures, per preset,
+between two namespaces of ``launcher.emulation`` (each task pinned to its
+node's cores, as the runtime's are):
+
+- ``transfer``: one tensor of about ``LINK_SECONDS`` of the rate, read from
+  a PS task on the other node, as ``cost_models.calibration`` times loopback
+  (remote read minus local).  Its bytes per second over the rate are the
+  link's ``efficiency``, at which the communication model prices every
+  transfer between emulated nodes.  Smaller transfers are not priced from
+  their own times: each was timed after an idle gap, in which the shaper's
+  token bucket filled, and sent its first bucket of bytes at once (a 256 KiB
+  read over emu-100mbit took 19 ms, 15% under the rate), which transfers one
+  after another in a step do not get.
+- ``allreduces``: one 2-task ``CollectiveReduceV2`` ring allreduce per size
+  (``cost_models.collectives`` over loopback does the same), up to about
+  ``LINK_SECONDS`` of the rate.  A line rate times an efficiency prices these
+  badly at high rates (a 2 MiB collective over emu-10gbit took 9.9 ms where
+  that priced 7.2; 16 MiB 65-75 ms against 42), so every collective between
+  emulated nodes takes this measured curve
+  (:meth:`EmulatedLinkCalibration.allreduce_seconds`).
+
+``cost_models/data/emulated_link_calibration.json`` holds the measurements.
+Measuring needs root.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
-import statistics
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
+from sklearn.isotonic import isotonic_regression
+
 from autodist.errors import CostModelError
-from cost_models.calibration import VersionedRecord, machine_description
+from cost_models.calibration import (SIZES, TransferCalibration, VersionedRecord, fit_line, machine_description,
+                                     ps_server)
+from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.emulated_link_calibration"
-VERSION = 1
+VERSION = 2
 PRESETS = ("emu-100mbit", "emu-1gbit", "emu-10gbit")
-MAX_PULL_BYTES = 256 * 2**20
+LINK_SECONDS = 1.5  # the largest size measured moves in about this long at the link's rate (at most 64 MiB)
 
-# Runs in emulated node 0: pulls ``nbytes`` from a variable on task 1 (node 1) ``repeats`` times through gRPC and
-# prints the bytes per second of each pull.
-GRPC_PULL = """
-import json, sys, time
-import tensorflow as tf
-
-cluster, nbytes, repeats = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(cluster), job_name="worker", task_index=0)
-with tf.device("/job:worker/replica:0/task:1/device:CPU:0"):
-    remote = tf.Variable(tf.zeros([nbytes // 4]))
-
-@tf.function
-def pull():
-    with tf.device("/job:worker/replica:0/task:0/device:CPU:0"):
-        return tf.reduce_sum(tf.identity(remote.read_value()))
-
-pull().numpy()  # traces, and warms the connection
-rates = []
-for _ in range(repeats):
-    start = time.perf_counter()
-    pull().numpy()
-    rates.append(nbytes / (time.perf_counter() - start))
-print(json.dumps(rates))
+_TRANSFERS = """
+import json, sys
+from cost_models.calibration import time_transfers
+worker, ps, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+print(json.dumps(time_transfers(worker, ps, [int(s) for s in sys.argv[4:]], repeats)))
 """
 
 
 @dataclass
 class EmulatedLinkCalibration(VersionedRecord):
-    """The fraction of an emulated link's rate that TensorFlow's gRPC achieves, per measured rate.
+    """What TensorFlow achieves over emulated links, per measured rate.
 
-    ``points``: ``{"rate_bytes", "bytes", "bytes_per_second", "efficiency", "pulls"}`` per preset, by rate.
+    ``points``: per preset ``{"preset", "rate_bytes", "efficiency", "transfer", "allreduces"}``: the achieved
+    fraction of the rate, the transfer it comes from (``{"bytes", "seconds", "repeats"}``, a median) and the
+    list of such medians of 2-task collective allreduces.
     """
 
     FORMAT, VERSION, WHAT = FORMAT, VERSION, "an emulated link calibration"
@@ -83,44 +84,94 @@ class EmulatedLinkCalibration(VersionedRecord):
                 return e0 + w * (e1 - e0)
         return points[-1][1]
 
+    @functools.cached_property
+    def _allreduces(self):
+        """``[(rate, TransferCalibration)]`` by rate (log-log between measured sizes, a line beyond).
 
-def measure_emulated_link(preset, nbytes, repeats=5):
-    """Bytes per second of each of ``repeats`` gRPC pulls of ``nbytes`` between the two nodes of ``preset``:2."""
+        The medians are first made to grow with size (an isotonic fit): more bytes never take less time, and
+        the small sizes' medians are noise around a fixed cost (4 KiB over emu-1gbit in 1.99 ms, 16 KiB in
+        1.75)."""
+        measured = sorted((p["rate_bytes"], p["allreduces"]) for p in self.points if p.get("allreduces"))
+        return [(rate, _growing_curve(points)) for rate, points in measured]
+
+    def allreduce_seconds(self, rate_bytes, nbytes):
+        """Seconds of one 2-task collective ring allreduce of ``nbytes`` over an emulated link of ``rate_bytes``.
+
+        The measured curve at that rate: geometric between the measured rates around it; above the fastest,
+        the fastest's (the cores bind there); below the slowest, the slowest's with the part that grows with
+        size slowed by the ratio of the rates (the link binds there).
+        """
+        curves = self._allreduces
+        if not curves:
+            raise CostModelError("an emulated link calibration without collective allreduces: run 'autodist "
+                                 "profile emulated-links' (as root)")
+        (slowest, curve), fastest = curves[0], curves[-1]
+        if rate_bytes >= fastest[0]:
+            return _at(fastest[1], nbytes)
+        if rate_bytes <= slowest:
+            fixed = _at(curve, 0)
+            return fixed + max(_at(curve, nbytes) - fixed, 0.0) * slowest / rate_bytes
+        for (r0, c0), (r1, c1) in zip(curves, curves[1:]):
+            if rate_bytes <= r1:
+                w = math.log(rate_bytes / r0) / math.log(r1 / r0)
+                return math.exp((1 - w) * math.log(_at(c0, nbytes)) + w * math.log(_at(c1, nbytes)))
+        raise AssertionError("unreachable: the rate is below the fastest measured")
+
+
+def _at(curve, nbytes):
+    """``curve``'s seconds at ``nbytes``; below its smallest measured size, that size's (a fixed cost)."""
+    return float(curve.predict(max(nbytes, curve.measurements[0]["bytes"])))
+
+
+def _growing_curve(points):
+    """A TransferCalibration through ``points`` (``{"bytes", "seconds"}``) with seconds made non-decreasing."""
+    points = sorted(points, key=lambda m: m["bytes"])
+    sizes = [m["bytes"] for m in points]
+    seconds = isotonic_regression([m["seconds"] for m in points], increasing=True)
+    return TransferCalibration(*fit_line(sizes, seconds),
+                               [{"bytes": b, "seconds": float(t)} for b, t in zip(sizes, seconds)])
+
+
+def sizes_for(rate_bytes):
+    """The calibration sizes (``cost_models.calibration.SIZES``) a link of ``rate_bytes`` moves in LINK_SECONDS."""
+    return [s for s in SIZES if s <= rate_bytes * LINK_SECONDS]
+
+
+def measure_emulated_link(preset, transfer_bytes, allreduce_sizes, repeats=5):
+    """``{"transfer", "allreduces"}``: median seconds of a transfer of ``transfer_bytes`` and of an allreduce of
+    each of ``allreduce_sizes`` between the two nodes of ``preset``:2 (no allreduces for none)."""
     from autodist.resource_spec import load_cluster
+    from cost_models.collectives import measure_collectives
     from launcher.emulation import EmulatedNetwork
 
     spec = load_cluster(preset=f"{preset}:2")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    first, second = (node.name for node in spec.nodes)
     with EmulatedNetwork(spec) as network:
-        cluster = {"worker": [network.address(spec.nodes[0].name), network.address(spec.nodes[1].name)]}
-        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})
-        server = subprocess.Popen(network.command(spec.nodes[1].name, [sys.executable, "-m", "launcher.runtime.server"]),
-                                  env=dict(env, TF_CONFIG=config))
-        try:
-            out = subprocess.run(network.command(spec.nodes[0].name, [sys.executable, "-c", GRPC_PULL,
-                                                                      json.dumps(cluster), str(nbytes), str(repeats)]),
-                                 capture_output=True, text=True, timeout=600, env=env)
-        finally:
-            server.kill()
-            server.wait()
-    if out.returncode != 0:
-        raise CostModelError(f"the gRPC pull over {preset} failed: {out.stderr.strip().splitlines()[-1:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        worker, ps = network.address(first), network.address(second)
+        with ps_server(worker, ps, prefix=network.command(second, [])):
+            [transfer] = run_json(_TRANSFERS, [worker, ps, repeats, transfer_bytes], f"the transfer over {preset}",
+                                  prefix=network.command(first, []))
+        cluster = {"worker": [network.address(first), network.address(second)]}
+        allreduces = measure_collectives(allreduce_sizes, repeats, cluster=cluster,
+                                         prefixes=[network.command(first, []), network.command(second, [])]) \
+            if allreduce_sizes else []
+    return {"transfer": transfer, "allreduces": allreduces}
 
 
 def calibrate_emulated_links(presets=PRESETS, repeats=5, command=""):
-    """Measure each preset's link (about a second of bytes per pull, at most MAX_PULL_BYTES)."""
+    """Measure each preset (:func:`measure_emulated_link`: the largest of :func:`sizes_for` its rate for the
+    transfer, all of them for the allreduces)."""
     from autodist.resource_spec.emulated import EMULATED_RATES
 
     load_before = os.getloadavg()[0]
     points = []
     for preset in presets:
         rate = EMULATED_RATES[preset] / 8
-        nbytes = int(min(rate, MAX_PULL_BYTES)) // 4 * 4
-        pulls = measure_emulated_link(preset, nbytes, repeats)
-        achieved = statistics.median(pulls)
-        points.append({"rate_bytes": rate, "bytes": nbytes, "bytes_per_second": achieved,
-                       "efficiency": achieved / rate, "pulls": pulls})
+        sizes = sizes_for(rate)
+        measured = measure_emulated_link(preset, sizes[-1], sizes, repeats)
+        transfer = measured["transfer"]
+        points.append({"preset": preset, "rate_bytes": rate,
+                       "efficiency": transfer["bytes"] / transfer["seconds"] / rate, **measured})
     machine = {**machine_description(), "load_average": {"before": round(load_before, 2),
                                                            "after": round(os.getloadavg()[0], 2)}}
     return EmulatedLinkCalibration(points, command, machine)

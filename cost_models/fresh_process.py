@@ -17,15 +17,16 @@ from autodist.errors import CostModelError
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_json(code, args, what, source=None, timeout=600):
-    """Run ``code`` with ``args`` (``sys.argv[1:]``) in a new interpreter; the JSON value of its last output line.
+def run_json(code, args, what, source=None, timeout=600, prefix=()):
+    """Run ``code`` with ``args`` (``sys.argv[1:]``) in a new interpreter (as ``prefix + argv``: in a network
+    namespace, say); the JSON value of its last output line.
 
     Raises
     ------
     CostModelError
         Naming ``what`` failed and the child's last error line.
     """
-    done = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+    done = subprocess.run([*prefix, sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
                           cwd=_PACKAGE_ROOT, timeout=timeout)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

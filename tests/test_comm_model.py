@@ -160,21 +160,21 @@ def test_loopback_transfers_follow_the_calibration():
         assert phase.seconds >= cm.calibration.predict(nbytes)
 
 
-def test_collectives_between_emulated_nodes_are_never_faster_than_over_loopback():
-    """A 10 Gbit/s veth is faster than what two processes of this machine sum and copy (the loopback measurement
-    binds); a 100 Mbit/s one is slower (the shaped link binds)."""
-    from cost_models.collectives import ring_allreduce_seconds
-
+def test_collectives_between_emulated_nodes_cost_what_was_measured_on_their_links():
+    """A collective between emulated nodes takes the allreduce measured on their preset's link: at 10 Gbit/s far
+    slower than its line rate (this machine's one core per node copies and sums), at 100 Mbit/s near it (the
+    shaped link binds)."""
     cm = CostModel.default()
-    for preset, binds in (("emu-10gbit:2", "loopback"), ("emu-100mbit:2", "link")):
+    for preset, binds in (("emu-10gbit:2", "cores"), ("emu-100mbit:2", "link")):
         spec = load_cluster(preset=preset)
         comm = cm.comm_model(spec)
         devices = [d.name for d in spec.devices("CPU")]
-        loopback = ring_allreduce_seconds(cm.collectives, 2**21, 2)
+        rate = spec.nodes[0].nics[0].bandwidth
         over_links = sum(p.seconds for p in comm.allreduce_phases(2**21, devices))
         on_collective_ops = sum(p.seconds for p in comm.allreduce_phases(2**21, devices, collective_ops=True))
-        assert on_collective_ops == pytest.approx(max(loopback, over_links)), preset
-        assert (loopback > over_links) == (binds == "loopback"), preset
+        latency = comm.effective_path(*devices)[1]
+        assert on_collective_ops == pytest.approx(2 * latency + cm.emulated_link.allreduce_seconds(rate, 2**21))
+        assert (on_collective_ops > 1.5 * over_links) == (binds == "cores"), preset
 
 
 def test_collective_ops_run_their_own_algorithm_whatever_the_plan_names():
@@ -196,8 +196,8 @@ def test_collective_ops_run_their_own_algorithm_whatever_the_plan_names():
 
 def test_a_cpu_collective_takes_its_loopback_work_from_the_compute_beside_it():
     """Between emulated nodes (one core each), a collective op's copies, sums and gRPC work run on the core the
-    replica computes on: all of its time at 10 Gbit/s, where that work binds; a small share at 100 Mbit/s, where the
-    link does.  GPUs keep the fitted NCCL contention; ordinary ops (the one-client runtime) take none."""
+    replica computes on: nearly all of its time at 10 Gbit/s, where that work binds; a small share at 100 Mbit/s,
+    where the link does.  GPUs keep the fitted NCCL contention; ordinary ops (the one-client runtime) take none."""
     from cost_models.collectives import ring_allreduce_seconds
 
     cm = CostModel.default()
@@ -212,7 +212,7 @@ def test_a_cpu_collective_takes_its_loopback_work_from_the_compute_beside_it():
         shares[preset] = comm.compute_contention(devices, nbytes=nbytes, seconds=seconds)
         assert shares[preset] == pytest.approx(min(1.0, loopback / seconds))
         assert comm.compute_contention(devices, collective_ops=False, nbytes=nbytes, seconds=seconds) is None
-    assert shares["emu-10gbit:2"] == 1.0 and shares["emu-100mbit:2"] < 0.2
+    assert shares["emu-10gbit:2"] > 0.9 and shares["emu-100mbit:2"] < 0.2
     gpus = load_cluster(preset="dgx-h100:2")
     assert cm.comm_model(gpus).compute_contention(_gpus(gpus), nbytes=nbytes, seconds=1.0) == cm.overlap.contention
 

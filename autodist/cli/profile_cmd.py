@@ -72,9 +72,9 @@ def register(subparsers):
     _add_out(rs, "remote_step_calibration.json")
     rs.set_defaults(func=run_remote_steps)
 
-    el = sub.add_parser("emulated-links", help="measure what TensorFlow's gRPC achieves over each emulated preset's "
-                                               "shaped link (needs root)")
-    el.add_argument("--repeats", type=int, default=5, help="timed pulls per preset (default 5)")
+    el = sub.add_parser("emulated-links", help="measure TensorFlow's transfers and collective allreduces per size "
+                                               "over each emulated preset's shaped link (needs root)")
+    el.add_argument("--repeats", type=int, default=5, help="timed rounds over the sizes per preset (default 5)")
     _add_out(el, "emulated_link_calibration.json")
     el.set_defaults(func=run_emulated_links)
 
