@@ -79,16 +79,19 @@ def _script_args(model, steps=MIN_STEPS):
 
 def run_cell(model, graph_item, cluster, budget, cost_model, folder):
     """Every strategy of one (model, cluster) cell: its row, with the error and the cell's agreement."""
-    from autodist.cli.bench_cmd import STRATEGIES, add_ranks, measured_times, run_strategy, strategy_plans, strategy_row
+    from autodist.cli.bench_cmd import (STRATEGIES, add_ranks, measured_times, run_strategy, runtime_program,
+                                        strategy_plans, strategy_row)
     from autodist.resource_spec import load_cluster
 
     spec = load_cluster(preset=cluster)
     script = os.path.join(MODELS_DIR, f"{model}.py")
-    rows = []
+    rows, ran = [], {}  # ran: runtime program -> (the strategy that ran it, its step times, why it failed)
     for name, plan, why_not in strategy_plans(graph_item, spec, STRATEGIES, cost_model, budget_s=budget):
-        times, failed = None, None
+        times, failed, first = None, None, None
         path = os.path.join(folder, f"{model}-{cluster.replace(':', '-')}-{name}.json")
-        if plan is not None:
+        if plan is not None and runtime_program(plan.strategy) in ran:
+            first, times, failed = ran[runtime_program(plan.strategy)]
+        elif plan is not None:
             plan.save(path)
             try:
                 steps, measured = run_length(float(plan.prediction["step_time"]))
@@ -96,7 +99,8 @@ def run_cell(model, graph_item, cluster, budget, cost_model, folder):
                 times = measured_times(record, measured, name)
             except AutoDistError as exc:  # one strategy that cannot run does not stop the benchmark
                 failed = str(exc)
-        row = strategy_row(name, plan, None, why_not, times)
+            ran[runtime_program(plan.strategy)] = (name, times, failed)
+        row = strategy_row(name, plan, None, why_not, times, first)
         row["measured_steps"] = len(times) if times else None
         if failed:
             row["failed"] = failed
@@ -134,7 +138,8 @@ def _measured(row):
 
 
 def summary(cells):
-    errors = [abs(r["error"]) for c in cells for r in c["strategies"] if r["error"] is not None]
+    errors = [abs(r["error"]) for c in cells for r in c["strategies"]
+              if r["error"] is not None and not r.get("same_run_as")]  # each run once
     pairs = sum(c["pairs_differing"] for c in cells)
     ring = [c["ring_over_plan"] for c in cells if c["ring_over_plan"]]
     return {
@@ -175,7 +180,8 @@ def markdown(result):
               "| rank measured | rank predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in result["cells"]:
         for r in c["strategies"]:
-            note = r.get("skipped") or r.get("failed")
+            note = r.get("skipped") or r.get("failed") or (
+                f"the run of {r['same_run_as']}: the same program" if r.get("same_run_as") else None)
             lines.append(f"| {c['model']} | {c['cluster']} | {r['name']} | {_f(r['measured_step_time'], 1e3)} "
                          f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} | {r['measured_steps'] or '-'} "
                          f"| {_f(r['predicted_step_time'], 1e3)} | {_f(r['error'], 100, 1)}% "

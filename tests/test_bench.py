@@ -4,6 +4,7 @@ The runs are real: benchmarks/models/run_small_mlp.py captured, planned and
 trained by local TensorFlow tasks under the searched plan and each baseline.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -50,6 +51,27 @@ def test_an_emulated_cluster_without_root_is_one_line_and_exit_2(shared_folder):
     assert not os.listdir(folder)
 
 
+def test_strategies_that_run_one_program_share_one_run(mlp_graph):
+    """On collective ops the runtime ignores the algorithm names (CollectiveReduceV2 picks its own): ring and
+    hierarchical data parallelism are one program; a bucket, a PS variable or an algorithm summed by ordinary ops
+    (a hybrid plan, from one client) is another."""
+    from autodist.cli.bench_cmd import runtime_program
+    from autodist.resource_spec import load_cluster
+    from cost_models import CostModel
+    from placement import Problem
+    from placement.baselines import data_parallel
+
+    problem = Problem(mlp_graph, load_cluster(preset="emu-1gbit:2"), CostModel.default())
+    ring, hierarchical = data_parallel(problem), data_parallel(problem, algorithm="hierarchical")
+    assert ring.allreduces_everything() and ring.sync != hierarchical.sync
+    assert runtime_program(ring) == runtime_program(hierarchical)
+    first = sorted(ring.sync)[0]
+    rebucketed = dataclasses.replace(ring, sync={**ring.sync, first: dataclasses.replace(ring.sync[first], bucket=7)})
+    assert runtime_program(rebucketed) != runtime_program(ring)
+    hybrid = data_parallel(problem, ps_names=[first])
+    assert runtime_program(hybrid) != runtime_program(data_parallel(problem, [first], algorithm="hierarchical"))
+
+
 @pytest.mark.slow
 def test_bench_runs_every_strategy_and_reports_both_times(tmp_path):
     done = _bench([SCRIPT, "--preset", "cpu-local:2", "--steps", "3", "--format", "json", "-o", "plans", *TINY],
@@ -63,6 +85,11 @@ def test_bench_runs_every_strategy_and_reports_both_times(tmp_path):
         assert r["measured_over_predicted"] == pytest.approx(r["measured_step_time"] / r["predicted_step_time"])
     assert sorted(r["measured_rank"] for r in rows) == sorted(r["predicted_rank"] for r in rows) == [1, 2, 3, 4, 5, 6]
     assert sorted(os.listdir(tmp_path / "plans")) == sorted(f"{name}.json" for name in STRATEGIES)
+    # Strategies of one program ran once and share that run's times.
+    by_name = {r["name"]: r for r in rows}
+    shared = [r for r in rows if "same_run_as" in r]
+    assert all(r["measured_step_time"] == by_name[r["same_run_as"]]["measured_step_time"] for r in shared)
+    assert done.stderr.count("autodist: bench: running") == len(rows) - len(shared)
     assert not _processes_naming(str(tmp_path))
 
 

@@ -66,6 +66,8 @@ def test_emulated_links_are_priced_from_what_was_measured_for_their_rate():
     assert (measured.efficiency(1e6), measured.efficiency(1e10)) == (0.9, 0.3)  # the nearest measured rate
     assert measured.allreduce_seconds(1e7, 65536) == pytest.approx(0.012)
     assert measured.allreduce_seconds(1e7, 16384) == pytest.approx((0.002 * 0.012) ** 0.5)  # log-log between sizes
+    # beyond the largest size, at the rate of the two largest
+    assert measured.allreduce_seconds(1e7, 2**21) == pytest.approx(0.18 + 2**20 * 0.168 / (2**20 - 2**16))
     assert measured.allreduce_seconds(1e9, 40) == measured.allreduce_seconds(1e9, 65536) == pytest.approx(0.0025)
     assert measured.allreduce_seconds(1e8, 2**20) == pytest.approx((0.18 * 0.02) ** 0.5)  # halfway in log rate
     assert measured.allreduce_seconds(1e10, 2**20) == pytest.approx(0.02)  # the cores bind above the fastest
