@@ -151,9 +151,10 @@ class CommModel:
         The measured fixed cost of a step one client drives on remote tasks;
         without one, that cost is not counted.
     emulated_link : cost_models.emulated_link.EmulatedLinkCalibration or None
-        What TensorFlow's gRPC achieves over this machine's emulated links:
-        the NIC of an emulated node runs at the fraction measured for its
-        rate; without it, transfers between emulated nodes cannot be priced.
+        What TensorFlow achieves over this machine's emulated links: the NIC
+        of an emulated node runs at the fraction measured for its rate, and
+        a collective between emulated nodes takes the allreduce measured on
+        their links; without it, neither can be priced.
     overlap : cost_models.overlap.NcclOverlap or None
         The fitted fixed cost per collective and compute contention of a
         training step's NCCL collectives on GPUs (:meth:`compute_contention`);

@@ -86,7 +86,7 @@ class EmulatedLinkCalibration(VersionedRecord):
 
     @functools.cached_property
     def _allreduces(self):
-        """``[(rate, TransferCalibration)]`` by rate (log-log between measured sizes, a line beyond).
+        """``[(rate, TransferCalibration)]`` by rate (priced by :func:`_at`).
 
         The medians are first made to grow with size (an isotonic fit): more bytes never take less time, and
         the small sizes' medians are noise around a fixed cost (4 KiB over emu-1gbit in 1.99 ms, 16 KiB in
@@ -119,9 +119,9 @@ class EmulatedLinkCalibration(VersionedRecord):
 
 
 def _at(curve, nbytes):
-    """``curve``'s seconds at ``nbytes``: below its smallest measured size, that size's (a fixed cost); above its
-    largest, along the line through its two largest (their bytes per second: a line fitted over all sizes,
-    weighted to the small ones' fixed costs, priced 24 MiB over emu-100mbit below the 16 MiB measured)."""
+    """``curve``'s seconds at ``nbytes``: log-log between its measured sizes; below the smallest, that size's (a
+    fixed cost); above the largest, at the bytes per second between its two largest (the line fitted over all
+    sizes leans to the small sizes' fixed costs: it priced 24 MiB over emu-100mbit under the measured 16 MiB)."""
     points = curve.measurements
     if nbytes > points[-1]["bytes"] and len(points) > 1:
         (b0, t0), (b1, t1) = ((m["bytes"], m["seconds"]) for m in points[-2:])
