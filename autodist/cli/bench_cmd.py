@@ -6,7 +6,8 @@ and prints side by side each strategy's measured step time (the median of
 the run's last ``--steps`` steps; the steps before them are warm-up), its
 spread, the predicted step time, their ratio, and both rankings.  A cluster
 that cannot run here (its GPUs are elsewhere) gets each plan written, and
-the commands that run it on the cluster's pods.
+the commands that run it on the cluster's pods.  Strategies that run the
+same program (:func:`runtime_program`) run once and share that run.
 """
 
 from __future__ import annotations
