@@ -24,16 +24,17 @@ from autodist.errors import CostModelError
 from cost_models.calibration import SIZES, TransferCalibration, _free_port, fit_line, machine_description
 
 
-def ring_allreduce_seconds(calibration, nbytes, tasks):
-    """Predicted seconds of a ring allreduce of ``nbytes`` over ``tasks`` loopback worker processes.
+def ring_allreduce_seconds(two_task_seconds, nbytes, tasks):
+    """Predicted seconds of a ring allreduce of ``nbytes`` over ``tasks`` worker processes.
 
-    A ring makes ``2(n-1)`` steps of ``nbytes / n`` each; the calibration
-    times the two steps of a 2-task ring over ``nbytes / 2``, so one step of
-    ``c`` bytes costs ``calibration(2c) / 2``.
+    A ring makes ``2(n-1)`` steps of ``nbytes / n`` each; ``two_task_seconds(b)``,
+    a measured 2-task allreduce of ``b`` bytes (over loopback, or an emulated
+    link), is the two steps of a ring over ``b / 2``, so one step of ``c``
+    bytes costs ``two_task_seconds(2c) / 2``.
     """
     if tasks < 2:
         return 0.0
-    return (tasks - 1) * float(calibration.predict(2.0 * nbytes / tasks))
+    return (tasks - 1) * float(two_task_seconds(2.0 * nbytes / tasks))
 
 
 def _worker(cluster, index, sizes, repeats):

@@ -21,6 +21,7 @@ Two transports, as the runtime uses them (README, "How a plan runs"):
 
 from __future__ import annotations
 
+import functools
 import math
 
 from cost_models.overlap import lockstep_pace
@@ -337,20 +338,19 @@ class CommModel:
     def _ring_across_emulated_nodes(self, devices):
         """Whether every hop of the ring over ``devices`` goes between two emulated nodes."""
         spec = self.resource_spec
-        hops = zip(devices, devices[1:] + devices[:1])
-        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops)
+        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in _hops(devices))
 
     def _emulated_ring(self, nbytes, devices):
-        """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links:
-        ``n - 1`` times the measured 2-task allreduce of ``2 nbytes / n`` (each of the ``2(n-1)`` steps moves
-        ``nbytes / n``; cost_models.collectives.ring_allreduce_seconds) at the ring's slowest rate, plus its
-        largest hop delay per step."""
-        spec = self.resource_spec
-        hops = [spec.path(a, b) for a, b in zip(devices, devices[1:] + devices[:1])]
-        n = len(devices)
+        """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links
+        (cost_models.collectives.ring_allreduce_seconds over the 2-task allreduce measured at the ring's slowest
+        rate), plus its largest hop delay per step."""
+        from cost_models.collectives import ring_allreduce_seconds
+
+        paths = [self.resource_spec.path(a, b) for a, b in _hops(devices)]
+        rate, n = min(p.bandwidth for p in paths), len(devices)
+        measured = functools.partial(self._emulated(devices[0]).allreduce_seconds, rate)
         _, _, links = self._ring_links(devices)
-        measured = self._emulated(devices[0]).allreduce_seconds(min(p.bandwidth for p in hops), 2.0 * nbytes / n)
-        return Phase((n - 1) * measured + 2 * (n - 1) * max(p.latency for p in hops), links)
+        return Phase(ring_allreduce_seconds(measured, nbytes, n) + 2 * (n - 1) * max(p.latency for p in paths), links)
 
     def sparse_allgather_phases(self, nbytes, devices):
         """Phases of one sparse gradient's all-gather, ``nbytes`` of rows per replica.
@@ -482,7 +482,7 @@ class CommModel:
     def _graph_ring(self, nbytes, devices):
         n = len(devices)
         step, links = 0.0, set()
-        for a, b in zip(devices, devices[1:] + devices[:1]):
+        for a, b in _hops(devices):
             for phase in self._graph_hop(a, b, nbytes / n):
                 step = max(step, phase.seconds)
                 links.update(phase.links)
@@ -504,7 +504,7 @@ class CommModel:
         drives through gRPC (loopback, TCP Ethernet) and so pays the calibrated
         per-tensor overhead; NCCL over NVLink/PCIe/RDMA pays link latencies only."""
         spec = self.resource_spec
-        media = {spec.path(a, b).medium for a, b in zip(devices, devices[1:] + devices[:1])}
+        media = {spec.path(a, b).medium for a, b in _hops(devices)}
         return bool(media & GRPC_MEDIA)
 
     def _loopback_collective(self, nbytes, devices):
@@ -514,7 +514,7 @@ class CommModel:
             return None
         from cost_models.collectives import ring_allreduce_seconds
 
-        return ring_allreduce_seconds(self.collectives, nbytes, len(devices))
+        return ring_allreduce_seconds(self.collectives.predict, nbytes, len(devices))
 
     def _all_emulated(self, devices):
         """Whether every one of ``devices`` is on an emulated node (a process group of this machine)."""
@@ -523,7 +523,7 @@ class CommModel:
 
     def _all_loopback(self, devices):
         spec = self.resource_spec
-        return all(spec.path(a, b).medium == "loopback" for a, b in zip(devices, devices[1:] + devices[:1]))
+        return all(spec.path(a, b).medium == "loopback" for a, b in _hops(devices))
 
     def _by_node(self, devices):
         groups = {}
@@ -546,7 +546,7 @@ class CommModel:
             if node.nics:
                 rails.setdefault(node.name, set()).add(node.nic_for(device))
         bandwidth, latency, links = float("inf"), 0.0, set()
-        for a, b in zip(devices, devices[1:] + devices[:1]):
+        for a, b in _hops(devices):
             bw, lat, ls = self.effective_path(a, b)
             node_a, node_b = spec.device(a).node, spec.device(b).node
             if node_a != node_b:
@@ -674,3 +674,8 @@ def _check_bytes(nbytes):
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or nbytes < 0:
         raise InputError(f"nbytes must be a non-negative number, got {nbytes!r}")
     return nbytes
+
+
+def _hops(devices):
+    """The ``(device, next device)`` hops of a ring over ``devices``."""
+    return zip(devices, devices[1:] + devices[:1])

@@ -15,13 +15,13 @@ node's cores, as the runtime's are):
   transfer between emulated nodes.  Smaller transfers are not priced from
   their own times: each was timed after an idle gap, in which the shaper's
   token bucket filled, and sent its first bucket of bytes at once (a 256 KiB
-  read over emu-100mbit took 19 ms, 15% under the rate), which transfers one
-  after another in a step do not get.
+  read over emu-100mbit took 19.2 ms, where the rate alone takes 21.0), which
+  transfers one after another in a step do not get.
 - ``allreduces``: one 2-task ``CollectiveReduceV2`` ring allreduce per size
   (``cost_models.collectives`` over loopback does the same), up to about
   ``LINK_SECONDS`` of the rate.  A line rate times an efficiency prices these
   badly at high rates (a 2 MiB collective over emu-10gbit took 9.9 ms where
-  that priced 7.2; 16 MiB 65-75 ms against 42), so every collective between
+  that priced 7.2; 16 MiB 56-75 ms against 42), so every collective between
   emulated nodes takes this measured curve
   (:meth:`EmulatedLinkCalibration.allreduce_seconds`).
 
@@ -89,8 +89,8 @@ class EmulatedLinkCalibration(VersionedRecord):
         """``[(rate, TransferCalibration)]`` by rate (priced by :func:`_at`).
 
         The medians are first made to grow with size (an isotonic fit): more bytes never take less time, and
-        the small sizes' medians are noise around a fixed cost (4 KiB over emu-1gbit in 1.99 ms, 16 KiB in
-        1.75)."""
+        the small sizes' medians are noise around a fixed cost (4 KiB over emu-1gbit in 1.51 ms, 16 KiB in
+        1.12)."""
         measured = sorted((p["rate_bytes"], p["allreduces"]) for p in self.points if p.get("allreduces"))
         return [(rate, _growing_curve(points)) for rate, points in measured]
 

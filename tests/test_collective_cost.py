@@ -25,8 +25,8 @@ def test_collective_allreduce_over_loopback_takes_the_calibrated_curve():
     # Transfers between the replicas' devices (a one-client plan) keep the link formula.
     assert comm.allreduce_time(nbytes, devices) < phases[0].seconds
     # n replicas: n - 1 steps of the 2-task curve at 2S/n bytes each.
-    assert ring_allreduce_seconds(CURVE, nbytes, 4) == pytest.approx(3 * float(CURVE.predict(nbytes / 2)))
-    assert ring_allreduce_seconds(CURVE, nbytes, 1) == 0.0
+    assert ring_allreduce_seconds(CURVE.predict, nbytes, 4) == pytest.approx(3 * float(CURVE.predict(nbytes / 2)))
+    assert ring_allreduce_seconds(CURVE.predict, nbytes, 1) == 0.0
 
 
 def test_collective_curve_applies_only_to_loopback_rings():
