@@ -265,19 +265,43 @@ class CommModel:
         bandwidth, latency, links = route(src_device, dst_device)
         if not links:
             return []
+        return [self._phase(nbytes, bandwidth, latency, links,
+                            self.resource_spec.path(src_device, dst_device).medium == "loopback")]
+
+    def _phase(self, nbytes, bandwidth, latency, links, loopback):
+        """latency + per-tensor overhead + bytes / bandwidth on ``links``; over ``loopback``, at least the
+        calibrated loopback transfer."""
         seconds = latency + self.per_tensor_overhead + nbytes / bandwidth
-        if self.calibration is not None and self.resource_spec.path(src_device, dst_device).medium == "loopback":
+        if self.calibration is not None and loopback:
             seconds = max(seconds, latency + float(self.calibration.predict(nbytes)))
-        return [Phase(seconds, links)]
+        return Phase(seconds, links)
 
     def ps_phases(self, worker_device, ps_device, nbytes):
         """One push (or one pull) of ``nbytes`` between a worker and a PS, over gRPC.
 
         Fan-in contention is not in the number: every worker's push occupies
         the receiving direction of the server's NIC (or fabric port), so the
-        simulator's queue on that link serialises them.
+        simulator's queue on that link serialises them.  A PS on the worker's
+        own device is still another task: see :meth:`_to_task_on_device`.
         """
+        if worker_device == ps_device:
+            return self._to_task_on_device(worker_device, nbytes)
         return self.transfer_phases(worker_device, ps_device, nbytes, grpc=True)
+
+    def _to_task_on_device(self, device, nbytes):
+        """A tensor between two tasks that share ``device`` (a worker and the PS task on its node's CPU).
+
+        They are two processes: the runtime's PS job serves its variables
+        from its own process, so every push and pull goes through gRPC over
+        the node's loopback, as between two devices of the node.  Both
+        directions of the device's port are held: on one CPU the sending and
+        the receiving process copy and (de)serialise on the same cores.
+        """
+        spec = self.resource_spec
+        port = spec.node_of(device).port_of(spec.device(device))
+        links = (send_link(f"{device}/fabric"), receive_link(f"{device}/fabric"))
+        bandwidth = port.bandwidth * self.link_efficiency(port.kind)
+        return [self._phase(nbytes, bandwidth, port.latency, links, port.kind == "loopback")]
 
     # -- collectives ---------------------------------------------------------
     def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False, horovod=False):

@@ -584,9 +584,10 @@ class _SyncRun:
 
     def feed(self):
         """The next step's input, sent with its pulls: a one-client plan's client, on the first worker's node,
-        sends every replica on another node its slice of the global batch (all of its micro-batches) over gRPC
-        (launcher.runtime.trainer slices the batch its step is called with).  Replicas on the client's node
-        read theirs on that machine: no network, and not priced (as a PS task there is not)."""
+        sends every replica its slice of the global batch (all of its micro-batches) over gRPC
+        (launcher.runtime.trainer slices the batch its step is called with, on the client).  The client is a
+        process of its own: a replica on its node receives its slice over that node's loopback, as from a
+        task on its own device."""
         self.pulls += self._cached(("feed",), self._feeds)
 
     def _feeds(self):
@@ -594,8 +595,9 @@ class _SyncRun:
         firsts = [r[0] for r in self.strategy.replicas]
         client = min(firsts, key=lambda d: problem.node_index[spec.device(d).node])
         nbytes = problem.input_bytes * problem.micro_batches_of(self.strategy)
-        return [(self._turn(client, d), -1, self._ps_transfer(client, d, nbytes), f"input to {d}")
-                for d in firsts if spec.device(d).node != spec.device(client).node]
+        here = spec.device(client).node
+        return [(self._turn(client, d), -1, self._ps_transfer(d if spec.device(d).node == here else client, d, nbytes),
+                 f"input to {d}") for d in firsts]
 
     def end(self):
         """When the step's last compute, transfer or update (on a replica or a PS) has ended."""

@@ -160,6 +160,20 @@ def test_loopback_transfers_follow_the_calibration():
         assert phase.seconds >= cm.calibration.predict(nbytes)
 
 
+def test_a_ps_on_the_workers_own_device_is_still_another_task_over_loopback():
+    """A PS task on its worker's CPU is another process: every push and pull crosses the node's loopback through
+    gRPC, on both directions of the device's port, as between two devices of that node."""
+    spec = load_cluster(preset="cpu-local:1")
+    cm = CostModel.default()
+    comm = cm.comm_model(spec)
+    (device,) = (d.name for d in spec.devices("CPU"))
+    for nbytes in (4096, 2**20, 64 * 2**20):
+        (phase,) = comm.ps_phases(device, device, nbytes)
+        assert phase.seconds >= cm.calibration.predict(nbytes)
+        assert set(phase.links) == {f"{device}/fabric/tx", f"{device}/fabric/rx"}
+    assert comm.transfer_phases(device, device, 2**20) == []  # within one process nothing moves
+
+
 def test_collectives_between_emulated_nodes_cost_what_was_measured_on_their_links():
     """A collective between emulated nodes takes the allreduce measured on their preset's link: at 10 Gbit/s far
     slower than its line rate (this machine's one core per node copies and sums), at 100 Mbit/s near it (the

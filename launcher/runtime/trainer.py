@@ -17,7 +17,8 @@ One client (the chief) builds one step graph with explicit devices:
   with the planned algorithm (see :mod:`launcher.runtime.allreduce`); each
   replica updates its own copy.
 - Each replica runs forward and backward on its device over its slice of the
-  global batch, with ``model.stateless_call`` on the placed values.
+  global batch (cut on the client, so that its task receives only its rows),
+  with ``model.stateless_call`` on the placed values.
 
 Every replica's loss is its slice's mean loss scaled by the slice's share of
 the global batch, so the summed gradient equals single-process training on
@@ -230,15 +231,14 @@ class PlacedTrainer:
 
         return take
 
-    def _replica_gradients(self, x, y, lo, hi, n, replica):
-        """Loss share and gradients of one replica: a dense tensor per allreduce
-        variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
+    def _replica_gradients(self, xs, ys, n, replica):
+        """Loss share (``xs``' rows of a global batch of ``n``) and gradients of one replica: a dense tensor per
+        allreduce variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
         import tensorflow as tf
 
         from autodist.hooks import keras_take
         from launcher.runtime.groups import layers_on_devices
 
-        xs, ys = x[lo:hi], y[lo:hi]
         state = [tf.convert_to_tensor(v) for v in self._state]
         slots = self.layout.replica_slots[replica] if self.layout.replica_slots else (self.devices[replica],)
         # Only the watched reads: a shard's variable, watched too, would join its pulled copy to its PS read.
@@ -248,7 +248,7 @@ class PlacedTrainer:
             with layers_on_devices(self.model, slots, self.layout.group_slots), keras_take(self._rows_on_ps(lookups)):
                 y_pred, new_state = self.model.stateless_call([value for value, _, _ in reads], state, xs,
                                                               training=True)
-            share = tf.cast(hi - lo, y_pred.dtype) / tf.cast(n, y_pred.dtype)
+            share = tf.cast(tf.shape(xs)[0], y_pred.dtype) / tf.cast(n, y_pred.dtype)
             loss = self.model.compute_loss(x=xs, y=ys, y_pred=y_pred, training=True) * share
         grads = tape.gradient(loss, [sources for _, sources, _ in reads])
         out = []
@@ -260,15 +260,17 @@ class PlacedTrainer:
             out.append([_shard_gradient(g[k], g[count + k], "ps_shard_gradient") for k in range(count)])
         return loss, out, new_state
 
-    def _accumulated_gradients(self, x, y, lo, hi, n, replica):
-        """:meth:`_replica_gradients` of rows ``lo:hi`` cut into the layout's micro-batches, one after the other,
-        summed (each loss is already scaled by its rows' share of the global batch).  The model's state
-        (batch-norm statistics) is the last micro-batch's."""
+    def _accumulated_gradients(self, xs, ys, n, replica):
+        """:meth:`_replica_gradients` of the replica's rows ``xs``, ``ys`` cut into the layout's micro-batches, one
+        after the other, summed (each loss is already scaled by its rows' share of the global batch).  The
+        model's state (batch-norm statistics) is the last micro-batch's."""
         import tensorflow as tf
 
         parts = self.layout.micro_batches
-        runs = [self._replica_gradients(x, y, lo + (hi - lo) * k // parts, lo + (hi - lo) * (k + 1) // parts, n,
-                                        replica) for k in range(parts)]
+        rows = tf.shape(xs)[0]
+        runs = [self._replica_gradients(xs[rows * k // parts:rows * (k + 1) // parts],
+                                        ys[rows * k // parts:rows * (k + 1) // parts], n, replica)
+                for k in range(parts)]
         if parts == 1:
             return runs[0]
         grads = []
@@ -349,8 +351,9 @@ class PlacedTrainer:
         losses, grads, states = [], [], []
         for r, dev in enumerate(self.devices):
             lo, hi = n * r // count, n * (r + 1) // count
+            xs, ys = x[lo:hi], y[lo:hi]  # cut on the client: a replica's task receives only its rows
             with tf.device(dev):
-                loss, g, state = self._accumulated_gradients(x, y, lo, hi, n, r)
+                loss, g, state = self._accumulated_gradients(xs, ys, n, r)
             losses.append(loss)
             grads.append(g)
             states.append(state)
