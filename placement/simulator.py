@@ -596,8 +596,9 @@ class _SyncRun:
         client = min(firsts, key=lambda d: problem.node_index[spec.device(d).node])
         nbytes = problem.input_bytes * problem.micro_batches_of(self.strategy)
         here = spec.device(client).node
-        return [(self._turn(client, d), -1, self._ps_transfer(d if spec.device(d).node == here else client, d, nbytes),
-                 f"input to {d}") for d in firsts]
+        sources = [d if spec.device(d).node == here else client for d in firsts]  # same node: over its loopback
+        return [(self._turn(client, d), -1, self._ps_transfer(source, d, nbytes), f"input to {d}")
+                for source, d in zip(sources, firsts)]
 
     def end(self):
         """When the step's last compute, transfer or update (on a replica or a PS) has ended."""
