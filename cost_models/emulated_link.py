@@ -157,8 +157,7 @@ def measure_emulated_link(preset, transfer_bytes, allreduce_sizes, repeats=5):
         with ps_server(worker, ps, prefix=network.command(second, [])):
             [transfer] = run_json(_TRANSFERS, [worker, ps, repeats, transfer_bytes], f"the transfer over {preset}",
                                   prefix=network.command(first, []))
-        cluster = {"worker": [network.address(first), network.address(second)]}
-        allreduces = measure_collectives(allreduce_sizes, repeats, cluster=cluster,
+        allreduces = measure_collectives(allreduce_sizes, repeats, cluster={"worker": [worker, ps]},
                                          prefixes=[network.command(first, []), network.command(second, [])]) \
             if allreduce_sizes else []
     return {"transfer": transfer, "allreduces": allreduces}

@@ -267,12 +267,12 @@ class PlacedTrainer:
         import tensorflow as tf
 
         parts = self.layout.micro_batches
+        if parts == 1:
+            return self._replica_gradients(xs, ys, n, replica)
         rows = tf.shape(xs)[0]
         runs = [self._replica_gradients(xs[rows * k // parts:rows * (k + 1) // parts],
                                         ys[rows * k // parts:rows * (k + 1) // parts], n, replica)
                 for k in range(parts)]
-        if parts == 1:
-            return runs[0]
         grads = []
         for i, name in enumerate(self._names):
             if name in self.shards:
