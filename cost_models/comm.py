@@ -213,6 +213,18 @@ class CommModel:
         """The fixed cost of one step that each replica's own ``loop`` (``"fit"``, ``"function"``, ``""``) drives."""
         return self.remote_step.replica_loop_seconds(loop) if self.remote_step is not None else 0.0
 
+    def client_cpu_seconds(self, tasks):
+        """CPU seconds per step of the client process that drives ``tasks`` remote tasks, and of each task's
+        process for its part: ``(client, per task)``, measured (0 without the measurement)."""
+        if self.remote_step is None:
+            return 0.0, 0.0
+        return self.remote_step.client_cpu_seconds(tasks), self.remote_step.task_cpu
+
+    def endpoint_cpu_seconds(self, nbytes):
+        """CPU seconds one endpoint's process spends sending or receiving one tensor of ``nbytes`` over gRPC
+        inside a step, measured (0 without the measurement)."""
+        return self.remote_step.endpoint_cpu_seconds(nbytes) if self.remote_step is not None else 0.0
+
     # -- links ---------------------------------------------------------------
     def effective_path(self, src, dst):
         """(bandwidth, latency, links) of the path ``src -> dst`` as achieved."""
@@ -497,6 +509,24 @@ class CommModel:
         outward = [self._fan(g[0], g[1:], nbytes, inward=False) for g in groups if len(g) > 1]
         ring = self._graph_ring(nbytes, [g[0] for g in groups]) if len(groups) > 1 else []
         return [p for p in (_slowest(inward), *ring, _slowest(outward)) if p is not None]
+
+    def graph_allreduce_messages(self, nbytes, devices, algorithm="ring"):
+        """The gRPC tensors of :meth:`graph_allreduce_phases`' allreduce: ``(src, dst, bytes, count)`` per pair
+        of devices on different nodes (a copy inside a node stays in its task's process)."""
+        devices = list(dict.fromkeys(devices))
+        n = len(devices)
+        if n < 2:
+            return []
+        if algorithm == "ring":
+            messages = [(a, b, nbytes / n, 2 * (n - 1)) for a, b in _hops(devices)]
+        elif algorithm == "master":
+            messages = [m for other in devices[1:] for m in ((other, devices[0], nbytes, 1),
+                                                             (devices[0], other, nbytes, 1))]
+        else:
+            leaders = [g[0] for g in self._by_node(devices)]
+            messages = self.graph_allreduce_messages(nbytes, leaders) if len(leaders) > 1 else []
+        spec = self.resource_spec
+        return [m for m in messages if spec.device(m[0]).node != spec.device(m[1]).node]
 
     def _graph_hop(self, src, dst, nbytes):
         """One tensor between two replica devices: gRPC across nodes, a device copy inside one."""

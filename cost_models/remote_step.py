@@ -17,12 +17,28 @@ Two kinds of loop drive a step, besides its ops and tensor transfers:
   model (one Dense unit, whose ops take microseconds): ``fit_step`` and
   ``function_step``.
 
+Where a step's processes share a few cores (an emulated node's, or this
+machine's), it is bound by their CPU work as much as by its timeline
+(placement.simulator, ``Simulator._cpu_floor``), so the same command
+measures what a client-driven step costs the cores:
+
+- ``client_cpu`` + ``client_cpu_per_task * tasks``: the client process's
+  CPU seconds per step of the trivial remote step, and ``task_cpu`` what
+  each remote task's process spends on its part;
+- ``tensor_cpu`` + ``nbytes / tensor_cpu_rate``: what one endpoint's
+  process spends on one tensor moved between two tasks inside a step
+  (gRPC's send or receive, its copies and (de)serialisation): 16 tensors of
+  each size read by one task from another's variables, each task on its own
+  core, the CPU of both processes against the same reads done locally.
+
 Measurements, fit, command and machine are stored as data
 (``cost_models/data/remote_step_calibration.json``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import statistics
 import subprocess
@@ -33,21 +49,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autodist.errors import CostModelError
-from cost_models.calibration import VersionedRecord, _free_port, machine_description
+from cost_models.calibration import VersionedRecord, _free_port, fit_line, machine_description
 from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.remote_step_calibration"
-VERSION = 2
+VERSION = 3
 TASKS = (1, 2, 3)
+TENSOR_SIZES = (4096, 262144, 1048576, 4194304)
+TENSORS_PER_STEP = 16
 
 
 @dataclass
 class RemoteStepCalibration(VersionedRecord):
     """``seconds = base + per_task * tasks`` of one client-driven step, the fixed cost of a step each replica
-    drives itself (``fit_step``, ``function_step``), and the medians behind them.
+    drives itself (``fit_step``, ``function_step``), what a client-driven step costs the processes' cores
+    (``client_cpu``, ``client_cpu_per_task``, ``task_cpu``, ``tensor_cpu``, ``tensor_cpu_rate``), and the
+    medians behind them.
 
-    ``measurements``: ``{"tasks", "seconds", "repeats", "seconds_per_session"}``;
-    ``local_measurements``: ``{"fit_step": [seconds per session], "function_step": [...], "repeats"}``.
+    ``measurements``: ``{"tasks", "seconds", "client_cpu", "task_cpu", "repeats", "seconds_per_session"}``;
+    ``local_measurements``: ``{"fit_step": [seconds per session], "function_step": [...], "repeats"}``;
+    ``tensor_measurements``: ``{"bytes", "endpoint_cpu", "tensors", "repeats"}``.
     """
 
     FORMAT, VERSION, WHAT = FORMAT, VERSION, "a remote step calibration"
@@ -56,8 +77,14 @@ class RemoteStepCalibration(VersionedRecord):
     per_task: float
     fit_step: float
     function_step: float
+    client_cpu: float
+    client_cpu_per_task: float
+    task_cpu: float
+    tensor_cpu: float
+    tensor_cpu_rate: float
     measurements: list = field(default_factory=list)
     local_measurements: dict = field(default_factory=dict)
+    tensor_measurements: list = field(default_factory=list)
     command: str = ""
     machine: dict = field(default_factory=dict)
 
@@ -71,6 +98,14 @@ class RemoteStepCalibration(VersionedRecord):
         no loop to price)."""
         return {"fit": self.fit_step, "function": self.function_step, "": 0.0}[loop]
 
+    def client_cpu_seconds(self, tasks):
+        """The client process's CPU seconds per step it drives on ``tasks`` remote tasks."""
+        return self.client_cpu + self.client_cpu_per_task * tasks
+
+    def endpoint_cpu_seconds(self, nbytes):
+        """CPU seconds one endpoint's process spends on one tensor of ``nbytes`` sent to or received from
+        another task inside a step."""
+        return self.tensor_cpu + nbytes / self.tensor_cpu_rate
 
 
 _TASK_SCRIPT = """
@@ -83,17 +118,29 @@ server.join()
 """
 
 
-def measure_remote_steps(tasks, repeats=40):
-    """Median seconds of one call of a function with a trivial part on each of ``tasks`` remote worker tasks.
+def _cpu_seconds(pid):
+    """CPU seconds the threads of a process have run so far, to the nanosecond (Linux ``schedstat``; the
+    ticks of ``/proc/PID/stat`` are too coarse for steps of milliseconds)."""
+    total = 0
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    return total / 1e9
 
-    The client feeds a small input from its own memory and reads back one
-    scalar, as the runtime's step does with its batch and loss.
-    """
+
+@contextlib.contextmanager
+def _connected_tasks(tasks, cores=None):
+    """``tasks`` worker server processes (task ``i`` pinned to ``cores[i]`` where given), this process their
+    client as the runtime connects; yields their processes."""
     import tensorflow as tf
 
     chief = f"localhost:{_free_port()}"
     workers = [f"localhost:{_free_port()}" for _ in range(tasks)]
-    procs = [subprocess.Popen([sys.executable, "-c", _TASK_SCRIPT, chief, ",".join(workers), str(i)],
+    pin = (lambda i: ["taskset", "-c", str(cores[i])]) if cores else (lambda i: [])
+    procs = [subprocess.Popen([*pin(i), sys.executable, "-c", _TASK_SCRIPT, chief, ",".join(workers), str(i)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for i in range(tasks)]
     try:
         for proc in procs:
@@ -101,7 +148,34 @@ def measure_remote_steps(tasks, repeats=40):
                 raise CostModelError("a worker server for the remote step measurement did not start")
         tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec({"chief": [chief], "worker": workers}),
                                                   job_name="chief", task_index=0)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
 
+
+def _timed_calls(call, repeats, pids):
+    """Median seconds of ``call()`` over ``repeats`` calls, and the CPU seconds per call of each of ``pids``."""
+    before = [_cpu_seconds(pid) for pid in pids]
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), [(_cpu_seconds(pid) - b) / repeats for pid, b in zip(pids, before)]
+
+
+def measure_remote_steps(tasks, repeats=40):
+    """One call of a function with a trivial part on each of ``tasks`` remote worker tasks: its median seconds,
+    and the CPU seconds per call of the client and (mean) of each task.
+
+    The client feeds a small input from its own memory and reads back one
+    scalar, as the runtime's step does with its batch and loss.
+    """
+    import tensorflow as tf
+
+    with _connected_tasks(tasks) as procs:
         @tf.function
         def step(x):
             parts = []
@@ -113,16 +187,46 @@ def measure_remote_steps(tasks, repeats=40):
         x = tf.ones([tasks, 16])
         for _ in range(5):  # trace, open the channels
             step(x).numpy()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            step(x).numpy()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=30)
+        seconds, cpu = _timed_calls(lambda: step(x).numpy(), repeats, [os.getpid()] + [p.pid for p in procs])
+    return {"seconds": seconds, "client_cpu": cpu[0], "task_cpu": statistics.mean(cpu[1:])}
+
+
+def measure_tensor_cpu(sizes=TENSOR_SIZES, tensors=TENSORS_PER_STEP, cpu_seconds=0.5):
+    """Per size, the CPU seconds one endpoint's process spends on one tensor moved between two tasks in a step.
+
+    Task 0 holds ``tensors`` variables of the size; a step reads every one
+    on task 1 (a transfer each), and the same step with task 1's own copies
+    is the baseline.  Each task has a core of its own.  Each size runs for
+    about ``cpu_seconds`` of transfers (the kernel counts CPU time in ticks).
+    """
+    import tensorflow as tf
+
+    with _connected_tasks(2, cores=(0, 1 % len(os.sched_getaffinity(0)))) as procs:
+        pids = [p.pid for p in procs]
+        out = []
+        for nbytes in sizes:
+            held = {}
+            for task in (0, 1):
+                with tf.device(f"/job:worker/task:{task}"):
+                    held[task] = [tf.Variable(tf.zeros([nbytes // 4])) for _ in range(tensors)]
+
+            def reads(variables):
+                @tf.function
+                def step():
+                    with tf.device("/job:worker/task:1"):
+                        return tf.add_n([tf.reduce_max(tf.identity(v)) for v in variables])
+                return step
+
+            cpu = {}
+            repeats = max(20, math.ceil(cpu_seconds / (tensors * (1e-4 + nbytes / 1e9))))
+            for task in (0, 1):
+                step = reads(held[task])
+                for _ in range(5):
+                    step().numpy()
+                cpu[task] = sum(_timed_calls(lambda: step().numpy(), repeats, pids)[1])
+            out.append({"bytes": nbytes, "endpoint_cpu": max(cpu[0] - cpu[1], 0.0) / (2 * tensors),
+                        "tensors": tensors, "repeats": repeats})
+        return out
 
 
 def measure_local_steps(repeats=200, warmup=120):
@@ -180,6 +284,12 @@ from cost_models.remote_step import measure_remote_steps
 print(json.dumps(measure_remote_steps(int(sys.argv[1]), int(sys.argv[2]))))
 """
 
+_TENSOR_SCRIPT = """
+import json
+from cost_models.remote_step import measure_tensor_cpu
+print(json.dumps(measure_tensor_cpu()))
+"""
+
 
 def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
     """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit the line.
@@ -191,19 +301,32 @@ def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
     points = []
     for k in tasks:
         runs = [run_json(_SESSION_SCRIPT, [k, repeats], "a remote step measurement session") for _ in range(sessions)]
-        points.append({"tasks": k, "seconds": statistics.median(runs), "repeats": repeats * sessions,
-                       "seconds_per_session": runs})
-    x = np.array([p["tasks"] for p in points], dtype=np.float64)
-    t = np.array([p["seconds"] for p in points])
-    per_task, base = np.polyfit(x, t, 1)
-    if per_task < 0:
-        per_task, base = 0.0, float(np.median(t))
+        points.append({"tasks": k, **{key: statistics.median(run[key] for run in runs)
+                                      for key in ("seconds", "client_cpu", "task_cpu")},
+                       "repeats": repeats * sessions, "seconds_per_session": [run["seconds"] for run in runs]})
+    base, per_task = _task_line(points, "seconds")
+    client_cpu, client_cpu_per_task = _task_line(points, "client_cpu")
+    tensor_runs = [run_json(_TENSOR_SCRIPT, [], "a tensor CPU measurement session") for _ in range(sessions)]
+    tensors = [{**first, "endpoint_cpu": statistics.median(run[i]["endpoint_cpu"] for run in tensor_runs),
+                "repeats": sum(run[i]["repeats"] for run in tensor_runs)} for i, first in enumerate(tensor_runs[0])]
+    tensor_cpu, tensor_cpu_rate = fit_line([t["bytes"] for t in tensors], [t["endpoint_cpu"] for t in tensors])
     local = [run_json(_LOCAL_SCRIPT, [max(repeats, 100)], "a local step measurement session") for _ in range(sessions)]
     local_measurements = {kind: [run[kind] for run in local] for kind in ("fit_step", "function_step")}
     local_measurements["repeats"] = max(repeats, 100)
     machine = {**machine_description(), "load_average": {"before": round(load_before, 2),
                                                            "after": round(os.getloadavg()[0], 2)}}
-    return RemoteStepCalibration(max(float(base), 0.0), float(per_task),
+    return RemoteStepCalibration(base, per_task,
                                  statistics.median(local_measurements["fit_step"]),
                                  statistics.median(local_measurements["function_step"]),
-                                 points, local_measurements, command, machine)
+                                 client_cpu, client_cpu_per_task, statistics.median(p["task_cpu"] for p in points),
+                                 tensor_cpu, tensor_cpu_rate, points, local_measurements, tensors, command, machine)
+
+
+def _task_line(points, key):
+    """``(base, per_task)`` of ``points[key]`` against their task counts (a flat line where it falls)."""
+    x = np.array([p["tasks"] for p in points], dtype=np.float64)
+    t = np.array([p[key] for p in points])
+    per_task, base = np.polyfit(x, t, 1)
+    if per_task < 0:
+        return float(np.median(t)), 0.0
+    return max(float(base), 0.0), float(per_task)

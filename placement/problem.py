@@ -142,6 +142,7 @@ class Problem:
         # or this machine's cores shared by its replica processes)
         self.device_model = {d.name: (model_key(d), self._cores(d, sharing)) for d in resource_spec.devices()}
         self.one_core = frozenset(d for d, (_, cores) in self.device_model.items() if cores == 1)
+        self.core_pools = {d.name: pool for d in resource_spec.devices("CPU") if (pool := self._core_pool(d))}
         self.memory_bytes = {d.name: d.memory_bytes for d in resource_spec.devices()}
         self.on_this_machine = any(d.model == "cpu-local" and resource_spec.cores_of(d.name) is None
                                    for d in resource_spec.devices("CPU"))
@@ -280,10 +281,27 @@ class Problem:
         if strategy.allreduces_everything():
             on_gpus = any(self.is_gpu[r[0]] for r in strategy.replicas)
             return 0.0 if on_gpus else self.comm.replica_loop_seconds(self.graph_item.job.step)
-        spec = self.resource_spec
-        tasks = {("worker", spec.device(d).node) for replica in strategy.replicas for d in replica}
-        tasks |= {("ps", d) for d in strategy.ps_devices}
-        return self.comm.client_step_seconds(len(tasks))
+        return self.comm.client_step_seconds(len(self.remote_tasks(strategy)))
+
+    def remote_tasks(self, strategy):
+        """A device of every task a one-client plan runs: a worker per node of its replicas (its first replica
+        device there), a PS per PS device."""
+        spec, workers = self.resource_spec, {}
+        for replica in strategy.replicas:
+            for d in replica:
+                workers.setdefault(spec.device(d).node, d)
+        return list(workers.values()) + list(dict.fromkeys(strategy.ps_devices))
+
+    def core_pool(self, device):
+        """``(pool, cores)``: the cores that ``device``'s processes share with the other processes there (an
+        emulated node's, or this machine's for a ``cpu-local`` CPU), None where they have cores of their own."""
+        return self.core_pools.get(device)
+
+    def _core_pool(self, device):
+        cores = self.resource_spec.cores_of(device.name)
+        if cores is not None:
+            return device.node, cores
+        return ("this machine", len(machine_cores())) if device.model == "cpu-local" else None
 
     # -- transfer costs ----------------------------------------------------
     def phase_list(self, key, make, count=1):
@@ -327,6 +345,19 @@ class Problem:
     def ps_phases(self, src, dst, nbytes):
         """``CommModel.ps_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""
         return self._affine(("ps", src, dst), nbytes, lambda n: self.comm.ps_phases(src, dst, n))
+
+    def grpc_cpu(self, messages):
+        """What gRPC ``messages`` (``(src device, dst device, bytes, count)``) cost the processes at their ends
+        in CPU seconds, per pool of shared cores (:meth:`core_pool`): ``{pool: seconds}``.  Elsewhere the ends'
+        CPU is not the step's binding resource and is not counted."""
+        cpu = {}
+        for src, dst, nbytes, count in messages:
+            seconds = count * self.comm.endpoint_cpu_seconds(nbytes)
+            for end in (src, dst):
+                pool = self.core_pool(end)
+                if pool is not None:
+                    cpu[pool] = cpu.get(pool, 0.0) + seconds
+        return cpu
 
     def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
         if collective_ops:

@@ -48,7 +48,12 @@ What one step does, as simulated:
    optimizer update of the bucket's variables (after its own compute);
    a PS applies its shards' updates one at a time.
 
-The step ends when the last compute, update or pull ends.
+The step ends when the last compute, update or pull ends, and a plan one
+client drives takes at least what the processes that share a few cores (an
+emulated node's, or this machine's) spend on them
+(:meth:`Simulator._cpu_floor`): their devices' compute, updates and
+serving, plus the client's and each task's CPU per step and every gRPC
+tensor's ends, as measured.
 
 Costs: op seconds come from ``cost_model.op_costs`` (once per device model):
 each op's share of a one-device step (``OpCost.step_seconds``), so that a
@@ -159,7 +164,9 @@ class SimResult:
     ``exposed_comm_time``: ``step_time - compute_time - client_time`` (sync
     and updates not hidden behind compute); ``client_time``: the fixed cost of
     the loop that drives the step (one client's dispatch to every task, or
-    for plans on collective ops every replica's own fit or step loop); ``link_busy`` / ``device_busy``: seconds each
+    for plans on collective ops every replica's own fit or step loop); ``cpu_bound``: ``(pool, seconds)`` where
+    the CPU of cores that its processes share (an emulated node's, named by the node, or ``"this machine"``'s)
+    sets the step time (Simulator._cpu_floor), else ``()``; ``link_busy`` / ``device_busy``: seconds each
     resource is occupied; ``memory``: peak bytes per device; ``memory_limit``:
     each used device's capacity; ``events``: ``(name, category, resource,
     start, end)`` tuples of one replica per class plus every transfer.
@@ -175,6 +182,7 @@ class SimResult:
     events: list = field(default_factory=list)
     replicas: int = 1
     client_time: float = 0.0
+    cpu_bound: tuple = ()
 
     @property
     def over_memory(self):
@@ -398,6 +406,12 @@ class _SyncRun:
         self.seq = 0
         self.stream_free = {}  # devices of a collective group -> when its stream is next free
         self.collective_spans = []  # (start, end, compute contention) of collectives that take from compute
+        self.cpu = {}  # (pool, cores) -> CPU seconds its processes spend on gRPC transfers (Problem.grpc_cpu)
+
+    def charge(self, cpu):
+        """Add ``{(pool, cores): CPU seconds}`` of gRPC transfers to the step's."""
+        for pool, seconds in cpu.items():
+            self.cpu[pool] = self.cpu.get(pool, 0.0) + seconds
 
     def device_busy(self):
         """Seconds each device computes, updates or serves."""
@@ -482,18 +496,20 @@ class _SyncRun:
         runtime); the others are summed as dense tensors.
         What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
         """
-        ready, phases, label, cast, updates, update_label, contention = self._cached(
+        ready, phases, label, cast, updates, update_label, contention, cpu = self._cached(
             (algorithm, bucket, slot, names, devices, compression, gathered, self.collective_ops),
             lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression, gathered))
+        self.charge(cpu)
         self.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
                     # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
                     # wait for each other.
                     stream=devices if self.collective_ops else (devices, bucket), contention=contention)
 
     def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression, gathered):
-        """``(ready, phases, label, cast seconds, updates, update label, compute contention)`` of one bucket;
-        ``updates``: per class, ``(class, device that applies them, seconds)``; the contention: what the collective
-        takes from the compute beside it (CommModel.compute_contention), None for ordinary ops."""
+        """``(ready, phases, label, cast seconds, updates, update label, compute contention, gRPC CPU)`` of one
+        bucket; ``updates``: per class, ``(class, device that applies them, seconds)``; the contention: what the
+        collective takes from the compute beside it (CommModel.compute_contention), None for ordinary ops; the
+        CPU: what ordinary ops' gRPC tensors cost their processes (Problem.grpc_cpu)."""
         problem = self.problem
         collective_ops = self.collective_ops
         gathered = gathered if len(devices) > 1 else ()
@@ -517,11 +533,17 @@ class _SyncRun:
             costs = problem.device_costs(problem.resource_spec.device(device))[1]
             updates.append(((c, slot), device, sum(self._update_seconds(costs, v, device, gathered, len(devices))
                                                    for v in names)))
-        contention = None
+        contention, cpu = None, {}
         if collective_ops and phases:
             contention = problem.comm.compute_contention(devices, nbytes=nbytes,
                                                          seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
-        return ready, phases, label, cast, updates, f"update bucket {bucket}", contention
+        elif phases:  # the one-client runtime's ops: a sum over gRPC, and every replica's rows to every other
+            spec = problem.resource_spec
+            messages = problem.comm.graph_allreduce_messages(nbytes, devices, algorithm) if summed else []
+            messages += [(a, b, problem.sparse_bytes[v], 1) for v in gathered for a in devices for b in devices
+                         if spec.device(a).node != spec.device(b).node]
+            cpu = problem.grpc_cpu(messages)
+        return ready, phases, label, cast, updates, f"update bucket {bucket}", contention, cpu
 
     def _update_seconds(self, costs, name, device, gathered, replicas):
         """One replica's update of allreduced variable ``name`` (``costs``: its device's updates at one
@@ -564,7 +586,8 @@ class _SyncRun:
         devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
         plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
         requests = []
-        for i, (ps_device, pushes, pulls, cost, labels) in enumerate(plans):
+        for i, (ps_device, pushes, pulls, cost, labels, cpu) in enumerate(plans):
+            self.charge(cpu)
             pushed = self._after_pushes(len(pushes), ps_device, cost, labels[1])
             requests += [(turn, i, ready, phases, labels[0], pushed) for turn, ready, phases in pushes]
             self.pulls += [(turn, len(self.pulls), phases, labels[2]) for turn, phases in pulls]
@@ -588,17 +611,25 @@ class _SyncRun:
         (launcher.runtime.trainer slices the batch its step is called with, on the client).  The client is a
         process of its own: a replica on its node receives its slice over that node's loopback, as from a
         task on its own device."""
-        self.pulls += self._cached(("feed",), self._feeds)
+        feeds, cpu = self._cached(("feed",), self._feeds)
+        self.pulls += feeds
+        self.charge(cpu)
+
+    def client_device(self):
+        """The device on whose node the one client runs: the first worker's (in node order)."""
+        problem, spec = self.problem, self.problem.resource_spec
+        return min((r[0] for r in self.strategy.replicas), key=lambda d: problem.node_index[spec.device(d).node])
 
     def _feeds(self):
         problem, spec = self.problem, self.problem.resource_spec
         firsts = [r[0] for r in self.strategy.replicas]
-        client = min(firsts, key=lambda d: problem.node_index[spec.device(d).node])
+        client = self.client_device()
         nbytes = problem.input_bytes * problem.micro_batches_of(self.strategy)
         here = spec.device(client).node
         sources = [d if spec.device(d).node == here else client for d in firsts]  # same node: over its loopback
-        return [(self._turn(client, d), -1, self._ps_transfer(source, d, nbytes), f"input to {d}")
-                for source, d in zip(sources, firsts)]
+        feeds = [(self._turn(client, d), -1, self._ps_transfer(source, d, nbytes), f"input to {d}")
+                 for source, d in zip(sources, firsts)]
+        return feeds, problem.grpc_cpu([(source, d, nbytes, 1) for source, d in zip(sources, firsts)])
 
     def end(self):
         """When the step's last compute, transfer or update (on a replica or a PS) has ended."""
@@ -606,7 +637,7 @@ class _SyncRun:
 
     def _shard_plans(self, name, shards, ps_devices, slot):
         """Per shard: ``(PS device, pushes as (turn, ready, phases), pulls as (turn, phases), update seconds,
-        (push, update, pull) labels)``; see :meth:`_turn`."""
+        (push, update, pull) labels, CPU of their gRPC tensors (Problem.grpc_cpu))``; see :meth:`_turn`."""
         problem = self.problem
         nbytes = -(-problem.sparse_bytes[name] // shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
@@ -618,17 +649,21 @@ class _SyncRun:
                        self._local_copies(devs, nbytes, inward=True)
                        + self._ps_transfer(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes))
                       for c, devs in targets]
+            messages = [(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes, 1) for _, devs in targets]
             if sparse:  # every replica gathers its own rows on the PS (launcher.runtime.trainer._gather_rows)
                 pulls = [(self._turn(ps_device, d), self._ps_transfer(ps_device, d, nbytes))
                          for _, devs in targets for d in devs]
+                messages += [(ps_device, d, nbytes, 1) for _, devs in targets for d in devs]
             else:
                 pulls = [(self._turn(ps_device, devs[0]), self._ps_transfer(ps_device, devs[0], nbytes)
                           + self._local_copies(devs, nbytes, inward=False)) for _, devs in targets]
+                messages += [(ps_device, devs[0], nbytes, 1) for _, devs in targets]
             # a sparse shard's update runs on every replica's rows, as an allreduced one's does once gathered
             cost = (problem.gathered_update_seconds(ps_device, name) if sparse
                     else problem.device_costs(problem.resource_spec.device(ps_device))[1][name]) / shards
             label = f"{name}/{i}"
-            plans.append((ps_device, pushes, pulls, cost, (f"push {label}", f"update {label}", f"pull {label}")))
+            plans.append((ps_device, pushes, pulls, cost, (f"push {label}", f"update {label}", f"pull {label}"),
+                          problem.grpc_cpu(messages)))
         return plans
 
     def _turn(self, src, dst):
@@ -817,6 +852,11 @@ class Simulator:
         client_time = self.problem.client_time(strategy)
         step_time = client_time + run.end()
         step_time += contention_delay(compute_time, run.collective_spans)
+        cpu_bound = () if strategy.allreduces_everything() else self._cpu_floor(strategy, run)
+        if cpu_bound and cpu_bound[1] > step_time:
+            step_time = cpu_bound[1]
+        else:
+            cpu_bound = ()
         memory = self.memory(strategy, slots)
         events = run.events
         if trace:
@@ -838,7 +878,36 @@ class Simulator:
             events=sorted(events, key=lambda e: (e[3], e[2], e[0])) if trace else [],
             replicas=len(strategy.replicas),
             client_time=client_time,
+            cpu_bound=cpu_bound,
         )
+
+    def _cpu_floor(self, strategy, run):
+        """``(pool, seconds)``: the longest a one-client step can take on the CPU of cores that its processes
+        share (an emulated node's, or this machine's: Problem.core_pool), ``()`` without such a pool.
+
+        Every process on those cores, the client (on the first worker's
+        node), the worker and PS tasks, runs on them: the step takes at least
+        the core-seconds its devices compute, update and serve, plus the
+        client's CPU per step, each task's for its part, and that of every
+        gRPC tensor at its ends (Problem.grpc_cpu), as ``profile
+        remote-steps`` measured them, over the cores.
+        """
+        problem = self.problem
+        if not problem.core_pools:
+            return ()
+        tasks = problem.remote_tasks(strategy)
+        client, per_task = problem.comm.client_cpu_seconds(len(tasks))
+        cpu = dict(run.cpu)
+        for device, seconds in [(d, per_task) for d in tasks] + [(run.client_device(), client)]:
+            pool = problem.core_pool(device)
+            if pool is not None:
+                cpu[pool] = cpu.get(pool, 0.0) + seconds
+        for device, seconds in run.device_busy().items():
+            pool = problem.core_pool(device)
+            if pool is not None:  # a process given fewer cores than the pool's keeps only those busy
+                cpu[pool] = cpu.get(pool, 0.0) + seconds * (problem.device_model[device][1] or pool[1])
+        floors = [(seconds / cores, name) for (name, cores), seconds in cpu.items()]
+        return max(floors)[::-1] if floors else ()
 
     # -- memory ------------------------------------------------------------
     def memory(self, strategy, slots=None):

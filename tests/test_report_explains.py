@@ -197,3 +197,12 @@ def test_a_worse_decision_shows_what_it_costs(wide_deep_graph):
     assert item["delta_seconds"] == pytest.approx(by_hand, abs=1e-12)
     assert item["delta_seconds"] < 0, "a 122 MiB dense allreduce over 25 Gb/s Ethernet loses to PS"
     assert f"would save {ms(-item['delta_seconds'])}" in item["sentence"]
+
+
+def test_a_step_bound_by_a_one_core_node_s_cpu_says_so(mlp_graph):
+    plan, doc, simulator = baseline_report(mlp_graph, "emu-10gbit:2", "greedy-ps")
+    node, seconds = simulator.simulate(plan.strategy).cpu_bound
+    assert doc["plan"]["step_time"] == pytest.approx(seconds)
+    b = doc["bottleneck"]
+    assert b["bound_by"] == "cpu" and b["sentence"].startswith(f"CPU-bound: the processes on node {node} ")
+    assert ms(seconds) in b["sentence"]

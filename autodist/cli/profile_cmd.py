@@ -216,7 +216,10 @@ def run_remote_steps(args):
     calibration = calibrate_remote_steps(repeats=args.repeats, sessions=args.sessions, command=command)
     calibration.save(path)
     print(f"client step {calibration.base * 1e3:.2f} ms + {calibration.per_task * 1e3:.2f} ms per remote task "
-          f"({len(calibration.measurements)} task counts) -> {path}")
+          f"({len(calibration.measurements)} task counts); its CPU: client {calibration.client_cpu * 1e3:.2f} ms "
+          f"+ {calibration.client_cpu_per_task * 1e3:.2f} ms per task, {calibration.task_cpu * 1e3:.2f} ms per task, "
+          f"{calibration.tensor_cpu * 1e6:.0f} us + {1e9 / calibration.tensor_cpu_rate:.2f} ms per MB at each end "
+          f"of a tensor -> {path}")
     return 0
 
 

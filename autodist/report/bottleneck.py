@@ -7,7 +7,8 @@ only when the transfer model's latency terms outweigh its
 bytes-over-bandwidth terms), optimizer updates after compute, or the loop
 that drives the step before it (the client's dispatch, for plans that one
 client drives; each replica's own fit or step loop, for plans on
-collective ops).
+collective ops).  Where the CPU of a node whose processes share its few
+cores sets the step time (``SimResult.cpu_bound``), that bounds it.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _busiest(busy, step, **extra):
     return {"resource": top[0], "busy_time": top[1], "busy_fraction": top[1] / step if step else 0.0, **extra}
 
 
-def bottleneck(data, split, latency_share, client_time, collective_ops):
+def bottleneck(data, split, latency_share, client_time, collective_ops, cpu_bound=()):
     """The busiest link and device, what bounds the step, and one sentence a person can act on.
 
     Parameters
@@ -101,6 +102,8 @@ def bottleneck(data, split, latency_share, client_time, collective_ops):
         Seconds the loop that drives the step takes before it runs (``SimResult.client_time``).
     collective_ops : bool
         The plan runs on collective ops (``Strategy.allreduces_everything``): each replica drives its own loop.
+    cpu_bound : tuple
+        ``(node, seconds)`` where that node's CPU sets the step time (``SimResult.cpu_bound``), else ``()``.
     """
     prediction = data["prediction"]
     step = prediction["step_time"]
@@ -127,7 +130,9 @@ def bottleneck(data, split, latency_share, client_time, collective_ops):
         waits["update"] = out["exposed_update_fraction"]
     longest, wait = max(waits.items(), key=lambda kv: (kv[1], str(kv[0])))
     link_fraction = link["busy_fraction"] if link else 0.0
-    if device and device["busy_fraction"] >= max(SATURATED, link_fraction):
+    if cpu_bound:
+        out["bound_by"] = "cpu"
+    elif device and device["busy_fraction"] >= max(SATURATED, link_fraction):
         out["bound_by"] = "compute" if device["resource"] in replica_devices else "update"
     elif link and link_fraction >= SATURATED:
         out["bound_by"] = "communication"
@@ -138,12 +143,22 @@ def bottleneck(data, split, latency_share, client_time, collective_ops):
         out["bound_by"] = "latency" if latency else "communication"
     else:
         out["bound_by"] = longest  # None: transfers or updates, only a timeline tells
-    out["sentence"] = _sentence(data, out, waiting, split is not None, client_time, collective_ops)
+    out["sentence"] = _sentence(data, out, waiting, split is not None, client_time, collective_ops, cpu_bound)
     return out
 
 
-def _sentence(data, b, waiting, split, client_time, collective_ops):
+def _sentence(data, b, waiting, split, client_time, collective_ops, cpu_bound):
     link, device, bound = b["busiest_link"], b["busiest_device"], b["bound_by"]
+    if bound == "cpu":
+        pool, seconds = cpu_bound
+        where = pool if pool == "this machine" else f"node {pool}"
+        return (
+            f"CPU-bound: the processes on {where} (the client where it runs there, the worker and PS tasks) "
+            f"share its cores, and need {ms(seconds)} of them per step, the whole step: computing, updating, "
+            "dispatching, and gRPC's sending and receiving of every tensor (measured by 'autodist profile "
+            "remote-steps'). Fewer tasks or transfers on that node (fewer PS tasks, fewer and larger tensors), a "
+            "plan on collective ops, or more cores per node would shorten the step."
+        )
     waits = (f"{waiting:.0%} of the step waits on transfers" if split else
              f"{waiting:.0%} of the step follows compute (transfers and updates: a plan file holds no timeline "
              "to tell them apart)")

@@ -1,0 +1,74 @@
+"""A one-client step on nodes whose processes share one core is bound by their CPU work (Simulator._cpu_floor)."""
+
+import dataclasses
+
+import pytest
+
+from autodist.resource_spec import load_cluster
+from placement import Problem, Simulator, baselines
+
+# An endpoint CPU so large that the CPU floor binds and its slope is the number of gRPC tensor ends on the node.
+SLOW_ENDS = (0.05, 0.10)
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+def _simulate(graph_item, preset, cost_model, baseline, tensor_cpu=None):
+    """``(problem, strategy, SimResult)`` of ``baseline`` on ``preset``; ``tensor_cpu`` replaces the measured
+    CPU per gRPC tensor end (a what-if on the real calibration, not a fake)."""
+    problem = Problem(graph_item, load_cluster(preset=preset), cost_model)
+    if tensor_cpu is not None:
+        problem.comm.remote_step = dataclasses.replace(problem.comm.remote_step, tensor_cpu=tensor_cpu)
+    strategy = baselines.BASELINES[baseline](problem)
+    return problem, strategy, Simulator(problem).simulate(strategy)
+
+
+def _ends_on(node, strategy, problem):
+    """gRPC tensor ends on ``node`` of a dense greedy-PS step over one-replica workers, counted by hand: every
+    worker pushes each variable to its PS and pulls it back, and the client (on the first node) sends every
+    replica its input; a tensor whose two ends are on ``node`` counts twice."""
+    spec = problem.resource_spec
+    on = lambda device: spec.device(device).node == node  # noqa: E731
+    workers = [r[0] for r in strategy.replicas]
+    client = workers[0]
+    ends = 0
+    for name, sync in strategy.sync.items():
+        ps = strategy.ps_devices[sync.ps_tasks[0]]
+        ends += sum(2 * (on(w) + on(ps)) for w in workers)  # a push and a pull
+    return ends + sum(on(client) + on(w) for w in workers)
+
+
+def test_every_grpc_tensor_end_on_a_one_core_node_costs_its_cpu(mlp_graph, cost_model):
+    results = [_simulate(mlp_graph, "emu-10gbit:2", cost_model, "greedy-ps", tensor_cpu=t) for t in SLOW_ENDS]
+    (problem, strategy, slow), (_, _, slower) = results
+    assert len(strategy.replicas) == 2 and all(s.method == "ps" for s in strategy.sync.values())
+    assert not problem.sparse_gradients
+    node, floor = slower.cpu_bound
+    ends = {n.name: _ends_on(n.name, strategy, problem) for n in problem.resource_spec.nodes}
+    assert slower.step_time == floor and slow.cpu_bound[0] == node == max(ends, key=ends.get)
+    cores = len(problem.resource_spec.node(node).emulation.cores)
+    ends = ends[node]
+    assert ends > 20
+    assert slower.step_time - slow.step_time == pytest.approx(ends * (SLOW_ENDS[1] - SLOW_ENDS[0]) / cores)
+
+
+def test_the_measured_cpu_puts_a_ps_step_on_one_core_nodes_at_least_at_their_work(mlp_graph, cost_model):
+    problem, strategy, result = _simulate(mlp_graph, "emu-10gbit:2", cost_model, "greedy-ps")
+    comm = problem.comm
+    client, per_task = comm.client_cpu_seconds(len(problem.remote_tasks(strategy)))
+    assert client > 0 and per_task > 0 and comm.endpoint_cpu_seconds(1 << 20) > comm.endpoint_cpu_seconds(4096) > 0
+    node0 = sum(seconds for device, seconds in result.device_busy.items() if device.startswith("emu-0/"))
+    # the client and two tasks (a worker, a PS) run on emu-0's one core, beside its compute and updates
+    assert result.step_time > node0 + client + 2 * per_task
+
+
+def test_plans_on_collective_ops_and_nodes_with_their_own_cores_have_no_cpu_floor(mlp_graph, cost_model):
+    _, _, ring = _simulate(mlp_graph, "emu-10gbit:2", cost_model, "ring", tensor_cpu=SLOW_ENDS[1])
+    assert ring.cpu_bound == ()  # its collectives' CPU is in their measured curves
+    _, _, ps = _simulate(mlp_graph, "cpu-2s-25g:2", cost_model, "greedy-ps", tensor_cpu=SLOW_ENDS[1])
+    assert ps.cpu_bound == () and ps.step_time < 0.05 * 20
