@@ -301,10 +301,14 @@ class Annealer:
 
 def _named_as_run(strategy):
     """``strategy`` with its buckets named by the algorithm that sums them: on collective ops (a ring on CPUs,
-    NCCL's choice on GPUs) the algorithm a move chose is not run, and is priced as a ring."""
+    NCCL's choice on GPUs) the algorithm a move chose is not run, and is priced as a ring.  Buckets that only
+    their algorithm told apart (one number, two algorithms: two collectives as searched) keep apart, numbered
+    in the order they are issued, so that the plan runs the collectives the search priced."""
     if not strategy.allreduces_everything():
         return strategy
-    return replace(strategy, sync={name: replace(s, algorithm="ring") for name, s in strategy.sync.items()})
+    number = {key: i for i, key in enumerate(sorted({(s.bucket, s.algorithm) for s in strategy.sync.values()}))}
+    return replace(strategy, sync={name: replace(s, algorithm="ring", bucket=number[(s.bucket, s.algorithm)])
+                                   for name, s in strategy.sync.items()})
 
 
 def _starts(candidates):

@@ -157,3 +157,21 @@ def test_a_plan_on_collective_ops_names_the_ring_they_run(mlp_graph, cost_model)
     result = optimize(mlp_graph, spec, cost_model, seed=0, moves=3000, allreduce_only=True)
     assert result.strategy.allreduces_everything()
     assert {s.algorithm for s in result.strategy.sync.values()} == {"ring"}
+
+
+def test_buckets_that_only_their_algorithm_told_apart_stay_two_collectives_in_the_plan(mlp_graph, cost_model):
+    """A move can leave one bucket number under two algorithms: two collectives as the search priced them.
+    Naming both a ring must not merge them into one collective that the search never priced."""
+    from placement.search import _named_as_run
+    from autodist.strategy import Strategy, VarSync
+
+    problem = Problem(mlp_graph, load_cluster(preset="dgx-h100:2"), cost_model)
+    ring = baselines.data_parallel(problem)
+    names = problem.ready_order
+    split = Strategy(ring.replicas, {name: VarSync("allreduce", algorithm="ring" if i % 2 else "hierarchical",
+                                                   bucket=0) for i, name in enumerate(names)})
+    named = _named_as_run(split)
+    assert {s.algorithm for s in named.sync.values()} == {"ring"}
+    assert len({s.bucket for s in named.sync.values()}) == 2
+    simulator = Simulator(problem)
+    assert simulator.simulate(named).step_time == pytest.approx(simulator.simulate(split).step_time, rel=1e-12)
