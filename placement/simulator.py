@@ -46,7 +46,9 @@ What one step does, as simulated:
    nothing is sent before the replica's compute has ended.
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
-   a PS applies its shards' updates one at a time.
+   a PS applies its shards' updates one at a time.  A replica CPU's update
+   beside the next bucket's collective loses that collective's share of
+   its cores, as compute does (``_SyncRun.update_contention``).
 
 The step ends when the last compute, update or pull ends, and a plan one
 client drives takes at least what the processes that share a few cores (an
@@ -407,6 +409,7 @@ class _SyncRun:
         self.stream_free = {}  # devices of a collective group -> when its stream is next free
         self.collective_spans = []  # (start, end, compute contention) of collectives that take from compute
         self.cpu = {}  # (pool, cores) -> CPU seconds its processes spend on gRPC transfers (Problem.grpc_cpu)
+        self.cpu_updates = []  # (start, end) of the optimizer updates that replica CPUs apply
 
     def charge(self, cpu):
         """Add ``{(pool, cores): CPU seconds}`` of gRPC transfers to the step's."""
@@ -563,8 +566,21 @@ class _SyncRun:
             self.upd_free[key] = stop
             self.upd_busy[key] = self.upd_busy.get(key, 0.0) + stop - start
             self.finish.append(stop)
+            if not self.problem.is_gpu[device]:
+                self.cpu_updates.append((start, stop))
             if self.trace:
                 self.events.append((label, "update", device, start, stop))
+
+    def update_contention(self):
+        """Seconds the step grows by where CPU collectives take their share of the cores that replica CPUs
+        apply updates on beside them (one bucket's update beside the next bucket's collective): the updates
+        lose that share of their time beside each collective, and the last of them ends that much later.  On
+        GPUs the update kernels are left as they are: the fitted NCCL contention is compute's."""
+        if not self.cpu_updates or not self.collective_spans:
+            return 0.0
+        lost = sum(share * max(0.0, min(end, stop) - max(begin, start))
+                   for begin, end, share in self.collective_spans for start, stop in self.cpu_updates)
+        return max(0.0, max(stop for _, stop in self.cpu_updates) + lost - self.end())
 
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
@@ -851,7 +867,7 @@ class Simulator:
         compute_time = run.finish[0]
         client_time = self.problem.client_time(strategy)
         step_time = client_time + run.end()
-        step_time += contention_delay(compute_time, run.collective_spans)
+        step_time += contention_delay(compute_time, run.collective_spans) + run.update_contention()
         cpu_bound = () if strategy.allreduces_everything() else self._cpu_floor(strategy, run)
         if cpu_bound and cpu_bound[1] > step_time:
             step_time = cpu_bound[1]

@@ -72,3 +72,23 @@ def test_plans_on_collective_ops_and_nodes_with_their_own_cores_have_no_cpu_floo
     assert ring.cpu_bound == ()  # its collectives' CPU is in their measured curves
     _, _, ps = _simulate(mlp_graph, "cpu-2s-25g:2", cost_model, "greedy-ps", tensor_cpu=SLOW_ENDS[1])
     assert ps.cpu_bound == () and ps.step_time < 0.05 * 20
+
+
+def test_a_bucket_s_update_beside_the_next_collective_shares_a_one_core_node(resnet50_graph, cost_model):
+    """On collective ops a bucket's update runs beside the next bucket's collective; on one core the collective
+    takes its measured share of the core (CommModel.compute_contention), so the updates end that much later."""
+    from autodist.strategy import Strategy, VarSync
+
+    problem = Problem(resnet50_graph, load_cluster(preset="emu-10gbit:2"), cost_model)
+    ring = baselines.data_parallel(problem)
+    buckets = 8
+    order = problem.ready_order
+    split = Strategy(ring.replicas, {name: VarSync("allreduce", algorithm="ring", bucket=i * buckets // len(order))
+                                     for i, name in enumerate(order)})
+    result = Simulator(problem).simulate(split, trace=True)
+    syncs = [(a, b) for _, kind, _, a, b in result.events if kind == "sync"]
+    updates = [(a, b) for _, kind, where, a, b in result.events if kind == "update" and where.startswith("emu-0/")]
+    beside = sum(max(0.0, min(b, d) - max(a, c)) for a, b in syncs for c, d in updates)
+    assert len(updates) == buckets and beside > 0
+    last = max(b for *_, b in result.events)
+    assert result.step_time > last + 0.2 * beside  # the updates lost a share of the time beside the collectives
