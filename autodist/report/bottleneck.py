@@ -7,8 +7,9 @@ only when the transfer model's latency terms outweigh its
 bytes-over-bandwidth terms), optimizer updates after compute, or the loop
 that drives the step before it (the client's dispatch, for plans that one
 client drives; each replica's own fit or step loop, for plans on
-collective ops).  Where the CPU of a node whose processes share its few
-cores sets the step time (``SimResult.cpu_bound``), that bounds it.
+collective ops).  Where the CPU of cores that the step's processes share
+(an emulated node's, or this machine's) sets the step time
+(``SimResult.cpu_bound``), that bounds it.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def bottleneck(data, split, latency_share, client_time, collective_ops, cpu_boun
     collective_ops : bool
         The plan runs on collective ops (``Strategy.allreduces_everything``): each replica drives its own loop.
     cpu_bound : tuple
-        ``(node, seconds)`` where that node's CPU sets the step time (``SimResult.cpu_bound``), else ``()``.
+        ``(pool, seconds)`` where the CPU of that pool of shared cores sets the step time
+        (``SimResult.cpu_bound``), else ``()``.
     """
     prediction = data["prediction"]
     step = prediction["step_time"]
