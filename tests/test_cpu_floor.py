@@ -1,4 +1,5 @@
-"""A one-client step on nodes whose processes share one core is bound by their CPU work (Simulator._cpu_floor)."""
+"""A one-client step whose processes share a few cores is bound by their CPU work (Simulator._cpu_floor), and on
+a replica CPU an update beside a collective loses the collective's share of the cores."""
 
 import dataclasses
 
@@ -37,7 +38,7 @@ def _ends_on(node, strategy, problem):
     workers = [r[0] for r in strategy.replicas]
     client = workers[0]
     ends = 0
-    for name, sync in strategy.sync.items():
+    for sync in strategy.sync.values():
         ps = strategy.ps_devices[sync.ps_tasks[0]]
         ends += sum(2 * (on(w) + on(ps)) for w in workers)  # a push and a pull
     return ends + sum(on(client) + on(w) for w in workers)
@@ -71,7 +72,8 @@ def test_plans_on_collective_ops_and_nodes_with_their_own_cores_have_no_cpu_floo
     _, _, ring = _simulate(mlp_graph, "emu-10gbit:2", cost_model, "ring", tensor_cpu=SLOW_ENDS[1])
     assert ring.cpu_bound == ()  # its collectives' CPU is in their measured curves
     _, _, ps = _simulate(mlp_graph, "cpu-2s-25g:2", cost_model, "greedy-ps", tensor_cpu=SLOW_ENDS[1])
-    assert ps.cpu_bound == () and ps.step_time < 0.05 * 20
+    _, _, as_measured = _simulate(mlp_graph, "cpu-2s-25g:2", cost_model, "greedy-ps")
+    assert ps.cpu_bound == () and ps.step_time == as_measured.step_time
 
 
 def test_a_bucket_s_update_beside_the_next_collective_shares_a_one_core_node(resnet50_graph, cost_model):
