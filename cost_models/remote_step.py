@@ -292,7 +292,8 @@ print(json.dumps(measure_tensor_cpu()))
 
 
 def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
-    """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit the line.
+    """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit its lines (wall
+    seconds, the client's CPU), the tensor ends' CPU (medians over ``sessions`` processes) and the local loops.
 
     The machine's load average before and after goes into the machine record: on a busy machine every step
     waits for cores, and the fit says so.

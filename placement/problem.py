@@ -351,6 +351,8 @@ class Problem:
         in CPU seconds, per pool of shared cores (:meth:`core_pool`): ``{pool: seconds}``.  Elsewhere the ends'
         CPU is not the step's binding resource and is not counted."""
         cpu = {}
+        if not self.core_pools:
+            return cpu
         for src, dst, nbytes, count in messages:
             seconds = count * self.comm.endpoint_cpu_seconds(nbytes)
             for end in (src, dst):

@@ -540,7 +540,7 @@ class _SyncRun:
         if collective_ops and phases:
             contention = problem.comm.compute_contention(devices, nbytes=nbytes,
                                                          seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
-        elif phases:  # the one-client runtime's ops: a sum over gRPC, and every replica's rows to every other
+        elif phases and problem.core_pools:  # the one-client runtime's ops: a gRPC sum, every replica's rows to all
             spec = problem.resource_spec
             messages = problem.comm.graph_allreduce_messages(nbytes, devices, algorithm) if summed else []
             messages += [(a, b, problem.sparse_bytes[v], 1) for v in gathered for a in devices for b in devices
