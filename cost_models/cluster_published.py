@@ -52,7 +52,7 @@ import numpy as np
 
 from cost_models.comm import CommModel
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay, lockstep_pace
-from cost_models.gpu import GpuKernelParams, GpuStep
+from cost_models.gpu import GpuKernelParams
 from cost_models.published import step_at
 
 TARGETS = {"median_throughput_error": 0.15, "efficiency_points": 0.08}
@@ -77,6 +77,7 @@ class ClusterRun:
     precision: str
     xla: bool | None
     framework: str
+    layout: str  # as cost_models.published.PublishedRun's
     batch: int
     micro_batches: int
     nodes: int
@@ -115,7 +116,8 @@ def cluster_of(run):
     return cluster_from_dict({"name": f"{run.nodes}x {run.system}", "nodes": [node]}, source=f"row {run.id}")
 
 
-def _runs(row, point, config, precision, xla, framework, batch, system, points, single=None, note=""):
+def _runs(row, point, config, precision, xla, framework, batch, system, points, single=None, note="",
+          layout="nhwc"):
     """The :class:`ClusterRun` of each ``(nodes, micro_batches, throughput, efficiency)`` of one row's point.
 
     ``single``: ``(throughput, source)`` of the published single-GPU figure the efficiency is taken from.
@@ -128,7 +130,7 @@ def _runs(row, point, config, precision, xla, framework, batch, system, points, 
             efficiency = throughput / (nodes * gpus * single[0])
             source = single[1]
         label = point if len(points) == 1 else f"{point}-{nodes}n"
-        out.append(ClusterRun(row, label, config, device, precision, xla, framework, batch, micro_batches,
+        out.append(ClusterRun(row, label, config, device, precision, xla, framework, layout, batch, micro_batches,
                               nodes, system, throughput, efficiency, source, note))
     return out
 
@@ -187,8 +189,9 @@ ROWS = tuple(
     + _runs("M14", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf2", 32, "DGX-2H", [(32, 4, 20094.14, None)],
             note="DGX-2H's 450 W V100s priced as V100-32GB")
     + _runs("M35", "v100", "resnet50-mp", "fp16", None, "pytorch", 256, "DGX-1", [(1, 1, 6174, None)],
-            (833, "G30/amp"), note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced "
-                                  "as Horovod's")
+            (833, "G30/amp"), layout="nchw",
+            note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced as Horovod's; NCHW "
+                 "as G30 (LambdaPT's configs pass no --memory-format)")
     + _runs("M42", "fp16", "resnet50-mp", "fp16", None, "tf1", 256, "p3.16xlarge",
             [(1, 1, 5000, None), (2, 1, 9860, None), (4, 1, 21300, None), (8, 1, 37000, None)],
             (740, "single GPU stated in the row"),
@@ -226,10 +229,10 @@ def _params():
 
 @lru_cache(maxsize=None)
 def _step(run):
-    from cost_models.gpu_calibration import device_of
+    from cost_models.gpu_calibration import published_gpu_step
 
     table, scalars = step_at(run.config, run.batch)
-    step = GpuStep(table, device_of(run.device), run.precision, run.xla, run.micro_batches, run.framework)
+    step = published_gpu_step(run, table)
     _, share = step.shares(_params())
     train = np.where(step.update, 0.0, share)
     start = float(train[table["phase"] == "forward"].sum())  # the backward starts once the forward ran

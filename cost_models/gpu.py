@@ -52,6 +52,15 @@ What a step costs on a GPU, as modelled:
   when it is issued and the previous one ended, so launch cost shows only
   where kernels are shorter than their launch:
   ``end_i = max(end_{i-1}, issued_i) + kernel_i``.
+- **Tensor layout** (published PyTorch runs only).  cuDNN's tensor-core
+  convolutions take NHWC tensors; PyTorch keeps its tensors NCHW unless a
+  script asks for channels-last, so cuDNN transposes every operand and
+  result of a half-precision convolution in and out of NHWC (NVIDIA:
+  channels-last speeds ResNet-50 up about 30% on V100 and A100).  Such a
+  convolution also streams its bytes twice more (a read and a write of
+  each), at ``memory`` times the bandwidth.  TensorFlow's layout optimizer
+  runs a half-precision graph's convolutions in NHWC (transposing once at
+  the graph's edges), so a TensorFlow step pays nothing of the kind.
 - **Gradient accumulation**: a step of ``m`` micro-batches runs the forward
   and backward ops ``m`` times and the update once.
 
@@ -92,6 +101,7 @@ SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32",
 # The framework of a published run -> the factor on its memory-bound kernels where it fuses without XLA.
 FRAMEWORK_FUSION = {"tf1": "fused_tf", "tf2": "fused_tf", "pytorch": "fused_pytorch"}
 PER_ARCHITECTURE = ("compute", "memory")
+LAYOUTS = ("nhwc", "nchw")
 
 
 def architecture_of(device_model):
@@ -162,15 +172,21 @@ class GpuStep:
     framework : str
         "keras" for a captured job; a published run's framework otherwise
         (see :data:`FRAMEWORK_FUSION`: its fuser without XLA).
+    layout : str
+        "nchw" where cuDNN gets a published PyTorch run's convolution tensors
+        NCHW and transposes them (see the module docstring); "nhwc" otherwise.
 
     Raises CostModelError when the device lists no peak for a precision the
     step needs.
     """
 
-    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1, framework="keras"):
+    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1, framework="keras",
+                 layout="nhwc"):
         if precision not in PRECISIONS:
             raise CostModelError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})",
                                  field="precision")
+        if layout not in LAYOUTS:
+            raise CostModelError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})", field="layout")
         self.architecture = architecture_of(device.model)
         self.xla = xla if xla is None else bool(xla)
         self.micro_batches = int(micro_batches)
@@ -204,6 +220,9 @@ class GpuStep:
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)
         self.bytes = np.where(halved_by_precision(table, precision), data / 2, data)
+        # NCHW half-precision convolutions: a transpose in or out of NHWC reads and writes each operand and result.
+        transposed = self.conv & self.kinds["half"] & (layout == "nchw")
+        self.transposed_bytes = np.where(transposed, 2 * self.bytes, 0.0)
         self.memory_bandwidth = float(device.memory_bandwidth)
         if self.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")
@@ -220,7 +239,8 @@ class GpuStep:
         eff = eff * arch["compute"]
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
         streaming = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
-        compute = np.maximum(compute, streaming)
+        transposes = self.transposed_bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
+        compute = np.maximum(compute, streaming) + transposes
         memory = np.where(self._launching(xla), streaming * self._fusion(params, xla), 0.0)
         return np.where(self.compute, compute, memory)
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from autodist.errors import CostModelError
+from cost_models.gpu import LAYOUTS
 from cost_models.step_table import at_batch, load_tables
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
 CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
-COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "batch", "micro_batches",
-           "throughput", "unit", "note")
+COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "layout", "batch",
+           "micro_batches", "throughput", "unit", "note")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 # config -> (zoo script, its arguments): the Keras equivalents of the published runs.
@@ -56,6 +57,7 @@ class PublishedRun:
     precision: str
     xla: bool | None  # None: the source does not say
     framework: str
+    layout: str  # "nchw": cuDNN got PyTorch's NCHW convolution tensors (cost_models.gpu); "nhwc" otherwise
     batch: int
     micro_batches: int
     throughput: float
@@ -93,12 +95,17 @@ def _run(line, path, n):
         run = PublishedRun(
             row=line["row"], point=line["point"], model=line["model"], config=line["config"], device=line["device"],
             precision=line["precision"], xla={"1": True, "0": False, "": None}[line["xla"]], framework=line["framework"],
-            batch=int(line["batch"]), micro_batches=int(line["micro_batches"]),
+            layout=line["layout"], batch=int(line["batch"]), micro_batches=int(line["micro_batches"]),
             throughput=float(line["throughput"]), unit=line["unit"], note=line["note"] or "")
     except (TypeError, ValueError, KeyError) as exc:
         raise CostModelError(f"malformed line ({type(exc).__name__}: {exc})", source=where) from None
     if run.precision not in PRECISIONS:
         raise CostModelError(f"unknown precision {run.precision!r}", source=where, field="precision")
+    if run.layout not in LAYOUTS:
+        raise CostModelError(f"unknown layout {run.layout!r} (one of {', '.join(LAYOUTS)})", source=where, field="layout")
+    if run.layout == "nchw" and run.framework != "pytorch":
+        raise CostModelError("layout nchw is for PyTorch runs: TensorFlow's layout optimizer gives cuDNN NHWC tensors",
+                             source=where, field="layout")
     if run.evaluated and (run.config not in CONFIGS or run.batch < 1 or run.micro_batches < 1
                           or run.throughput <= 0):
         raise CostModelError("needs a known config, a positive batch, micro_batches and throughput", source=where)

@@ -211,13 +211,15 @@ def test_fused_chains_cost_nothing_and_their_fuser_scales_the_kernels_left():
 
 
 def test_g20_without_xla_is_predicted_much_slower_than_with_it():
-    """The published BERT-base AMP runs differ 2.3x by XLA alone (G20); the model must not flatten that."""
+    """The published BERT-base AMP runs differ 2.3x by XLA alone (G20); the model must not flatten that: it keeps at
+    least three quarters of the published ratio."""
     from cost_models.gpu_calibration import prepared, throughput
 
     steps = {run.id: (run, step) for run, step in prepared(read_calibration()) if run.row == "G20"}
     params = GpuKernelParams.load()
     with_xla, without = (throughput(steps[i][1], steps[i][0], params) for i in ("G20/amp-xla", "G20/amp"))
-    assert with_xla / without > 1.8
+    published = steps["G20/amp-xla"][0].throughput / steps["G20/amp"][0].throughput
+    assert with_xla / without > 0.75 * published
 
 
 def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_without_xla():
@@ -232,6 +234,25 @@ def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_wi
     unstated, without = (GpuStep(table, device, run.precision, x, framework="pytorch").step_seconds(params)
                          for x in (None, False))
     assert unstated == without
+
+
+def test_nchw_half_precision_convolutions_pay_a_transpose_of_everything_they_move():
+    """Lambda's PyTorch ResNet-50 kept NCHW tensors (G30): cuDNN transposes each operand and result of a
+    tensor-core convolution in and out of NHWC, a read and a write of every byte the convolution moves; float32
+    convolutions run NCHW natively, and nothing else changes."""
+    params = GpuKernelParams.load()
+    for run_id, transposed in (("G30/amp", True), ("G30/fp32", False)):
+        run, table, device = _published(run_id)
+        assert run.layout == "nchw"
+        nhwc, nchw = (GpuStep(table, device, run.precision, None, framework="pytorch", layout=layout)
+                      for layout in ("nhwc", "nchw"))
+        extra = nchw.kernel_seconds(params) - nhwc.kernel_seconds(params)
+        arch = params.architecture(nchw.architecture)
+        expected = np.where(nchw.conv & transposed, 2 * nchw.bytes, 0.0) / (
+            nchw.memory_bandwidth * params.shared["memory"] * arch["memory"])
+        assert nchw.conv.sum() > 150 and extra == pytest.approx(expected, rel=1e-9, abs=1e-15), run_id
+    with pytest.raises(CostModelError, match="layout"):
+        GpuStep(table, device, run.precision, layout="nwhc")
 
 
 def _conv_step(groups):
@@ -346,6 +367,15 @@ def test_bad_precision_and_calibration_input_give_one_line(tmp_path, mlp_graph):
         writer.writerows(rows)
     out = _autodist("costmodel", "fit-gpu", "--calibration", str(broken), "-o", str(tmp_path / "m.json"))
     assert out.returncode == 2 and "throughput" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m.json").exists()
+
+    # NCHW is PyTorch's: TensorFlow's layout optimizer hands cuDNN NHWC tensors.
+    with open(broken, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(dict(row, layout="nchw") if row["row"] == "G4" else row for row in rows)
+    out = _autodist("costmodel", "fit-gpu", "--calibration", str(broken), "-o", str(tmp_path / "m.json"))
+    assert out.returncode == 2 and "layout" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m.json").exists()
 
 
