@@ -18,7 +18,8 @@
 - ``gpu_published``: the GPU kernel model against every published single-GPU
   figure of the calibration set (cost_models.gpu_calibration): fitted on all
   rows, fitted without the row's model (the target), and the roofline prior
-  alone; AMP over FP32 ratios; and whether each configuration fits its GPU.
+  alone; AMP over FP32 ratios; whether each configuration fits its GPU; and
+  the held-out published figures of the validation file, never fitted on.
 - ``collectives_published``: allreduce busbw against the published nccl-tests
   rows, leave one system out (cost_models.collectives_published).
 - ``cluster_published``: multi-GPU throughput and scaling efficiency against
@@ -333,6 +334,14 @@ def _gpu_lines(published):
     if check:
         lines.append(f"  {check['config']} at batch {check['batch']} on {check['device']}: "
                      f"{check['peak_memory_bytes'] / 1e9:.1f} GB, {'fits' if check['fits'] else 'does not fit'}")
+    held_out = published["validation"]
+    lines.append(f"held-out published figures (validation, never fitted), predicted by the fit on every "
+                 f"calibration row: median |error| {_pct(held_out['median_error'])}, worst "
+                 f"{_pct(held_out['max_error'])}")
+    for r in held_out["rows"]:
+        lines.append(f"  {r['id']:<14} {r['model']:<11} {r['device']:<10} {r['precision']:<4} b{r['batch']:<4} "
+                     f"published {r['published']:9.1f}  predicted {r['predicted']:9.1f} ({r['error'] * 100:+6.1f}%)  "
+                     f"memory {r['peak_memory_bytes'] / 1e9:5.1f}/{r['memory_bytes'] / 1e9:.0f} GB")
     return lines
 
 

@@ -238,9 +238,9 @@ class GpuStep:
             eff[mask & self.conv] = params.shared[f"conv_{kind}"]
         eff = eff * arch["compute"]
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
-        streaming = self.bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
-        transposes = self.transposed_bytes / (self.memory_bandwidth * params.shared["memory"] * arch["memory"])
-        compute = np.maximum(compute, streaming) + transposes
+        bandwidth = self.memory_bandwidth * params.shared["memory"] * arch["memory"]
+        streaming = self.bytes / bandwidth
+        compute = np.maximum(compute, streaming) + self.transposed_bytes / bandwidth
         memory = np.where(self._launching(xla), streaming * self._fusion(params, xla), 0.0)
         return np.where(self.compute, compute, memory)
 

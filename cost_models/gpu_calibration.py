@@ -9,7 +9,8 @@ stays near the shared values, and the efficiencies, more loosely, towards
 their starting values.  :func:`evaluate` prints every row with its
 prediction from the fit on all rows, from a fit that left its model out,
 and from the roofline prior alone; plus the AMP-over-FP32 ratios and the
-memory checks.
+memory checks; and the held-out figures of the validation file
+(cost_models.published), priced by the fit on every calibration row.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
 from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
-from cost_models.published import published_step, read_calibration
+from cost_models.published import VALIDATION_CSV, published_step, read_calibration
 from cost_models.step_table import fuses_elementwise
 
 # Starting values and bounds of the fit (efficiencies are fractions of peak; their start is also their prior).
@@ -143,9 +144,12 @@ def _prior_throughput(step_table, run):
     return run.batch * run.micro_batches / step
 
 
-def evaluate(runs=None):
-    """The ``gpu_published`` report: every calibration row, leave-one-model-out errors, ratios, memory."""
+def evaluate(runs=None, validation=None):
+    """The ``gpu_published`` report: every calibration row, leave-one-model-out errors, ratios, memory; and the
+    held-out figures of ``validation`` (default: the shipped validation file), priced by the fit on every
+    calibration row and never fitted on."""
     runs = read_calibration() if runs is None else runs
+    validation = read_calibration(VALIDATION_CSV) if validation is None else validation
     steps = prepared(runs)
     everything = fit(steps)
     left_out = {}
@@ -157,19 +161,14 @@ def evaluate(runs=None):
     step_of = dict(steps)
     rows = []
     for run in runs:
-        row = {"id": run.id, "model": run.model, "device": run.device, "precision": run.precision, "xla": run.xla,
-               "framework": run.framework, "batch": run.batch, "micro_batches": run.micro_batches,
-               "published": run.throughput, "unit": run.unit, "note": run.note}
+        row = _row(run)
         if run.evaluated:
             step = step_of[run]
-            table, scalars = published_step(run)
-            fitted, lomo, prior = throughput(step, run, everything), left_out[run.id], _prior_throughput(table, run)
-            peak = _published_peak(table, scalars, run)
-            memory = device_of(run.device).memory_bytes
-            row.update({"predicted": fitted, "error": fitted / run.throughput - 1,
-                        "predicted_left_out": lomo, "error_left_out": lomo / run.throughput - 1,
-                        "prior": prior, "error_prior": prior / run.throughput - 1,
-                        "peak_memory_bytes": peak, "memory_bytes": memory, "fits": peak <= memory})
+            table, _ = published_step(run)
+            lomo, prior = left_out[run.id], _prior_throughput(table, run)
+            row.update(_predicted(run, step, everything))
+            row.update({"predicted_left_out": lomo, "error_left_out": lomo / run.throughput - 1,
+                        "prior": prior, "error_prior": prior / run.throughput - 1})
         rows.append(row)
     evaluated = [r for r in rows if "predicted" in r]
     summary = {
@@ -183,8 +182,26 @@ def evaluate(runs=None):
         "all_fit_in_memory": all(r["fits"] for r in evaluated),
         "targets": TARGETS,
     }
+    held_out = [dict(_row(run), **_predicted(run, step, everything)) for run, step in prepared(validation)]
     return {"summary": summary, "rows": rows, "precision_ratios": _ratios(rows), "memory_check": _must_not_fit(runs),
+            "validation": {"rows": held_out, "median_error": _median_abs(r["error"] for r in held_out),
+                           "max_error": _max_abs(r["error"] for r in held_out)},
             "parameters": everything.to_dict()}
+
+
+def _row(run):
+    return {"id": run.id, "model": run.model, "device": run.device, "precision": run.precision, "xla": run.xla,
+            "framework": run.framework, "layout": run.layout, "batch": run.batch, "micro_batches": run.micro_batches,
+            "published": run.throughput, "unit": run.unit, "note": run.note}
+
+
+def _predicted(run, step, params):
+    """The prediction of an evaluated run with ``params``, its error and its predicted peak memory."""
+    table, scalars = published_step(run)
+    predicted = throughput(step, run, params)
+    peak, memory = _published_peak(table, scalars, run), device_of(run.device).memory_bytes
+    return {"predicted": predicted, "error": predicted / run.throughput - 1, "peak_memory_bytes": peak,
+            "memory_bytes": memory, "fits": peak <= memory}
 
 
 def _published_peak(table, scalars, run):

@@ -8,6 +8,12 @@ table of each configuration those figures ran (benchmarks/gpu_published_graphs.p
 at two batch sizes.  Rows whose step is not captured, or whose batch size the
 source does not state, are listed with an empty ``config`` and a note, and
 are reported, never fitted.
+
+``data/published/validation.csv``, in the same columns, holds published
+single-GPU figures that are not in the calibration set (rows ``LPT*``: the
+other LambdaPT cells of the sources G30/G33/G34 cite).  They are held out:
+``costmodel eval`` prices them with the model fitted on the calibration set,
+and no fit reads them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from cost_models.step_table import at_batch, load_tables
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
 CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
+VALIDATION_CSV = os.path.join(DATA_DIR, "validation.csv")
 COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "layout", "batch",
            "micro_batches", "throughput", "unit", "note")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")

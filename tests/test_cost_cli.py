@@ -78,6 +78,10 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
         assert row["predicted"] > 0 and row["predicted_left_out"] > 0 and row["prior"] > 0 and row["fits"]
     assert [r["pair"] for r in gpu["precision_ratios"]] == ["ResNet-50, V100 (XLA)", "ResNet-50, V100"]
     assert not gpu["memory_check"]["fits"]
+    # The held-out figures are priced by the fit on the calibration rows and never fitted on.
+    held_out = gpu["validation"]["rows"]
+    assert held_out and all(r["id"].startswith("LPT") and r["predicted"] > 0 for r in held_out)
+    assert not {r["id"] for r in held_out} & set(gpu["parameters"]["fitted_on"])
 
 
 def test_costmodel_eval_text_and_missing_data(tmp_path):
