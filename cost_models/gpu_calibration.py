@@ -70,6 +70,8 @@ PRECISION_RATIOS = (("ResNet-50, V100 (XLA)", "G2/amp", "G1/fp32"), ("ResNet-50,
 # A configuration published runs could not use: ResNet-50 at batch 256 in float32 on a 16 GB V100
 # (NVIDIA's scripts use batch 128 there, G1/G3).
 MUST_NOT_FIT = ("resnet50-fp32", "V100-16GB", 256)
+# A kernel class is calibrated on an architecture where it takes at least this share of a fitted figure's kernel time.
+COVERAGE_SHARE = 0.1
 
 
 def device_of(model):
@@ -125,9 +127,22 @@ def fit(steps):
 
     result = least_squares(residuals, x0, bounds=(lower, upper), x_scale=1.0, loss="cauchy", f_scale=ROBUST_SCALE)
     params = _unpack(result.x, archs)
+    params.coverage = _coverage(steps, params)
     params.fitted_on = [run.id for run, _ in steps]
     params.source = "published-training-figures.md rows " + ", ".join(sorted({run.row for run, _ in steps}, key=_row_key))
     return params
+
+
+def _coverage(steps, params):
+    """Architecture -> the kernel classes that take :data:`COVERAGE_SHARE` of some fitted figure's kernel time."""
+    covered = {}
+    for _, step in steps:
+        kernel, _ = step.shares(params)
+        classes = step.kernel_classes()
+        for kernel_class in set(classes) - {""}:
+            if kernel[classes == kernel_class].sum() >= COVERAGE_SHARE * kernel.sum():
+                covered.setdefault(step.architecture, set()).add(kernel_class)
+    return {arch: sorted(classes) for arch, classes in sorted(covered.items())}
 
 
 def _row_key(row):

@@ -223,18 +223,35 @@ class CostModel:
 
         Ops of types the prior does not know stream their bytes as
         memory-bound kernels (source ``"fallback"``); the rest are
-        ``"calibrated"`` on architectures the published figures cover and
-        ``"assumed"`` elsewhere.
+        ``"calibrated"`` on architectures the published figures cover, but
+        for products of a class and precision those figures do not exercise
+        there (:meth:`GpuKernelParams.covers`), and ``"assumed"`` elsewhere.
         """
+        step = self._gpu_kernels(graph_item, device)
+        seconds, shares = step.shares(self.gpu)
+        sources = np.where(step.fallback, "fallback", np.where(self._covered(step), "calibrated", "assumed"))
+        return seconds, sources.astype(object), shares, step_table(graph_item)["op_type"]
+
+    def _gpu_kernels(self, graph_item, device):
         if self.gpu is None:
             raise CostModelError("this cost model has no GPU kernel model; it cannot price GPUs",
                                  source=GPU_MODEL)
-        table = step_table(graph_item)
-        step = GpuStep(table, device, job_precision(graph_item), getattr(graph_item.job, "xla", False))
-        seconds, shares = step.shares(self.gpu)
-        label = "calibrated" if self.gpu.calibrated(step.architecture) else "assumed"
-        sources = np.where(step.fallback, "fallback", label).astype(object)
-        return seconds, sources, shares, table["op_type"]
+        return GpuStep(step_table(graph_item), device, job_precision(graph_item), getattr(graph_item.job, "xla", False))
+
+    def _covered(self, step):
+        """Per op, whether the published figures calibrate its kernel on ``step``'s architecture."""
+        calibrated = self.gpu.calibrated(step.architecture)
+        return np.array([self.gpu.covers(step.architecture, c) if c else calibrated for c in step.kernel_classes()],
+                        dtype=bool)
+
+    def assumed_gpu_kernels(self, graph_item, device):
+        """Kernel class -> its share of the step's kernel time, for the products of ``graph_item`` on ``device``
+        (a GPU of a calibrated architecture) whose class no published figure of that architecture exercises."""
+        step = self._gpu_kernels(graph_item, device)
+        kernel, _ = step.shares(self.gpu)
+        classes, covered, total = step.kernel_classes(), self._covered(step), float(kernel.sum())
+        return {c: float(kernel[(classes == c)].sum()) / total
+                for c in sorted(set(classes[~covered & step.compute]))} if total > 0 else {}
 
     def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.

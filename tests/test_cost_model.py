@@ -77,7 +77,8 @@ def test_op_costs_on_real_mlp_graph_cpu(mlp_graph, cpu):
 def test_op_costs_on_gpu_come_from_the_calibrated_kernel_model(mlp_graph, h100):
     model = CostModel.default()
     costs = model.op_costs(mlp_graph, h100)
-    assert {c.source for c in costs.values()} == {"calibrated"}
+    # No published Hopper figure runs TF32 products: those are assumed, the rest calibrated.
+    assert {c.source for c in costs.values()} == {"calibrated", "assumed"}
     # A float32 MatMul of a tf32 job runs on TF32 tensor cores at the fitted efficiency of its size.
     assert mlp_graph.job.precision == "tf32"
     name, op = next((n, op) for n, op in mlp_graph.ops.items() if op.type == "MatMul" and op.flops)

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -44,7 +45,32 @@ def test_ops_that_launch_no_kernel_cost_nothing_on_a_gpu(mlp_graph):
     assert all(costs[n].seconds == 0 and costs[n].step_seconds == 0 for n in no_kernel)
     matmuls = [n for n, op in mlp_graph.ops.items() if op.type == "MatMul"]
     assert matmuls and all(costs[n].seconds > 0 for n in matmuls)
-    assert {c.source for c in costs.values()} == {"calibrated"}
+
+
+def test_products_no_published_figure_of_the_architecture_runs_are_assumed(mlp_graph):
+    """The fit records which kernel classes each architecture's figures exercise: Hopper's only run half-precision
+    matrix products (BERT, G33/G34), so a tf32 job's MatMuls on an H100 are assumed, and said so in the report;
+    on an A100 (TF32 BERT, G13-G17) they are calibrated."""
+    from autodist.api import make_plan
+    from autodist.report import build_report, render, schema
+
+    params = GpuKernelParams.load()
+    assert params.covers("hopper", "matmul_half") and not params.covers("hopper", "conv_half")
+    assert params.covers("ampere", "matmul_tf32") and params.covers("volta", "conv_fp32")
+    assert mlp_graph.job.precision == "tf32"
+    matmuls = {n for n, op in mlp_graph.ops.items() if op.type == "MatMul" and op.flops}
+    for preset, assumed in (("dgx-h100", matmuls), ("dgx-a100", set())):
+        costs = CostModel.default().op_costs(mlp_graph, load_cluster(preset=preset).gpus()[0])
+        assert {n for n, c in costs.items() if c.source == "assumed"} == assumed, preset
+        assert {c.source for n, c in costs.items() if n not in assumed} == {"calibrated"}, preset
+    plan = make_plan(mlp_graph, "dgx-h100:1", budget_s=0.2)
+    doc = build_report(plan, mlp_graph)
+    jsonschema.validate(doc, schema())
+    (gpu,) = [d for d in doc["costs"]["devices"] if d["kind"] == "GPU"]
+    assert gpu["basis"] == "partly-calibrated" and list(gpu["assumed_kernels"]) == ["matmul_tf32"]
+    assert 0 < gpu["assumed_kernels"]["matmul_tf32"] < 1
+    text = render(doc)
+    assert "matmul_tf32" in text and "ASSUMED" in text
 
 
 def test_bias_and_activation_after_a_matmul_are_fused_away(mlp_graph):

@@ -91,13 +91,19 @@ def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
     model = cost_model or CostModel.default()
     devices = []
     for kind, name in sorted({(d.kind, d.model) for d in spec.devices()}):
-        if kind == "GPU":
-            basis = "calibrated" if model.gpu.calibrated(architecture_of(name)) else "assumed"
+        entry = {"model": name, "kind": kind}
+        if kind == "GPU" and model.gpu.calibrated(architecture_of(name)):
+            device = next(d for d in spec.devices() if (d.kind, d.model) == (kind, name))
+            assumed = model.assumed_gpu_kernels(graph_item, device) if graph_item is not None else {}
+            entry.update({"basis": "partly-calibrated", "assumed_kernels": assumed} if assumed
+                         else {"basis": "calibrated"})
+        elif kind == "GPU":
+            entry["basis"] = "assumed"
         elif graph_item is not None and model.measured_step(graph_item, name) is not None:
-            basis = "step-measured"
+            entry["basis"] = "step-measured"
         else:
-            basis = "measured" if name in model.learned_devices else "assumed"
-        devices.append({"model": name, "kind": kind, "basis": basis})
+            entry["basis"] = "measured" if name in model.learned_devices else "assumed"
+        devices.append(entry)
     return {"precision": data["graph"].get("precision") or "fp32", "micro_batches": micro_batches, "devices": devices}
 
 

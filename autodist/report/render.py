@@ -90,13 +90,22 @@ def _job(doc, md):
     accumulation = costs["micro_batches"]
     rows.append(["precision", costs["precision"] + (f", {accumulation} micro-batches per step" if accumulation > 1
                                                     else "")])
-    rows.append(["costs", "; ".join(f"{d['model']} {BASIS[d['basis']]}" for d in costs["devices"])])
+    rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
     return table(["job", ""], rows, md)
 
 
 BASIS = {"measured": "measured", "step-measured": "measured, this step timed whole",
          "calibrated": "calibrated on published figures",
          "assumed": "ASSUMED (neither measured nor calibrated)"}
+
+
+def _basis(device):
+    """How a device model's costs were obtained, in words (on a GPU calibrated only in part, which kernel classes no
+    published figure of its architecture runs, with their share of the kernel time)."""
+    if device["basis"] != "partly-calibrated":
+        return BASIS[device["basis"]]
+    assumed = ", ".join(f"{c} ({share:.0%} of kernel time)" for c, share in device["assumed_kernels"].items())
+    return f"calibrated, but ASSUMED for {assumed}"
 
 
 def _memory(memory):
