@@ -250,7 +250,7 @@ class CostModel:
         step = self._gpu_kernels(graph_item, device)
         kernel, _ = step.shares(self.gpu)
         classes, covered, total = step.kernel_classes(), self._covered(step), float(kernel.sum())
-        return {c: float(kernel[(classes == c)].sum()) / total
+        return {c: float(kernel[classes == c].sum()) / total
                 for c in sorted(set(classes[~covered & step.compute]))} if total > 0 else {}
 
     def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None):
