@@ -238,6 +238,7 @@ class _Schedule:
     slot_busy: dict
     gradient_ready: dict
     events: list
+    cpu: dict  # (pool, cores) -> CPU seconds of its activations' gRPC tensor ends between tasks (Problem.grpc_cpu)
 
 
 # How many bucket, shard and worker plans (see _SyncRun._cached) and memories a Simulator keeps before it starts
@@ -780,6 +781,8 @@ class Simulator:
         busy = {}
         links = _LinkQueue(self.link_sets)
         events = []
+        between_tasks = []  # (src, dst, bytes, 1) of activations that cross from one node's task to another's
+        node_of = {d.name: d.node for d in devices}
         heap = [(0.0, g) for g in range(n) if remaining[g] == 0]
         heapq.heapify(heap)
         while heap:
@@ -802,6 +805,8 @@ class Simulator:
                         t0, arrive = links.occupy(used, arrive + latency, occupancy)
                         if trace:
                             events.append((f"{groups[g].name}->{groups[h].name}", "activation", "+".join(used), t0, arrive))
+                    if node_of[src] != node_of[dst]:
+                        between_tasks.append((src, dst, nbytes, micro_batches))
                 if arrive > ready_at[h]:
                     ready_at[h] = arrive
                 remaining[h] -= 1
@@ -816,7 +821,7 @@ class Simulator:
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
             label = f"micro-batches 1-{micro_batches - 1}"
             events += [(label, "compute", d, 0.0, earlier) for d in replica]
-        return _Schedule(earlier + one, free, busy, gradient_ready, events)
+        return _Schedule(earlier + one, free, busy, gradient_ready, events, self.problem.grpc_cpu(between_tasks))
 
     # -- one step ----------------------------------------------------------
     def simulate(self, strategy, trace=False, overlap=True):
@@ -842,6 +847,9 @@ class Simulator:
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
         var_slot = self._var_slots(strategy)
         run = _SyncRun(self, strategy, classes, trace, overlap and self.problem.overlaps_compute(strategy.replicas))
+        for schedule, members in classes:
+            for _ in members:
+                run.charge(schedule.cpu)
 
         buckets = {}  # (algorithm, bucket, slot, compression) -> variables
         ps_vars = []
@@ -905,8 +913,10 @@ class Simulator:
         node), the worker and PS tasks, runs on them: the step takes at least
         the core-seconds its devices compute, update and serve, plus the
         client's CPU per step, each task's for its part, and that of every
-        gRPC tensor at its ends (Problem.grpc_cpu), as ``profile
-        remote-steps`` measured them, over the cores.
+        gRPC tensor at its ends (Problem.grpc_cpu: pushes, pulls, input
+        feeds, graph-allreduce chunks, and a model-parallel replica's
+        activations between its nodes' tasks), as ``profile remote-steps``
+        measured them, over the cores.
         """
         problem = self.problem
         if not problem.core_pools:

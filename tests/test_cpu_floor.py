@@ -94,3 +94,31 @@ def test_a_bucket_s_update_beside_the_next_collective_shares_a_one_core_node(res
     assert len(updates) == buckets and beside > 0
     last = max(b for *_, b in result.events)
     assert result.step_time > last + 0.2 * beside  # the updates lost a share of the time beside the collectives
+
+
+def test_a_model_parallel_replica_s_activations_between_nodes_cost_their_ends_cpu(mlp_graph, cost_model):
+    """A replica split over two one-core nodes sends activations and their gradients between the nodes' worker
+    tasks over gRPC, once per micro-batch: a second micro-batch adds, on each node, one tensor end per op-group
+    edge that crosses between the nodes (counted by hand), and no other tensor end."""
+    from autodist.strategy import Strategy, VarSync
+
+    spec = load_cluster(preset="emu-10gbit:2")
+    devices = [d.name for d in spec.devices()]
+    floors, crossing = {}, None
+    for micro_batches in (1, 2):
+        for tensor_cpu in SLOW_ENDS:
+            problem = Problem(mlp_graph, spec, cost_model)
+            problem.comm.remote_step = dataclasses.replace(problem.comm.remote_step, tensor_cpu=tensor_cpu)
+            units = problem.groups.units
+            later = {unit: 1 for unit in units[len(units) // 2:]}
+            strategy = Strategy([devices], {v.name: VarSync("ps", ps_tasks=(0,)) for v in problem.variables},
+                                [devices[0]], later, micro_batches)
+            result = Simulator(problem).simulate(strategy)
+            node, floors[micro_batches, tensor_cpu] = result.cpu_bound
+            assert node == "emu-0" and result.step_time == floors[micro_batches, tensor_cpu]
+            slot = [later.get(units[problem.group_unit[g]], 0) for g in range(len(problem.groups.groups))]
+            crossing = sum(slot[g] != slot[h] for g, succs in enumerate(problem.groups.successors()) for h, _ in succs)
+    assert crossing > 0
+    slope = {m: floors[m, SLOW_ENDS[1]] - floors[m, SLOW_ENDS[0]] for m in (1, 2)}
+    cores = len(spec.node("emu-0").emulation.cores)
+    assert slope[2] - slope[1] == pytest.approx(crossing * (SLOW_ENDS[1] - SLOW_ENDS[0]) / cores)
