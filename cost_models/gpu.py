@@ -55,8 +55,9 @@ What a step costs on a GPU, as modelled:
 - **Tensor layout** (published PyTorch runs only).  cuDNN's tensor-core
   convolutions take NHWC tensors; PyTorch keeps its tensors NCHW unless a
   script asks for channels-last, so cuDNN transposes every operand and
-  result of a half-precision convolution in and out of NHWC (NVIDIA:
-  channels-last speeds ResNet-50 up about 30% on V100 and A100).  Such a
+  result of a half-precision convolution in and out of NHWC (MosaicML's
+  channels-last method card, after NVIDIA: avoiding them speeds ResNet-50
+  up about 30% on V100 and A100).  Such a
   convolution also streams its bytes twice more (a read and a write of
   each), at ``memory`` times the bandwidth.  TensorFlow's layout optimizer
   runs a half-precision graph's convolutions in NHWC (transposing once at
