@@ -781,7 +781,7 @@ class Simulator:
         busy = {}
         links = _LinkQueue(self.link_sets)
         events = []
-        between_tasks = []  # (src, dst, bytes, 1) of activations that cross from one node's task to another's
+        between_tasks = []  # (src, dst, bytes, micro-batches) of activations between two nodes' tasks
         node_of = {d.name: d.node for d in devices}
         heap = [(0.0, g) for g in range(n) if remaining[g] == 0]
         heapq.heapify(heap)
