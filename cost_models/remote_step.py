@@ -197,7 +197,8 @@ def measure_tensor_cpu(sizes=TENSOR_SIZES, tensors=TENSORS_PER_STEP, cpu_seconds
     Task 0 holds ``tensors`` variables of the size; a step reads every one
     on task 1 (a transfer each), and the same step with task 1's own copies
     is the baseline.  Each task has a core of its own.  Each size runs for
-    about ``cpu_seconds`` of transfers (the kernel counts CPU time in ticks).
+    about ``cpu_seconds`` of transfers (a running thread's schedstat lags by
+    up to a scheduler tick).
     """
     import tensorflow as tf
 

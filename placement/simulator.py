@@ -848,8 +848,8 @@ class Simulator:
         var_slot = self._var_slots(strategy)
         run = _SyncRun(self, strategy, classes, trace, overlap and self.problem.overlaps_compute(strategy.replicas))
         for schedule, members in classes:
-            for _ in members:
-                run.charge(schedule.cpu)
+            if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
+                run.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})
 
         buckets = {}  # (algorithm, bucket, slot, compression) -> variables
         ps_vars = []
