@@ -15,7 +15,8 @@ forward and backward ``m`` times):
   fp16/bf16 compression would send) then the
   update on a replica device, or a PS round: the pushes of the other worker
   tasks queue on the server's port (PS fan-in), the update of the smallest
-  shard, the pulls.  Transfers go between distinct devices only (a PS and a
+  shard (the pulls claim nothing: the next step's forward pass may hide
+  them until its first read of the variable).  Transfers go between distinct devices only (a PS and a
   worker on one device exchange nothing, but with several replicas some
   gradient must move);
 - **link volume**: every byte that crosses a node boundary occupies the
@@ -182,7 +183,7 @@ def _sync_terms(problem, replicas, group_slots, models, ready, replica_compute):
             options.append((sum(p.seconds for p in gather), 0.0))
         allreduce = min(seconds for seconds, _ in options) + on_replica
         shard = problem.sparse_bytes[name] / max(len(servers), 1)
-        ps = 2 * (intercept + max(1, tasks - 1) * slope * shard) + on_server
+        ps = intercept + max(1, tasks - 1) * slope * shard + on_server
         sync = max(sync, ready[problem.groups.gradient_group[name]] + min(allreduce, ps))
         if nics and tasks > 1:
             ps_nic = 2 * (tasks - 1) * problem.sparse_bytes[name] * nic_slope

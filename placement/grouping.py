@@ -43,14 +43,16 @@ class GroupGraph:
     ``groups`` are in topological order; ``edges`` maps ``(i, j)`` group
     indices to the bytes flowing from group ``i`` to group ``j``;
     ``gradient_group`` maps each trainable variable to the index of the group
-    whose end makes its gradient ready; ``update_ops`` lists the optimizer
-    ops the simulator charges per variable.
+    whose end makes its gradient ready, and ``read_group`` to the first group
+    that reads it (which waits for its pull from a PS); ``update_ops`` lists
+    the optimizer ops the simulator charges per variable.
     """
 
     groups: list
     edges: dict
     units: list
     gradient_group: dict
+    read_group: dict
     update_ops: list
 
     def predecessors(self):
@@ -191,14 +193,14 @@ def group_ops(graph_item, max_units=DEFAULT_MAX_UNITS):
         if i != j:
             edges[(i, j)] = edges.get((i, j), 0) + nbytes
 
-    gradient_group = {}
+    gradient_group, read_group = {}, {}
     for var in graph_item.trainable_variables():
         producers = [graph_item._edge(t)[0] for t in var.gradients]
-        indices = [group_of[p] for p in producers if p in group_of]
-        if not indices:
-            indices = [group_of[r] for r in var.read_ops if r in group_of]
+        readers = [group_of[r] for r in var.read_ops if r in group_of]
+        indices = [group_of[p] for p in producers if p in group_of] or readers
         gradient_group[var.name] = max(indices) if indices else len(groups) - 1
+        read_group[var.name] = min(readers, default=0)
 
     units = sorted({g.unit for g in groups})
     update_ops = [op.name for op in graph_item.ops.values() if op.phase == "update"]
-    return GroupGraph(groups, edges, units, gradient_group, update_ops)
+    return GroupGraph(groups, edges, units, gradient_group, read_group, update_ops)

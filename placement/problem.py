@@ -170,18 +170,25 @@ class Problem:
         return max(1, len(machine_cores()) // sharing)
 
     def overlaps_compute(self, replicas):
-        """Whether a step of ``replicas`` (lists of device names) can send gradients while it computes: not where
-        every replica process has one core (an emulated node's, or this machine's shared by that many processes).
+        """Whether a step of ``replicas`` (lists of device names) can allreduce gradients while it computes: not
+        where every replica process has one core (an emulated node's, or this machine's shared by that many
+        processes).
 
         Such a process runs one op at a time on its one inter-op thread, and a
-        collective's ring steps or a push's gRPC sends progress only between
-        its kernels.  Measured by benchmarks/bench_emulated.py before this
-        rule (the run after it replaced those results): small_cnn on emu-1gbit:2 ran its gradients in three
-        buckets, priced to overlap the backward pass, in 45.9 ms, and in one
-        after it in 44.4 ms (priced 29.2 and 38.1 ms); transformer_lm on
-        emu-1gbit:2 in 440 ms and 456 ms (priced 322 and 427 ms); PS plans,
-        whose pushes overlapped the backward pass, ran 14-65% over their
-        prices on emu-1gbit:2 and emu-10gbit:2.
+        collective's ring steps (or the ops that sum a graph allreduce)
+        progress only between its kernels.  Measured by
+        benchmarks/bench_emulated.py before this rule (the run after it
+        replaced those results): small_cnn on emu-1gbit:2 ran its gradients
+        in three buckets, priced to overlap the backward pass, in 45.9 ms,
+        and in one after it in 44.4 ms (priced 29.2 and 38.1 ms);
+        transformer_lm on emu-1gbit:2 in 440 ms and 456 ms (priced 322 and
+        427 ms).  A PS push is one Send op, after which gRPC's own threads
+        move the bytes, so pushes and pulls overlap the compute even there
+        (placement.simulator): small_cnn's greedy PS on emu-1gbit:2, whose
+        dense layer's 1.2 MB gradient is ready first in the backward pass and
+        whose weights are read last in the forward, ran in 31.8 and 31.9 ms
+        in two runs of that benchmark, priced 41.3 and 41.5 ms where neither
+        overlapped.
         """
         return not self.one_core or not all(d in self.one_core for replica in replicas for d in replica)
 

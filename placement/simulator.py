@@ -32,7 +32,13 @@ What one step does, as simulated:
    once the step's last update has ended (one step is one function call),
    every task pulls each dense shard once and copies it to its other
    replicas, and every replica gathers its own rows of a sparse one on the
-   PS.  A variable's pushes are all in flight at once in the runtime, and
+   PS.  The next step's compute waits for a pull only where it first reads
+   the pull's variable (``_Schedule.pull_needed``): TensorFlow runs each op
+   once its inputs are in, so a CNN's first layers run while its large
+   dense layers are still being pulled; the step ends when the last pull
+   ends less how long its variable is not yet needed, but no sooner than
+   every link the pulls take has carried the step's bytes.  A variable's
+   pushes are all in flight at once in the runtime, and
    so are the pulls: the simulator takes them in turns (:meth:`_SyncRun._turn`)
    in which every node sends to a different node, as concurrent streams keep
    every NIC busy, rather than in an order that queues every task's first
@@ -42,8 +48,9 @@ What one step does, as simulated:
    occupies (one per direction of each port: links are full duplex) is
    free, possibly a gap that earlier reservations left; this models
    contention on NVLink/PCIe ports, NICs and PS servers.
-   Where every replica process has one core (Problem.overlaps_compute),
-   nothing is sent before the replica's compute has ended.
+   Where every replica process has one core (Problem.overlaps_compute), no
+   allreduce starts before the replica's compute has ended; PS pushes and
+   pulls still overlap it (gRPC moves them, not the replica's kernels).
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
    a PS applies its shards' updates one at a time.  A replica CPU's update
@@ -237,6 +244,7 @@ class _Schedule:
     slot_end: dict
     slot_busy: dict
     gradient_ready: dict
+    pull_needed: dict  # variable -> when its first reader starts (first micro-batch): its pull may come that late
     events: list
     cpu: dict  # (pool, cores) -> CPU seconds of its activations' gRPC tensor ends between tasks (Problem.grpc_cpu)
 
@@ -382,6 +390,25 @@ class _LinkQueue:
         self.wide[key] = ([], [])
 
 
+def _transfer_cpu(problem, message, phases):
+    """``{pool: (CPU seconds, transfer seconds)}`` of one gRPC ``message`` moved in ``phases``."""
+    duration = sum(latency + occupancy for latency, occupancy, _ in phases) or 1.0
+    return {pool: (seconds, duration) for pool, seconds in problem.grpc_cpu([message]).items()}
+
+
+def _accumulate(total, cpu):
+    """Add ``{pool: CPU seconds}`` to ``total``."""
+    for pool, seconds in cpu.items():
+        total[pool] = total.get(pool, 0.0) + seconds
+
+
+def _add_share(total, cpu, seconds_beside):
+    """Add to ``total`` ``{pool: CPU seconds}`` the share of ``cpu`` (see :func:`_transfer_cpu`) spent in the
+    first ``seconds_beside`` of each transfer."""
+    for pool, (seconds, duration) in cpu.items():
+        total[pool] = total.get(pool, 0.0) + seconds * min(seconds_beside, duration) / duration
+
+
 class _SyncRun:
     """One step's synchronisation: transfers queued on links, updates on devices.
 
@@ -389,33 +416,46 @@ class _SyncRun:
     Transfers wait in a heap ordered by request time; ``drain`` runs them.
     """
 
-    def __init__(self, sim, strategy, classes, trace, overlap):
+    def __init__(self, sim, strategy, classes, trace, overlap, collectives_overlap):
         self.sim = sim
         self.problem = sim.problem
         self.strategy = strategy
         self.collective_ops = strategy.allreduces_everything()
         self.classes = classes
         self.trace = trace
-        self.overlap = overlap
+        self.overlap = overlap  # PS pushes and pulls overlap the compute (False: the what-if without overlap)
+        self.collectives_overlap = collectives_overlap  # collectives and graph allreduces overlap the compute
         self.links = _LinkQueue(sim.link_sets)
         self.events = []
         self.finish = [max(schedule.end for schedule, _ in classes)]
         self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
         self.upd_busy = {}
         self.ps_free = {}
-        self.pulls = []  # (turn, request index, phases, label) of the pulls that follow the step
+        self.pulls = []  # (turn, request index, phases, label, needed, CPU) of the pulls that follow the step
         self.busy = {}
         self.heap = []
         self.seq = 0
         self.stream_free = {}  # devices of a collective group -> when its stream is next free
         self.collective_spans = []  # (start, end, compute contention) of collectives that take from compute
         self.cpu = {}  # (pool, cores) -> CPU seconds its processes spend on gRPC transfers (Problem.grpc_cpu)
+        self.beside_compute = {}  # (pool, cores) -> the part of those spent while one-core replicas compute
         self.cpu_updates = []  # (start, end) of the optimizer updates that replica CPUs apply
 
     def charge(self, cpu):
         """Add ``{(pool, cores): CPU seconds}`` of gRPC transfers to the step's."""
-        for pool, seconds in cpu.items():
-            self.cpu[pool] = self.cpu.get(pool, 0.0) + seconds
+        _accumulate(self.cpu, cpu)
+
+    def compute_delay(self):
+        """Seconds the step grows by where one-core replicas compute while gRPC moves PS pushes and pulls
+        beside them: the tensors' CPU at each end (Problem.grpc_cpu), spent evenly over each transfer, takes
+        their cores from the compute for the share of the transfer that runs beside it, by the most any pool
+        of cores that holds a replica gives up."""
+        if not self.beside_compute:
+            return 0.0
+        problem = self.problem
+        computing = {problem.core_pool(d) for _, members in self.classes for r in members for d in r}
+        return max((seconds / pool[1] for pool, seconds in self.beside_compute.items() if pool in computing),
+                   default=0.0)
 
     def device_busy(self):
         """Seconds each device computes, updates or serves."""
@@ -428,7 +468,16 @@ class _SyncRun:
         return busy
 
     def ready(self, schedule, var):
+        """When ``var``'s gradient can go into an allreduce."""
+        return schedule.gradient_ready[var] if self.collectives_overlap else schedule.end
+
+    def pushable(self, schedule, var):
+        """When ``var``'s gradient can be pushed to a PS (a gRPC send, which needs no kernel of the replica's)."""
         return schedule.gradient_ready[var] if self.overlap else schedule.end
+
+    def needed(self, schedule, var):
+        """How long after the next step's compute starts its first read of ``var`` waits for the pull."""
+        return schedule.pull_needed[var] if self.overlap else 0.0
 
     def submit(self, t, phases, label, on_done, stream=None, contention=None):
         """Queue ``phases`` from ``t``; a collective names its ``stream`` (its devices) and runs atomically,
@@ -479,7 +528,7 @@ class _SyncRun:
     def _cached(self, key, build):
         """What ``build()`` returns for ``key`` under this run's replica classes and overlap, cached on the
         Simulator (which forgets them all past :data:`MAX_PLANS`)."""
-        key += (id(self.classes), self.overlap)
+        key += (id(self.classes), self.overlap, self.collectives_overlap)
         plans = self.sim.plans
         cached = plans.get(key)
         if cached is None or cached[0] is not self.classes:
@@ -603,24 +652,44 @@ class _SyncRun:
         devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
         plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
         requests = []
-        for i, (ps_device, pushes, pulls, cost, labels, cpu) in enumerate(plans):
+        for i, (ps_device, pushes, pulls, cost, labels, cpu, beside) in enumerate(plans):
             self.charge(cpu)
+            _accumulate(self.beside_compute, beside)
             pushed = self._after_pushes(len(pushes), ps_device, cost, labels[1])
             requests += [(turn, i, ready, phases, labels[0], pushed) for turn, ready, phases in pushes]
-            self.pulls += [(turn, len(self.pulls), phases, labels[2]) for turn, phases in pulls]
+            self.pulls += [(turn, len(self.pulls), phases, labels[2], needed, cpu)
+                           for turn, phases, needed, cpu in pulls]
         for _, _, ready, phases, label, pushed in sorted(requests, key=lambda r: r[:2]):
             self.submit(ready, phases, label, pushed)
 
     def pull(self):
         """The next step's pulls, all requested at once when this step's last compute, update or transfer has
         ended (the runtime's step is one function call, whose reads of a PS variable come before its
-        update), in turn order (:meth:`_turn`); then run them."""
+        update), in turn order (:meth:`_turn`); then run them.  The next step's compute waits for each
+        only at its variable's first reader (TensorFlow runs an op once its inputs are in): this step
+        ends when the last pull ends, less how long after the compute starts its variable is needed, and
+        no sooner than a link the pulls take has carried all of its step's bytes (it has a step's time
+        for them, no more).  A pull still arriving when the compute starts spends its CPU beside it
+        (:meth:`compute_delay`)."""
         if not self.pulls:
             return
         start = self.end()
-        for _, _, phases, label in sorted(self.pulls, key=lambda p: p[:2]):
-            self.submit(start, phases, label, self.finish.append)
+        links, arrivals = set(), []
+
+        def arrived(t, needed, cpu):
+            self.finish.append(max(start, t - needed))
+            arrivals.append((t, cpu))
+
+        for _, _, phases, label, needed, cpu in sorted(self.pulls, key=lambda p: p[:2]):
+            links.update(link for _, _, used in phases for link in used)
+            self.submit(start, phases, label, lambda t, needed=needed, cpu=cpu: arrived(t, needed, cpu))
         self.drain()
+        busy = self.links.narrow_busy
+        self.finish.append(max((busy.get(link, 0.0) for link in links), default=0.0))
+        computing = self.end()
+        for t, cpu in arrivals:
+            if t > computing:
+                _add_share(self.beside_compute, cpu, t - computing)
 
     def feed(self):
         """The next step's input, sent with its pulls: a one-client plan's client, on the first worker's node,
@@ -644,7 +713,7 @@ class _SyncRun:
         nbytes = problem.input_bytes * problem.micro_batches_of(self.strategy)
         here = spec.device(client).node
         sources = [d if spec.device(d).node == here else client for d in firsts]  # same node: over its loopback
-        feeds = [(self._turn(client, d), -1, self._ps_transfer(source, d, nbytes), f"input to {d}")
+        feeds = [(self._turn(client, d), -1, self._ps_transfer(source, d, nbytes), f"input to {d}", 0.0, {})
                  for source, d in zip(sources, firsts)]
         return feeds, problem.grpc_cpu([(source, d, nbytes, 1) for source, d in zip(sources, firsts)])
 
@@ -653,34 +722,41 @@ class _SyncRun:
         return max(max(self.finish), max(self.upd_free.values(), default=0.0), max(self.ps_free.values(), default=0.0))
 
     def _shard_plans(self, name, shards, ps_devices, slot):
-        """Per shard: ``(PS device, pushes as (turn, ready, phases), pulls as (turn, phases), update seconds,
-        (push, update, pull) labels, CPU of their gRPC tensors (Problem.grpc_cpu))``; see :meth:`_turn`."""
+        """Per shard: ``(PS device, pushes as (turn, ready, phases), pulls as (turn, phases, needed, CPU),
+        update seconds, (push, update, pull) labels, CPU of their gRPC tensors (Problem.grpc_cpu), the pushes'
+        part of it spent while one-core replicas compute)``; see :meth:`_turn`, :meth:`needed` and
+        :meth:`compute_delay` (a pull's CPU counts there where it arrives after the compute started)."""
         problem = self.problem
         nbytes = -(-problem.sparse_bytes[name] // shards)
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
         sparse = name in problem.sparse_gradients
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
+        one_core = self.overlap and not self.collectives_overlap
         plans = []
         for i, ps_device in enumerate(ps_devices):
-            pushes = [(self._turn(devs[0], ps_device), self.ready(self.classes[c][0], name),
-                       self._local_copies(devs, nbytes, inward=True)
-                       + self._ps_transfer(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes))
-                      for c, devs in targets]
-            messages = [(devs[0], ps_device, nbytes * len(devs) if sparse else nbytes, 1) for _, devs in targets]
-            if sparse:  # every replica gathers its own rows on the PS (launcher.runtime.trainer._gather_rows)
-                pulls = [(self._turn(ps_device, d), self._ps_transfer(ps_device, d, nbytes))
-                         for _, devs in targets for d in devs]
-                messages += [(ps_device, d, nbytes, 1) for _, devs in targets for d in devs]
-            else:
-                pulls = [(self._turn(ps_device, devs[0]), self._ps_transfer(ps_device, devs[0], nbytes)
-                          + self._local_copies(devs, nbytes, inward=False)) for _, devs in targets]
-                messages += [(ps_device, devs[0], nbytes, 1) for _, devs in targets]
+            pushes, pulls, messages, beside = [], [], [], {}
+            for c, devs in targets:
+                schedule = self.classes[c][0]
+                pushed = nbytes * len(devs) if sparse else nbytes
+                ready, needed = self.pushable(schedule, name), self.needed(schedule, name)
+                phases = self._local_copies(devs, nbytes, inward=True) + self._ps_transfer(devs[0], ps_device, pushed)
+                pushes.append((self._turn(devs[0], ps_device), ready, phases))
+                messages.append((devs[0], ps_device, pushed, 1))
+                if one_core and ready < schedule.end:
+                    _add_share(beside, _transfer_cpu(problem, messages[-1], phases), schedule.end - ready)
+                # every replica gathers its own rows of a sparse shard on the PS (launcher.runtime.trainer._gather_rows)
+                for d in devs if sparse else devs[:1]:
+                    phases = self._ps_transfer(ps_device, d, nbytes)
+                    phases = phases if sparse else phases + self._local_copies(devs, nbytes, inward=False)
+                    messages.append((ps_device, d, nbytes, 1))
+                    pulls.append((self._turn(ps_device, d), phases, needed,
+                                  _transfer_cpu(problem, messages[-1], phases) if one_core else {}))
             # a sparse shard's update runs on every replica's rows, as an allreduced one's does once gathered
             cost = (problem.gathered_update_seconds(ps_device, name) if sparse
                     else problem.device_costs(problem.resource_spec.device(ps_device))[1][name]) / shards
             label = f"{name}/{i}"
             plans.append((ps_device, pushes, pulls, cost, (f"push {label}", f"update {label}", f"pull {label}"),
-                          problem.grpc_cpu(messages)))
+                          problem.grpc_cpu(messages), beside))
         return plans
 
     def _turn(self, src, dst):
@@ -776,6 +852,7 @@ class Simulator:
         remaining = [len(p) for p in self.problem.preds]
         succs = self.problem.groups.successors()
         ready_at = [0.0] * n
+        began = [0.0] * n
         end = [0.0] * n
         free = {}
         busy = {}
@@ -790,6 +867,7 @@ class Simulator:
             slot = slot_of[g]
             start = max(ready, free.get(slot, 0.0))
             finish = start + costs[slot][g]
+            began[g] = start
             free[slot] = finish
             busy[slot] = busy.get(slot, 0.0) + costs[slot][g]
             end[g] = finish
@@ -815,13 +893,15 @@ class Simulator:
         one = max(end, default=0.0)  # one micro-batch (this problem's step is one part)
         earlier = (micro_batches - 1) * one  # the micro-batches before the last one
         gradient_ready = {v: earlier + end[g] for v, g in self.problem.groups.gradient_group.items()}
+        pull_needed = {v: began[g] for v, g in self.problem.groups.read_group.items()}
         if earlier:
             free = {slot: earlier + t for slot, t in free.items()}
             busy = {slot: t * micro_batches for slot, t in busy.items()}
             events = [(name, kind, where, earlier + a, earlier + b) for name, kind, where, a, b in events]
             label = f"micro-batches 1-{micro_batches - 1}"
             events += [(label, "compute", d, 0.0, earlier) for d in replica]
-        return _Schedule(earlier + one, free, busy, gradient_ready, events, self.problem.grpc_cpu(between_tasks))
+        return _Schedule(earlier + one, free, busy, gradient_ready, pull_needed, events,
+                         self.problem.grpc_cpu(between_tasks))
 
     # -- one step ----------------------------------------------------------
     def simulate(self, strategy, trace=False, overlap=True):
@@ -846,7 +926,8 @@ class Simulator:
         slots = self._slots(strategy)
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
         var_slot = self._var_slots(strategy)
-        run = _SyncRun(self, strategy, classes, trace, overlap and self.problem.overlaps_compute(strategy.replicas))
+        run = _SyncRun(self, strategy, classes, trace, overlap,
+                       overlap and self.problem.overlaps_compute(strategy.replicas))
         for schedule, members in classes:
             if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
                 run.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})
@@ -875,7 +956,8 @@ class Simulator:
         compute_time = run.finish[0]
         client_time = self.problem.client_time(strategy)
         step_time = client_time + run.end()
-        step_time += contention_delay(compute_time, run.collective_spans) + run.update_contention()
+        step_time += (contention_delay(compute_time, run.collective_spans) + run.update_contention()
+                      + run.compute_delay())
         cpu_bound = () if strategy.allreduces_everything() else self._cpu_floor(strategy, run)
         if cpu_bound and cpu_bound[1] > step_time:
             step_time = cpu_bound[1]

@@ -1,6 +1,7 @@
 """Shared fixtures: real training steps captured once per test session.
 
 ``mlp_graph``: a small Keras MLP trained with Adam (capture_step).
+``cnn_graph``: a convolution feeding a large dense layer, trained with Adam.
 ``embedding_graph``: an Embedding of 10k rows + Dense trained with SGD, so the
 embedding update stays sparse (capture_step).
 ``embedding_adam_graph``: the same model with Adam, which densifies it.
@@ -66,12 +67,41 @@ def build_embedding_step(optimizer="sgd", rows=10_000, batch_size=8, seq=5):
     return step, ids, y, model
 
 
+def build_cnn_step(batch_size=16):
+    """A convolution, then a large dense layer (Adam): its gradient is ready first, its kernel read last;
+    returns (step, x, y, model)."""
+    import keras
+    import numpy as np
+
+    model = keras.Sequential(
+        [
+            keras.Input((16, 16, 16)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, name="dense"),
+        ],
+        name="cnn",
+    )
+    step = _keras_step(model, keras.optimizers.Adam(1e-3), keras.losses.MeanSquaredError())
+    x = np.zeros((batch_size, 16, 16, 16), np.float32)
+    y = np.zeros((batch_size, 64), np.float32)
+    return step, x, y, model
+
+
 @pytest.fixture(scope="session")
 def mlp_graph():
     from autodist.graph.capture import capture_step
 
     step, x, y, _ = build_mlp_step()
     return capture_step(step, x, y, model_name="mlp")
+
+
+@pytest.fixture(scope="session")
+def cnn_graph():
+    from autodist.graph.capture import capture_step
+
+    step, x, y, _ = build_cnn_step()
+    return capture_step(step, x, y, model_name="cnn")
 
 
 @pytest.fixture(scope="session")

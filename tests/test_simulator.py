@@ -48,24 +48,54 @@ def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_mode
     assert len(set(ready.values())) > 1
 
 
-def test_replicas_on_one_core_each_send_nothing_while_they_compute(embedding_graph, cost_model):
-    """On emulated nodes of one core each (a process runs one op at a time there), neither buckets of
-    collectives nor PS pushes overlap the backward pass; on the same nodes with two cores each they do."""
+def test_replicas_on_one_core_each_allreduce_nothing_while_they_compute(cnn_graph, cost_model):
+    """On emulated nodes of one core each (a process runs one op at a time there), buckets of collectives
+    do not overlap the backward pass, and do on the same nodes with two cores each; PS pushes, which
+    gRPC sends once one Send op has run, overlap it on both."""
     one_core = load_cluster(preset="emu-1gbit:2")
     data = one_core.to_dict()
     two_cores = ResourceSpec.from_dict({**data, "nodes": [{**n, "emulation": {**n["emulation"], "cores": [0, 1]}}
                                                           for n in data["nodes"]]})
     for spec, overlaps in ((one_core, False), (two_cores, True)):
-        sim = Simulator(Problem(embedding_graph, spec, cost_model))
+        sim = Simulator(Problem(cnn_graph, spec, cost_model))
         base = baselines.data_parallel(sim.problem)
         assert sim.problem.overlaps_compute(base.replicas) is overlaps
-        ps = Strategy(replicas=base.replicas, ps_devices=[base.replicas[0][0]],
-                      sync={name: VarSync("ps", ps_tasks=(0,)) for name in base.sync})
-        for strategy in (per_variable_buckets(base), ps):
-            overlapped, serial = sim.simulate(strategy), sim.simulate(strategy, overlap=False)
-            assert (overlapped.step_time < serial.step_time) is overlaps
-            if not overlaps:
-                assert overlapped.step_time == serial.step_time
+        buckets = per_variable_buckets(base)
+        overlapped, serial = sim.simulate(buckets), sim.simulate(buckets, overlap=False)
+        assert (overlapped.step_time < serial.step_time) is overlaps
+        if not overlaps:
+            assert overlapped.step_time == serial.step_time
+        ps = _all_on_one_ps(base)
+        assert sim.simulate(ps).step_time < sim.simulate(ps, overlap=False).step_time
+        pushed = [min(start for label, _, _, start, _ in sim.simulate(ps, trace=True, overlap=overlap).events
+                      if label == "push cnn/dense/kernel/0") for overlap in (True, False)]
+        assert pushed[0] < pushed[1]  # during the backward pass, not after it
+
+
+def _all_on_one_ps(base):
+    return Strategy(replicas=base.replicas, ps_devices=[base.replicas[0][0]],
+                    sync={name: VarSync("ps", ps_tasks=(0,)) for name in base.sync})
+
+
+def test_a_pull_holds_the_next_step_only_from_its_variable_s_first_reader(cnn_graph, cost_model):
+    """TensorFlow runs an op once its inputs are in: the next step's convolutions run while the dense
+    layer they feed is still being pulled.  The pull of the dense kernel ends after the step that
+    requested it, by at most how long the forward pass runs before reading it, and the step is shorter
+    than if every pull were waited for."""
+    spec = load_cluster(preset="cpu-2s-25g:2")
+    sim = Simulator(Problem(cnn_graph, spec, cost_model))
+    base = baselines.data_parallel(sim.problem)
+    ps = _all_on_one_ps(base)
+    schedule = sim._share(ps)._schedule(ps.replicas[0], (), False, 1)
+    kernel, conv = "cnn/dense/kernel", "cnn/conv/kernel"
+    assert schedule.pull_needed[conv] < schedule.pull_needed[kernel]
+    result = sim.simulate(ps, trace=True)
+    assert not result.cpu_bound
+    remote = spec.nodes[1].name
+    (pull_end,) = [end for label, kind, where, _, end in result.events
+                   if label == f"pull {kernel}/0" and f"{remote}/" in where and "nic" in where]
+    assert result.step_time < pull_end <= result.step_time + schedule.pull_needed[kernel] + 1e-12
+    assert result.step_time < sim.simulate(ps, overlap=False).step_time
 
 
 def test_two_transfers_on_one_link_take_longer_than_one(mlp_graph, cost_model):
