@@ -52,8 +52,11 @@ def run_cell(graph, preset, cost_model, budget_s):
         "plan_bytes": len(plan.to_json().encode()),
         "emitted": {},
     }
-    formats = ["tfjob"] if plan.has_ps() else ["tfjob", "mpijob"]
-    for fmt in formats:
+    # An MPIJob runs one worker template (the same GPUs in every worker), and no PS.
+    even = len({len(task["devices"]) for task in plan.tasks_of("worker")}) == 1
+    not_mpijob = "PS plan" if plan.has_ps() else None if even else "workers hold different GPU counts"
+    cell["not_emitted"] = {"mpijob": not_mpijob} if not_mpijob else {}
+    for fmt in ["tfjob"] if not_mpijob else ["tfjob", "mpijob"]:
         start = time.perf_counter()
         try:
             objects = build_manifests(plan, fmt, EmitOptions(gang="volcano"))
@@ -81,7 +84,10 @@ def markdown(doc):
         cols = []
         for fmt in ("tfjob", "mpijob"):
             out = row["emitted"].get(fmt)
-            cols.append("n/a (PS plan)" if out is None else ("valid" if out["valid"] else f"INVALID: {out['error']}"))
+            if out is None:
+                cols.append(f"n/a ({row['not_emitted'][fmt]})")
+            else:
+                cols.append("valid" if out["valid"] else f"INVALID: {out['error']}")
         lines.append(
             f"| {row['model']} | {row['preset']} | {tasks} | {row['inter_node']} | {row['predicted_step_ms']} "
             f"| {row['plan_bytes']} | {cols[0]} | {cols[1]} |"
