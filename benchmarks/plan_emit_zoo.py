@@ -53,8 +53,11 @@ def run_cell(graph, preset, cost_model, budget_s):
         "emitted": {},
     }
     # An MPIJob runs one worker template (the same GPUs in every worker), and no PS.
-    even = len({len(task["devices"]) for task in plan.tasks_of("worker")}) == 1
-    not_mpijob = "PS plan" if plan.has_ps() else None if even else "workers hold different GPU counts"
+    not_mpijob = None
+    if plan.has_ps():
+        not_mpijob = "PS plan"
+    elif len({len(task["devices"]) for task in plan.tasks_of("worker")}) > 1:
+        not_mpijob = "workers hold different GPU counts"
     cell["not_emitted"] = {"mpijob": not_mpijob} if not_mpijob else {}
     for fmt in ["tfjob"] if not_mpijob else ["tfjob", "mpijob"]:
         start = time.perf_counter()

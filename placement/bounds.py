@@ -16,9 +16,9 @@ forward and backward ``m`` times):
   update on a replica device, or a PS round: the pushes of the other worker
   tasks queue on the server's port (PS fan-in), the update of the smallest
   shard (the pulls claim nothing: the next step's forward pass may hide
-  them until its first read of the variable).  Transfers go between distinct devices only (a PS and a
-  worker on one device exchange nothing, but with several replicas some
-  gradient must move);
+  them until its first read of the variable).  Transfers go between
+  distinct devices only (a PS and a worker on one device exchange nothing,
+  but with several replicas some gradient must move);
 - **link volume**: every byte that crosses a node boundary occupies the
   sending NIC; whichever way each variable is synchronised, the NICs carry
   at least the cheaper method's bytes, so the busiest NIC is busy at least

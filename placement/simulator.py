@@ -37,7 +37,7 @@ What one step does, as simulated:
    once its inputs are in, so a CNN's first layers run while its large
    dense layers are still being pulled; the step ends when the last pull
    ends less how long its variable is not yet needed, but no sooner than
-   every link the pulls take has carried the step's bytes.  A variable's
+   every link has carried the step's bytes.  A variable's
    pushes are all in flight at once in the runtime, and
    so are the pulls: the simulator takes them in turns (:meth:`_SyncRun._turn`)
    in which every node sends to a different node, as concurrent streams keep
@@ -668,24 +668,24 @@ class _SyncRun:
         update), in turn order (:meth:`_turn`); then run them.  The next step's compute waits for each
         only at its variable's first reader (TensorFlow runs an op once its inputs are in): this step
         ends when the last pull ends, less how long after the compute starts its variable is needed, and
-        no sooner than a link the pulls take has carried all of its step's bytes (it has a step's time
-        for them, no more).  A pull still arriving when the compute starts spends its CPU beside it
-        (:meth:`compute_delay`)."""
+        no sooner than every link has carried all of its step's bytes (it has a step's time for them, no
+        more).  On one-core replicas, a pull still arriving when the compute starts spends its CPU beside
+        it (:meth:`compute_delay`)."""
         if not self.pulls:
             return
         start = self.end()
-        links, arrivals = set(), []
+        one_core = self.overlap and not self.collectives_overlap
+        arrivals = []  # (arrival, CPU) of each pull, on one-core replicas
 
         def arrived(t, needed, cpu):
             self.finish.append(max(start, t - needed))
-            arrivals.append((t, cpu))
+            if one_core:
+                arrivals.append((t, cpu))
 
         for _, _, phases, label, needed, cpu in sorted(self.pulls, key=lambda p: p[:2]):
-            links.update(link for _, _, used in phases for link in used)
             self.submit(start, phases, label, lambda t, needed=needed, cpu=cpu: arrived(t, needed, cpu))
         self.drain()
-        busy = self.links.narrow_busy
-        self.finish.append(max((busy.get(link, 0.0) for link in links), default=0.0))
+        self.finish.append(max(self.links.narrow_busy.values(), default=0.0))
         computing = self.end()
         for t, cpu in arrivals:
             if t > computing:
