@@ -50,7 +50,9 @@ What one step does, as simulated:
    contention on NVLink/PCIe ports, NICs and PS servers.
    Where every replica process has one core (Problem.overlaps_compute), no
    allreduce starts before the replica's compute has ended; PS pushes and
-   pulls still overlap it (gRPC moves them, not the replica's kernels).
+   pulls still overlap it (gRPC moves them, not the replica's kernels), and
+   their gRPC CPU beside it takes the replicas' cores from the compute
+   (``_SyncRun.compute_delay``).
 3. **Updates.**  After an allreduce, each replica device applies the
    optimizer update of the bucket's variables (after its own compute);
    a PS applies its shards' updates one at a time.  A replica CPU's update
