@@ -394,7 +394,7 @@ class _LinkQueue:
 
 def _transfer_cpu(problem, message, phases):
     """``{pool: (CPU seconds, transfer seconds)}`` of one gRPC ``message`` moved in ``phases``."""
-    duration = sum(latency + occupancy for latency, occupancy, _ in phases) or 1.0
+    duration = sum(latency + occupancy for latency, occupancy, _ in phases)
     return {pool: (seconds, duration) for pool, seconds in problem.grpc_cpu([message]).items()}
 
 
@@ -408,7 +408,8 @@ def _add_share(total, cpu, seconds_beside):
     """Add to ``total`` ``{pool: CPU seconds}`` the share of ``cpu`` (see :func:`_transfer_cpu`) spent in the
     first ``seconds_beside`` of each transfer."""
     for pool, (seconds, duration) in cpu.items():
-        total[pool] = total.get(pool, 0.0) + seconds * min(seconds_beside, duration) / duration
+        share = min(seconds_beside, duration) / duration if duration > 0 else 1.0
+        total[pool] = total.get(pool, 0.0) + seconds * share
 
 
 class _SyncRun:
@@ -427,6 +428,8 @@ class _SyncRun:
         self.trace = trace
         self.overlap = overlap  # PS pushes and pulls overlap the compute (False: the what-if without overlap)
         self.collectives_overlap = collectives_overlap  # collectives and graph allreduces overlap the compute
+        # one-core replicas, which give gRPC's CPU beside their compute up from it (compute_delay)
+        self.one_core = overlap and not collectives_overlap
         self.links = _LinkQueue(sim.link_sets)
         self.events = []
         self.finish = [max(schedule.end for schedule, _ in classes)]
@@ -676,7 +679,7 @@ class _SyncRun:
         if not self.pulls:
             return
         start = self.end()
-        one_core = self.overlap and not self.collectives_overlap
+        one_core = self.one_core
         arrivals = []  # (arrival, CPU) of each pull, on one-core replicas
 
         def arrived(t, needed, cpu):
@@ -733,7 +736,7 @@ class _SyncRun:
         # A sparse gradient (IndexedSlices) is summed by concatenating the replicas' rows.
         sparse = name in problem.sparse_gradients
         targets = [(c, devs) for c in range(len(self.classes)) for devs in self._workers(c, slot)]
-        one_core = self.overlap and not self.collectives_overlap
+        one_core = self.one_core
         plans = []
         for i, ps_device in enumerate(ps_devices):
             pushes, pulls, messages, beside = [], [], [], {}
