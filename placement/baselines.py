@@ -12,6 +12,10 @@
   algorithm, fused into buckets in gradient-ready order.
 - ``parallax``: sparse gradients to greedy-balanced PS, dense gradients by
   ring allreduce (Parallax, EuroSys 2019).
+- each data-parallel baseline also on fewer whole nodes (1, 2, 4, ...), as
+  a user whose global batch is small for the cluster would run it: named
+  "2-node ring" and the like, and kept where one of those scales beats
+  the baseline on every node (a plan's gain is over the best of them).
 - ``greedy-op-placer``: for models whose one-device replica does not fit
   memory, one replica per node whose op groups are placed, in topological
   order, on the device where each would finish first and that still has
@@ -74,14 +78,27 @@ def greedy_ps_tasks(problem, names, tasks):
     return out
 
 
-def data_parallel(problem, ps_names=(), algorithm="ring"):
-    """One replica per compute device; ``ps_names`` on greedy PS, the rest allreduced."""
+def node_scales(spec):
+    """How many of the nodes holding compute devices a data-parallel baseline may run on: 1, 2, 4, ... and all."""
+    total = len(_compute_nodes(spec))
+    return sorted({min(2**i, total) for i in range(total.bit_length() + 1)} - {0})
+
+
+def _compute_nodes(spec):
+    compute = {d.name for d in spec.compute_devices()}
+    return [node.name for node in spec.nodes if any(d.name in compute for d in node.devices)]
+
+
+def data_parallel(problem, ps_names=(), algorithm="ring", nodes=None):
+    """One replica per compute device of the first ``nodes`` nodes that hold one (default: every node);
+    ``ps_names`` on greedy PS over those nodes, the rest allreduced."""
     spec = problem.resource_spec
-    replicas = [[d.name] for d in spec.compute_devices()]
+    used = set(_compute_nodes(spec)[:nodes])
+    replicas = [[d.name] for d in spec.compute_devices() if spec.node_of(d.name).name in used]
     if not replicas:
         raise PlacementError(f"cluster {spec.name!r} has no compute device")
     ps_names = set(ps_names)
-    ps_devices = ps_candidates(spec) if ps_names else []
+    ps_devices = [d for d in ps_candidates(spec) if spec.node_of(d).name in used] if ps_names else []
     tasks = greedy_ps_tasks(problem, ps_names, len(ps_devices)) if ps_names else {}
     buckets = fused_buckets(problem, [v for v in problem.dense_bytes if v not in ps_names])
     sync = {}
@@ -93,8 +110,8 @@ def data_parallel(problem, ps_names=(), algorithm="ring"):
     return Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
 
 
-def greedy_ps(problem):
-    return data_parallel(problem, ps_names=problem.dense_bytes)
+def greedy_ps(problem, nodes=None):
+    return data_parallel(problem, ps_names=problem.dense_bytes, nodes=nodes)
 
 
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
@@ -108,9 +125,9 @@ def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
     return max(1, min(int(shape[0]), max_shards, -(-int(nbytes) // min_shard_bytes)))
 
 
-def partitioned_ps(problem):
+def partitioned_ps(problem, nodes=None):
     """Every variable on PS, split by :func:`min_size_shards` over the PS tasks, all placed round-robin."""
-    strategy = greedy_ps(problem)
+    strategy = greedy_ps(problem, nodes)
     tasks = len(strategy.ps_devices)
     turn = 0
     for variable in problem.variables:
@@ -120,9 +137,9 @@ def partitioned_ps(problem):
     return strategy
 
 
-def parallax(problem):
+def parallax(problem, nodes=None):
     sparse = [v.name for v in problem.variables if v.sparse_gradient]
-    return data_parallel(problem, ps_names=sparse, algorithm="ring")
+    return data_parallel(problem, ps_names=sparse, algorithm="ring", nodes=nodes)
 
 
 def greedy_op_placer(problem):
@@ -177,8 +194,8 @@ def greedy_op_placer(problem):
 BASELINES = {
     "greedy-ps": greedy_ps,
     "partitioned-ps": partitioned_ps,
-    "ring": lambda problem: data_parallel(problem, algorithm="ring"),
-    "hierarchical": lambda problem: data_parallel(problem, algorithm="hierarchical"),
+    "ring": lambda problem, nodes=None: data_parallel(problem, algorithm="ring", nodes=nodes),
+    "hierarchical": lambda problem, nodes=None: data_parallel(problem, algorithm="hierarchical", nodes=nodes),
     "parallax": parallax,
 }
 
@@ -186,14 +203,31 @@ BASELINES = {
 def all_baselines(simulator):
     """Every applicable baseline of ``simulator.problem``, simulated: a list of :class:`Candidate`.
 
-    The model-parallel greedy op placer joins when no data-parallel baseline
-    fits device memory.
+    Each data-parallel baseline runs on every node; where it is faster on
+    fewer whole nodes (:func:`node_scales`), the fastest of those joins as
+    "<k>-node <name>".  The model-parallel greedy op placer joins when
+    no data-parallel baseline fits device memory.
     """
-    out = []
+    problem = simulator.problem
+    out, scaled = [], []
     for name, build in BASELINES.items():
-        strategy = build(simulator.problem)
-        out.append(Candidate(name, strategy, simulator.simulate(strategy)))
+        everywhere = _candidate(simulator, name, build(problem))
+        out.append(everywhere)
+        fewer = [_candidate(simulator, f"{k}-node {name}", build(problem, nodes=k))
+                 for k in node_scales(problem.resource_spec)[:-1]]
+        best = min(fewer, key=_speed, default=None)
+        if best is not None and _speed(best) < _speed(everywhere):
+            scaled.append(best)
+    out += scaled
     if not any(c.simulation.fits for c in out):
-        strategy = greedy_op_placer(simulator.problem)
-        out.append(Candidate("greedy-op-placer", strategy, simulator.simulate(strategy)))
+        out.append(_candidate(simulator, "greedy-op-placer", greedy_op_placer(problem)))
     return out
+
+
+def _candidate(simulator, name, strategy):
+    return Candidate(name, strategy, simulator.simulate(strategy))
+
+
+def _speed(candidate):
+    """Fitting first, then the shorter step."""
+    return (not candidate.simulation.fits, candidate.simulation.step_time)

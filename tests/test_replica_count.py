@@ -56,25 +56,58 @@ def test_the_replica_move_keeps_the_first_devices_in_cluster_order(wide_embeddin
 
 
 def test_search_drops_replicas_whose_allreduce_costs_more_than_they_compute(wide_embedding_graph, cost_model):
-    from placement import optimize
+    from placement import baselines, optimize
 
     spec = load_cluster(preset=NETWORK_BOUND)
     result = optimize(wide_embedding_graph, spec, cost_model, seed=0, budget_s=0.3, allreduce_only=True)
     devices = len(spec.compute_devices())
-    best_baseline = min(c.simulation.step_time for c in result.candidates)
-    assert all(len(c.strategy.replicas) == devices for c in result.candidates)  # no baseline leaves a device out
+    everywhere = [c for c in result.candidates if c.name in baselines.BASELINES]
+    assert everywhere and all(len(c.strategy.replicas) == devices for c in everywhere)
     assert len(result.strategy.replicas) < devices
-    assert result.simulation.step_time < best_baseline
+    assert result.simulation.step_time < min(c.simulation.step_time for c in everywhere)
+    assert result.simulation.step_time <= min(c.simulation.step_time for c in result.candidates)
     assert result.stats["accepted_by_move"].get("replicas", 0) > 0
 
 
+def test_a_baseline_faster_on_fewer_whole_nodes_joins_at_its_fastest_scale(wide_embedding_graph, cost_model):
+    """On 4 one-device nodes over 25 GbE the embedding's allreduce costs more than a replica computes: ring is
+    faster on one node than on 2 or 4, and "1-node ring" joins the baselines with the first node's device."""
+    from placement import Problem, Simulator, baselines
+
+    spec = load_cluster(preset=NETWORK_BOUND)
+    sim = Simulator(Problem(wide_embedding_graph, spec, cost_model))
+    assert baselines.node_scales(spec) == [1, 2, 4]
+    candidates = {c.name: c for c in baselines.all_baselines(sim)}
+    ring = [sim.simulate(baselines.data_parallel(sim.problem, nodes=k)).step_time for k in (1, 2, 4)]
+    assert ring[0] < ring[1] < ring[2]
+    scaled = candidates["1-node ring"]
+    assert scaled.strategy.replicas == [[spec.compute_devices()[0].name]]
+    assert scaled.simulation.step_time == ring[0] < candidates["ring"].simulation.step_time
+    assert "2-node ring" not in candidates
+
+
+def test_no_scaled_baseline_joins_on_one_node(wide_embedding_graph, cost_model):
+    """On a cluster of one node the baselines are the named strategies on every device."""
+    from placement import Problem, Simulator, baselines
+
+    for preset in ("dgx-h100:1", "cpu-2s-25g:1"):
+        sim = Simulator(Problem(wide_embedding_graph, load_cluster(preset=preset), cost_model))
+        assert baselines.node_scales(sim.problem.resource_spec) == [1]
+        assert {c.name for c in baselines.all_baselines(sim)} <= set(baselines.BASELINES) | {"greedy-op-placer"}
+
+
 def test_one_move_already_returns_one_replica_where_training_undistributed_is_fastest(wide_embedding_graph,
-                                                                                       cost_model):
-    """One replica is evaluated before the first round: a search too short to walk there still returns it."""
+                                                                                       cost_model, tmp_path):
+    """One replica is evaluated before the first round: a search too short to walk there still returns it.  One
+    node of two CPU devices over a 100 Mb/s fabric: every baseline runs two replicas (the node is one scale)."""
     from placement import optimize
 
-    spec = load_cluster(preset="emu-100mbit:2")
+    cluster = tmp_path / "slow.yaml"
+    cluster.write_text("nodes: [{name: a, cpus: {model: cpu-local, count: 2}, "
+                       "fabric: {kind: ethernet, speed: 100 Mb/s}}]\n")
+    spec = load_cluster(path=str(cluster))
     result = optimize(wide_embedding_graph, spec, cost_model, seed=0, moves=1)
+    assert all(len(c.strategy.replicas) == 2 for c in result.candidates)
     assert len(result.strategy.replicas) == 1
     single = result.simulation.step_time
     assert all(single < c.simulation.step_time for c in result.candidates)

@@ -70,7 +70,7 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
     plan_row = next(line for line in text.splitlines() if line.startswith("autodist ("))
     assert ms(doc["plan"]["step_time"]) in plan_row
     for baseline in doc["baselines"]:
-        row = next(line for line in text.splitlines() if line.startswith(baseline["name"] + " "))
+        row = next(line for line in text.splitlines() if re.split(r"\s{2,}", line)[0] == baseline["name"])
         assert ms(baseline["step_time"]) in row
     assert _flat(doc["bottleneck"]["sentence"]) in _flat(text)
     assert f"{doc['plan']['speedup_over_greedy_ps']:.2f}x" in text

@@ -53,7 +53,7 @@ def test_allreduce_only_search_never_uses_a_parameter_server(embedding_graph, co
     assert "greedy-ps" in {c.name for c in free.candidates}
     only = optimize(embedding_graph, spec, cost_model, seed=1, moves=100, allreduce_only=True)
     assert only.strategy.allreduces_everything() and not only.strategy.ps_devices
-    assert {c.name for c in only.candidates} == {"ring", "hierarchical"}
+    assert {c.name.split("-node ")[-1] for c in only.candidates} == {"ring", "hierarchical"}
     assert only.stats["allreduce_only"] and not free.stats["allreduce_only"]
     assert only.stats["moves_tried"] > 0
 
