@@ -444,13 +444,14 @@ DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "m
 
 
 @lru_cache(maxsize=4)
-def _model_in(folder):
-    """The cost model saved in ``folder``; what it lacks (op data, a calibration) is the shipped one."""
+def _model_in(folder, with_remote_step=True):
+    """The cost model saved in ``folder``; what it lacks (op data, a calibration) is the shipped one.  Without
+    its remote step calibration where ``with_remote_step`` is False."""
     from cost_models.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
     calibration, collectives = _calibrations(folder)
-    remote_step = _record(folder, REMOTE_STEP, RemoteStepCalibration)
+    remote_step = _record(folder, REMOTE_STEP, RemoteStepCalibration) if with_remote_step else None
     emulated_link = _record(folder, EMULATED_LINK, EmulatedLinkCalibration)
     gpu = GpuKernelParams.load(GPU_MODEL)
     overlap = NcclOverlap.load(OVERLAP_FILE)
@@ -501,18 +502,18 @@ def user_folder():
     return os.path.join(cache, "autodist", "cost-model")
 
 
-def load_cost_model(folder=None):
+def load_cost_model(folder=None, with_remote_step=True):
     """The cost model measured into ``folder`` (by ``autodist profile --out``), else into ``$AUTODIST_COST_MODEL``.
 
     Without either, the shipped model.  A folder's op data and calibrations
     replace the shipped ones; what it lacks comes from the shipped data.
+    ``with_remote_step=False`` leaves the remote step calibration out (to
+    price the ops of a new one, cost_models.remote_step).
     """
     folder = folder or os.environ.get(COST_MODEL_ENV)
-    if not folder:
-        return CostModel.default()
-    if not os.path.isdir(folder):
+    if folder and not os.path.isdir(folder):
         raise CostModelError("no such folder (measure one with `autodist profile ... --out DIR`)", source=folder)
-    return _model_in(os.path.abspath(folder))
+    return _model_in(os.path.abspath(folder) if folder else DATA_DIR, with_remote_step)
 
 
 def profiled_cores(meta):

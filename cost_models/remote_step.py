@@ -13,9 +13,13 @@ Two kinds of loop drive a step, besides its ops and tensor transfers:
 - **Every replica its own loop.** Plans on collective ops run the user's
   script in every replica process: Keras' ``model.fit`` loop (its data
   iterator, callbacks and the call of its train function) or the script's
-  own loop calling its ``tf.function`` step.  Each is measured on a trivial
-  model (one Dense unit, whose ops take microseconds): ``fit_step`` and
-  ``function_step``.
+  own loop calling its ``tf.function`` step.  Each is timed on a trivial
+  job (cost_models.loop_probe: one Dense unit, whose ops take
+  microseconds), and the cost model's price of that job's own ops
+  (``local_ops``, the step captured from the same script and simulated as
+  one process on ``cpu-local``) is taken off: ``fit_step`` and
+  ``function_step`` are the loop alone, so that a job's ops are not priced
+  twice (its own, plus the probe's inside the loop's cost).
 
 Where a step's processes share a few cores (an emulated node's, or this
 machine's), it is bound by their CPU work as much as by its timeline
@@ -53,10 +57,11 @@ from cost_models.calibration import VersionedRecord, _free_port, fit_line, machi
 from cost_models.fresh_process import run_json
 
 FORMAT = "autodist.remote_step_calibration"
-VERSION = 3
+VERSION = 4
 TASKS = (1, 2, 3)
 TENSOR_SIZES = (4096, 262144, 1048576, 4194304)
 TENSORS_PER_STEP = 16
+LOCAL_LOOPS = ("fit_step", "function_step")
 
 
 @dataclass
@@ -67,7 +72,9 @@ class RemoteStepCalibration(VersionedRecord):
     medians behind them.
 
     ``measurements``: ``{"tasks", "seconds", "client_cpu", "task_cpu", "repeats", "seconds_per_session"}``;
-    ``local_measurements``: ``{"fit_step": [seconds per session], "function_step": [...], "repeats"}``;
+    ``local_measurements``: ``{"fit_step": [seconds per session], "function_step": [...], "repeats"}``, whole
+    steps of the trivial job; ``local_ops``: ``{"fit_step": seconds, "function_step": seconds}``, its ops as the
+    cost model prices them (taken off the medians of ``local_measurements``);
     ``tensor_measurements``: ``{"bytes", "endpoint_cpu", "tensors", "repeats"}``.
     """
 
@@ -84,6 +91,7 @@ class RemoteStepCalibration(VersionedRecord):
     tensor_cpu_rate: float
     measurements: list = field(default_factory=list)
     local_measurements: dict = field(default_factory=dict)
+    local_ops: dict = field(default_factory=dict)
     tensor_measurements: list = field(default_factory=list)
     command: str = ""
     machine: dict = field(default_factory=dict)
@@ -231,51 +239,49 @@ def measure_tensor_cpu(sizes=TENSOR_SIZES, tensors=TENSORS_PER_STEP, cpu_seconds
 
 
 def measure_local_steps(repeats=200, warmup=120):
-    """Median seconds of one step of a trivial model driven by ``model.fit`` and by a loop calling a
-    ``tf.function`` step, each after ``warmup`` steps (TensorFlow's executor settles within about 100 runs).
+    """Median seconds of one step of the trivial job (cost_models.loop_probe) driven by ``model.fit`` and by a
+    loop calling a ``tf.function`` step, each after ``warmup`` steps (TensorFlow's executor settles within about
+    100 runs).
 
     A fit step is timed from one batch's end to the next (callbacks see the
     same), a function step around the call and the read of its loss.
     """
-    import keras
-    import tensorflow as tf
+    from cost_models.loop_probe import fit_step_ends, function_step_seconds
 
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
-    batch, steps = 8, warmup + repeats
-    x, y = np.zeros((batch * steps, 4), np.float32), np.zeros((batch * steps, 1), np.float32)
-    ends = []
+    steps = warmup + repeats
+    return {"fit_step": statistics.median(np.diff(fit_step_ends(steps)[warmup:])),
+            "function_step": statistics.median(function_step_seconds(steps)[warmup:])}
 
-    class BatchEnds(keras.callbacks.Callback):
-        def on_train_batch_end(self, index, logs=None):
-            ends.append(time.perf_counter())
 
-    model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False, callbacks=[BatchEnds()])
-    fit_step = statistics.median(np.diff(ends[warmup:]))
+def price_local_steps(folder=None):
+    """Seconds the cost model of ``folder`` (cost_models.model.load_cost_model) gives the ops of the trivial job's
+    step under each loop: the step captured from cost_models.loop_probe and simulated as one process on
+    ``cpu-local``, without a loop cost."""
+    from autodist.graph.capture import capture_script
+    from autodist.resource_spec import load_cluster
+    from cost_models import loop_probe
+    from cost_models.model import load_cost_model
+    from placement.baselines import data_parallel
+    from placement.problem import Problem
+    from placement.simulator import Simulator
 
-    optimizer = keras.optimizers.SGD(0.01)
-
-    @tf.function
-    def step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    xb, yb = tf.constant(x[:batch]), tf.constant(y[:batch])
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        float(step(xb, yb))
-        times.append(time.perf_counter() - t0)
-    return {"fit_step": fit_step, "function_step": statistics.median(times[warmup:])}
+    cost_model, spec, out = load_cost_model(folder, with_remote_step=False), load_cluster(preset="cpu-local:1"), {}
+    for loop in loop_probe.LOOPS:
+        problem = Problem(capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"]), spec, cost_model)
+        out[f"{loop}_step"] = Simulator(problem).simulate(data_parallel(problem)).step_time
+    return out
 
 
 _LOCAL_SCRIPT = """
 import json, sys
 from cost_models.remote_step import measure_local_steps
 print(json.dumps(measure_local_steps(int(sys.argv[1]))))
+"""
+
+_PRICE_SCRIPT = """
+import json, sys
+from cost_models.remote_step import price_local_steps
+print(json.dumps(price_local_steps(sys.argv[1] or None)))
 """
 
 
@@ -292,9 +298,10 @@ print(json.dumps(measure_tensor_cpu()))
 """
 
 
-def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
+def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command="", folder=None):
     """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit its lines (wall
-    seconds, the client's CPU), the tensor ends' CPU (medians over ``sessions`` processes) and the local loops.
+    seconds, the client's CPU), the tensor ends' CPU (medians over ``sessions`` processes) and the local loops,
+    less the trivial job's ops as the cost model of ``folder`` prices them (default: the shipped one).
 
     The machine's load average before and after goes into the machine record: on a busy machine every step
     waits for cores, and the fit says so.
@@ -313,15 +320,19 @@ def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command=""):
                 "repeats": sum(run[i]["repeats"] for run in tensor_runs)} for i, first in enumerate(tensor_runs[0])]
     tensor_cpu, tensor_cpu_rate = fit_line([t["bytes"] for t in tensors], [t["endpoint_cpu"] for t in tensors])
     local = [run_json(_LOCAL_SCRIPT, [max(repeats, 100)], "a local step measurement session") for _ in range(sessions)]
-    local_measurements = {kind: [run[kind] for run in local] for kind in ("fit_step", "function_step")}
+    local_measurements = {kind: [run[kind] for run in local] for kind in LOCAL_LOOPS}
     local_measurements["repeats"] = max(repeats, 100)
+    local_ops = run_json(_PRICE_SCRIPT, [folder or ""], "pricing the trivial job's ops")
+    loops = {kind: statistics.median(local_measurements[kind]) - local_ops[kind] for kind in LOCAL_LOOPS}
+    if min(loops.values()) <= 0:
+        raise CostModelError(f"the cost model prices the trivial job's ops ({local_ops}) at or above its measured "
+                             f"steps: refit the op model on this machine first")
     machine = {**machine_description(), "load_average": {"before": round(load_before, 2),
                                                            "after": round(os.getloadavg()[0], 2)}}
-    return RemoteStepCalibration(base, per_task,
-                                 statistics.median(local_measurements["fit_step"]),
-                                 statistics.median(local_measurements["function_step"]),
+    return RemoteStepCalibration(base, per_task, loops["fit_step"], loops["function_step"],
                                  client_cpu, client_cpu_per_task, statistics.median(p["task_cpu"] for p in points),
-                                 tensor_cpu, tensor_cpu_rate, points, local_measurements, tensors, command, machine)
+                                 tensor_cpu, tensor_cpu_rate, points, local_measurements, local_ops, tensors, command,
+                                 machine)
 
 
 def _task_line(points, key):

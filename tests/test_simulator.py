@@ -2,6 +2,7 @@
 
 import json
 import random
+import statistics
 
 import pytest
 
@@ -295,6 +296,24 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
     assert on_cpus.simulate(baselines.data_parallel(on_cpus.problem)).client_time == calibration.function_step > 0
     assert ps.client_time == pytest.approx(calibration.base + calibration.per_task * tasks) and tasks >= 3
     assert ps.step_time >= ps.compute_time + ps.client_time
+
+
+@pytest.mark.parametrize("loop", ["fit", "function"])
+def test_the_loop_cost_leaves_the_step_it_was_timed_on_at_its_measured_time(loop, cost_model):
+    """A replica's loop cost was timed on the trivial job of cost_models.loop_probe, whose ops the cost model also
+    prices: that job's step, captured and simulated, comes out at the time measured for it, its ops counted once
+    (fails where the op model is refitted without `autodist profile remote-steps`)."""
+    from autodist.graph.capture import capture_script
+    from cost_models import loop_probe
+
+    calibration = cost_model.remote_step
+    probe = capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"])
+    assert probe.job.step == loop
+    problem = Problem(probe, load_cluster(preset="cpu-local:1"), cost_model)
+    result = Simulator(problem).simulate(baselines.data_parallel(problem))
+    measured = statistics.median(calibration.local_measurements[f"{loop}_step"])
+    assert 0 < result.client_time < measured
+    assert result.step_time == pytest.approx(measured, rel=1e-9)
 
 
 def test_replica_processes_on_this_machine_share_its_cores(mlp_graph, cost_model):
