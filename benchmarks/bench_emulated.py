@@ -267,6 +267,7 @@ def main():
             for cluster in [c for c in args.clusters if HELD_OUT.get(model, c) == c]:
                 print(f"bench_emulated: {model} on {cluster}", file=sys.stderr, flush=True)
                 cells.append(run_cell(model, graph_item, cluster, args.budget, cost_model, folder))
+    scored = [c for c in cells if c["model"] not in HELD_OUT]
     result = {
         "command": "python benchmarks/bench_emulated.py " + shlex.join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
@@ -277,8 +278,8 @@ def main():
         "clusters": args.clusters,
         "run_length": {"settled_steps": SETTLED_STEPS, "run_seconds": RUN_SECONDS, "min_steps": MIN_STEPS},
         "seconds": round(time.perf_counter() - started, 1),
-        "summary": summary([c for c in cells if c["model"] not in HELD_OUT]),
-        "cells": [c for c in cells if c["model"] not in HELD_OUT],
+        "summary": summary(scored),
+        "cells": scored,
         "held_out": [c for c in cells if c["model"] in HELD_OUT],
     }
     write_json_atomic(os.path.join(RESULTS, "bench_emulated.json"), result)

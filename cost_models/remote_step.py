@@ -61,7 +61,6 @@ VERSION = 4
 TASKS = (1, 2, 3)
 TENSOR_SIZES = (4096, 262144, 1048576, 4194304)
 TENSORS_PER_STEP = 16
-LOCAL_LOOPS = ("fit_step", "function_step")
 
 
 @dataclass
@@ -265,11 +264,13 @@ def price_local_steps(folder=None):
     from placement.problem import Problem
     from placement.simulator import Simulator
 
-    cost_model, spec, out = load_cost_model(folder, with_remote_step=False), load_cluster(preset="cpu-local:1"), {}
-    for loop in loop_probe.LOOPS:
+    cost_model, spec = load_cost_model(folder, with_remote_step=False), load_cluster(preset="cpu-local:1")
+
+    def priced(loop):
         problem = Problem(capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"]), spec, cost_model)
-        out[f"{loop}_step"] = Simulator(problem).simulate(data_parallel(problem)).step_time
-    return out
+        return Simulator(problem).simulate(data_parallel(problem)).step_time
+
+    return {f"{loop}_step": priced(loop) for loop in loop_probe.LOOPS}
 
 
 _LOCAL_SCRIPT = """
@@ -320,10 +321,10 @@ def calibrate_remote_steps(tasks=TASKS, repeats=40, sessions=3, command="", fold
                 "repeats": sum(run[i]["repeats"] for run in tensor_runs)} for i, first in enumerate(tensor_runs[0])]
     tensor_cpu, tensor_cpu_rate = fit_line([t["bytes"] for t in tensors], [t["endpoint_cpu"] for t in tensors])
     local = [run_json(_LOCAL_SCRIPT, [max(repeats, 100)], "a local step measurement session") for _ in range(sessions)]
-    local_measurements = {kind: [run[kind] for run in local] for kind in LOCAL_LOOPS}
+    local_measurements = {kind: [run[kind] for run in local] for kind in ("fit_step", "function_step")}
     local_measurements["repeats"] = max(repeats, 100)
     local_ops = run_json(_PRICE_SCRIPT, [folder or ""], "pricing the trivial job's ops")
-    loops = {kind: statistics.median(local_measurements[kind]) - local_ops[kind] for kind in LOCAL_LOOPS}
+    loops = {kind: statistics.median(local_measurements[kind]) - priced for kind, priced in local_ops.items()}
     if min(loops.values()) <= 0:
         raise CostModelError(f"the cost model prices the trivial job's ops ({local_ops}) at or above its measured "
                              f"steps: refit the op model on this machine first")

@@ -85,8 +85,8 @@ def node_scales(spec):
 
 
 def _compute_nodes(spec):
-    compute = {d.name for d in spec.compute_devices()}
-    return [node.name for node in spec.nodes if any(d.name in compute for d in node.devices)]
+    """Names of the nodes that hold compute devices, in cluster order."""
+    return list(dict.fromkeys(d.node for d in spec.compute_devices()))
 
 
 def data_parallel(problem, ps_names=(), algorithm="ring", nodes=None):
@@ -94,11 +94,11 @@ def data_parallel(problem, ps_names=(), algorithm="ring", nodes=None):
     ``ps_names`` on greedy PS over those nodes, the rest allreduced."""
     spec = problem.resource_spec
     used = set(_compute_nodes(spec)[:nodes])
-    replicas = [[d.name] for d in spec.compute_devices() if spec.node_of(d.name).name in used]
+    replicas = [[d.name] for d in spec.compute_devices() if d.node in used]
     if not replicas:
         raise PlacementError(f"cluster {spec.name!r} has no compute device")
     ps_names = set(ps_names)
-    ps_devices = [d for d in ps_candidates(spec) if spec.node_of(d).name in used] if ps_names else []
+    ps_devices = [d for d in ps_candidates(spec) if spec.device(d).node in used] if ps_names else []
     tasks = greedy_ps_tasks(problem, ps_names, len(ps_devices)) if ps_names else {}
     buckets = fused_buckets(problem, [v for v in problem.dense_bytes if v not in ps_names])
     sync = {}
