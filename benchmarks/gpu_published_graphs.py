@@ -4,7 +4,9 @@ The published single-GPU figures (cost_models/data/published/calibration.csv,
 transcribed from ../shared/reference/published-training-figures.md) are runs
 of ResNet-50, ResNeXt-101 32x4d and BERT-base/large at several sequence
 lengths, in FP32 and in mixed precision.  This script captures the zoo's
-equivalent Keras models (``--mixed-precision`` for the AMP runs) at two
+equivalent Keras models (``--mixed-precision`` for the AMP runs; NVIDIA's
+TensorFlow 1 BERT with the tanh GELU, its AMP runs with
+``--amp-graph-rewrite``, see cost_models.published.CONFIGS) at two
 small batch sizes in fresh processes, and writes each step's table
 (cost_models.step_table) at both sizes to
 ``cost_models/data/published/<config>.npz``; the tables scale to the

@@ -154,28 +154,28 @@ ROWS = tuple(
     + _runs("M5", "amp", "resnet50-mp", "fp16", False, "tf1", 256, "DGX-2", [(1, 1, 16290.42, 15.95 / 16)])
     + _runs("M6", "fp32", "resnext101-fp32", "fp32", None, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
     + _runs("M6", "amp", "resnext101-mp", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
-    + _runs("M7", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
+    + _runs("M7", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
             (134.34, "G10/amp"))
-    + _runs("M7", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1", [(1, 1024, 285.79, None)],
+    + _runs("M7", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1", [(1, 1024, 285.79, None)],
             (39.43, "G10/fp32"))
-    + _runs("M8", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
+    + _runs("M8", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(1, 128, 2871.89, None)],
             (356.845, "G13/amp"))
-    + _runs("M8", "tf32", "bert_large-s128-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
+    + _runs("M8", "tf32", "bert_large-s128-tf1-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(1, 128, 1889.71, None)], (238.10, "G13/tf32"))
-    + _runs("M9", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
+    + _runs("M9", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(4, 32, 11159, None), (16, 8, 41144, None), (32, 4, 77479.87, None)], (356.845, "G13/amp"))
-    + _runs("M10", "tf32", "bert_large-s128-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
+    + _runs("M10", "tf32", "bert_large-s128-tf1-fp32", "tf32", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(4, 32, 7532.00, None), (16, 8, 28605.62, None), (32, 4, 53585.82, None)], (238.10, "G13/tf32"))
-    + _runs("M11", "amp", "bert_large-s512-mp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX A100 40GB",
+    + _runs("M11", "amp", "bert_large-s512-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX A100 40GB",
             [(32, 16, 16705, None)],
             (70.856, "G14/amp"))
-    + _runs("M11", "tf32", "bert_large-s512-fp32", "tf32", DLE_BERT_XLA, "tf1", 8, "DGX A100 40GB",
+    + _runs("M11", "tf32", "bert_large-s512-tf1-fp32", "tf32", DLE_BERT_XLA, "tf1", 8, "DGX A100 40GB",
             [(32, 16, 9463.80, None)], (39.96, "G14/tf32"))
-    + _runs("M12", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX-2H",
+    + _runs("M12", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX-2H",
             [(4, 16, 13192.00, None), (16, 4, 48223.00, None), (32, 2, 86673.64, None)],
             note=f"DGX-2H's 450 W V100s priced as V100-32GB; {GA_NOTE}")
-    + _runs("M12", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf1", 32, "DGX-2H",
+    + _runs("M12", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 32, "DGX-2H",
             [(4, 32, 3389.83, None), (16, 8, 13217.78, None), (32, 4, 25142.26, None)],
             note=f"DGX-2H's 450 W V100s priced as V100-32GB; {GA_NOTE}")
     + _runs("M13", "amp", "bert_large-s128-mp", "fp16", DLE_BERT_XLA, "tf2", 312, "DGX A100 80GB",

@@ -46,7 +46,11 @@ What a step costs on a GPU, as modelled:
   are fused as above; TensorFlow's transformers without XLA ran layer
   norm, GELU and dropout as separate ops, as the Keras graph does (nothing
   fused: G20/amp runs 2.3x slower than G20/amp-xla), and so does a user's
-  Keras job without XLA.
+  Keras job without XLA.  NVIDIA's TensorFlow 1 examples ran AMP as
+  TensorFlow's graph rewrite of their float32 step, which keeps BERT's layer
+  norms, tanh GELU and softmax in float32; their BERT steps are captured
+  that way (autodist.graph.amp_rewrite), as is a user's job that turns the
+  rewrite on.
 - **Launches.**  The host issues kernels one after another, ``launch``
   seconds each; the GPU runs them in order on one stream.  A kernel starts
   when it is issued and the previous one ended, so launch cost shows only
@@ -75,7 +79,7 @@ no fitted figure of the GPU's architecture spends a tenth of its step on
 (:meth:`GpuKernelParams.covers`): their efficiency is the shared value
 times a factor fitted on other kernels (Hopper's convolutions are priced
 from BERT's matrix products, and held-out ResNet-50 figures on H100 come
-out 42% faster than published).
+out 21-27% faster than published).
 """
 
 from __future__ import annotations
@@ -153,7 +157,8 @@ def halved_by_precision(table, precision):
     Only a float32 graph (no float16/bfloat16 op) run at fp16/bf16 is
     overridden, outside its update; a mixed-precision graph already says
     which ops run in float32 (Keras keeps normalisation statistics, softmax
-    and the loss there), and they do.
+    and the loss there; TensorFlow's graph rewrite keeps what its deny list
+    names), and they do.
     """
     if precision not in ("fp16", "bf16") or np.isin(table["dtype"], HALF_DTYPES).any():
         return np.zeros(len(table["dtype"]), dtype=bool)

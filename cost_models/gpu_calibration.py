@@ -48,8 +48,9 @@ BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": E
           "launch": LAUNCH, "xla_memory": FUSED, "fused_tf": FUSED, "fused_pytorch": FUSED}
 FREE = tuple(k for k in SHARED if k not in FIXED)
 # Log-throughput residuals beyond ~30% weigh less, and less the larger they are (Cauchy loss): a source the
-# shared physics cannot match (G20/amp, DLPerf's BERT-base AMP run without XLA, 1.5x slower than the model that
-# fits every other row: host-bound) does not drag the parameters every other model shares.  With soft L1,
+# shared physics does not match does not drag the parameters every other model shares (G20/amp, DLPerf's BERT-base
+# AMP run without XLA, was 1.5x slower than the model until its step was captured as TensorFlow's AMP graph rewrite
+# leaves it, autodist.graph.amp_rewrite: its layer norms, GELU and softmax in float32).  With soft L1,
 # whose pull does not fade, a fit without BERT-large's rows slowed every small kernel to match them and missed
 # BERT-large by 20-50%.  At a 10% scale the fit sides with one source where two models disagree (without BERT-large,
 # PyTorch's fast BERT-base G34 set matmul_half at its bound and G20/amp-xla was given up) instead of weighing them:

@@ -40,15 +40,20 @@ CONFIGS = {
     "resnet50-mp": ("resnet50.py", ["--mixed-precision"]),
     "resnext101-fp32": ("resnext101.py", []),
     "resnext101-mp": ("resnext101.py", ["--mixed-precision"]),
-    "bert_base-s128-fp32": ("bert_base.py", ["--seq-len", "128"]),
-    "bert_base-s128-mp": ("bert_base.py", ["--seq-len", "128", "--mixed-precision"]),
+    # NVIDIA's TensorFlow 1 BERT: Google's tanh GELU, and AMP as TensorFlow's graph rewrite of the float32 step.
+    "bert_base-s128-tf1-fp32": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh"]),
+    "bert_base-s128-tf1-amp": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh", "--amp-graph-rewrite"]),
+    "bert_large-s128-tf1-fp32": ("bert_large.py", ["--seq-len", "128", "--gelu", "tanh"]),
+    "bert_large-s128-tf1-amp": ("bert_large.py", ["--seq-len", "128", "--gelu", "tanh", "--amp-graph-rewrite"]),
+    "bert_large-s384-tf1-fp32": ("bert_large.py", ["--seq-len", "384", "--gelu", "tanh"]),
+    "bert_large-s384-tf1-amp": ("bert_large.py", ["--seq-len", "384", "--gelu", "tanh", "--amp-graph-rewrite"]),
+    "bert_large-s512-tf1-fp32": ("bert_large.py", ["--seq-len", "512", "--gelu", "tanh"]),
+    "bert_large-s512-tf1-amp": ("bert_large.py", ["--seq-len", "512", "--gelu", "tanh", "--amp-graph-rewrite"]),
     "bert_base-s384-mp": ("bert_base.py", ["--seq-len", "384", "--mixed-precision"]),
     "bert_large-s128-fp32": ("bert_large.py", ["--seq-len", "128"]),
     "bert_large-s128-mp": ("bert_large.py", ["--seq-len", "128", "--mixed-precision"]),
     "bert_large-s384-fp32": ("bert_large.py", ["--seq-len", "384"]),
     "bert_large-s384-mp": ("bert_large.py", ["--seq-len", "384", "--mixed-precision"]),
-    "bert_large-s512-fp32": ("bert_large.py", ["--seq-len", "512"]),
-    "bert_large-s512-mp": ("bert_large.py", ["--seq-len", "512", "--mixed-precision"]),
 }
 
 

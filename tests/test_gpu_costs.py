@@ -20,6 +20,7 @@ from autodist.graph.item import GraphItem, JobInfo, OpInfo
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel, gradient_bytes
 from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
+from cost_models.gpu_calibration import device_of
 from cost_models.memory import live_peak
 from cost_models.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
 from cost_models.step_table import step_table
@@ -123,6 +124,47 @@ def test_mixed_float16_capture_records_the_policy_and_halves_float16_gradients()
     assert gradient_bytes(mixed_kernel) * 2 == gradient_bytes(full_kernel)
 
 
+AMP_REWRITE_SCRIPT = """
+import keras
+import numpy as np
+import tensorflow as tf
+
+tf.config.optimizer.set_experimental_options({"auto_mixed_precision": True})
+inputs = keras.Input((32,))
+h = keras.layers.Dense(64, activation=lambda v: keras.activations.gelu(v, approximate=True), name="ff")(inputs)
+h = keras.layers.LayerNormalization(name="norm")(keras.layers.Dense(64, name="proj")(h))
+model = keras.Model(inputs, keras.layers.Dense(1, name="out")(h))
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.MeanSquaredError())
+model.fit(np.zeros((32, 32), np.float32), np.zeros((32, 1), np.float32), batch_size=8, epochs=1)
+"""
+
+
+def test_the_amp_graph_rewrite_is_captured_as_tensorflow_rewrites_the_step_for_a_gpu(tmp_path):
+    """TensorFlow's own auto_mixed_precision pass runs on the captured step: products in float16, the tanh
+    GELU (its Pow is on TensorFlow's deny list) and the layer norm's statistics in float32, Casts between."""
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_script
+
+    script = tmp_path / "amp.py"
+    script.write_text(AMP_REWRITE_SCRIPT)
+    try:
+        item = capture_script(str(script))
+    finally:
+        tf.config.optimizer.set_experimental_options({"auto_mixed_precision": False})
+    assert (item.job.amp_rewrite, item.job.precision, item.job.dtype_policy) == (True, "fp16", "float32")
+    dtypes = {}
+    for op in item.ops.values():
+        dtypes.setdefault(op.type, set()).add(op.output_dtypes[0] if op.output_dtypes else "")
+    assert dtypes["MatMul"] == {"float16"}
+    assert dtypes["Pow"] == {"float32"} and dtypes["Mean"] == {"float32"}
+    assert {"float16", "float32"} <= dtypes["Cast"]
+    assert any(name.endswith("-AutoMixedPrecision") for name in item.ops)
+    assert all(v.dtype == "float32" for v in item.trainable_variables())
+    step = GpuStep(step_table(item), device_of("V100-16GB"), item.job.precision)
+    assert set(step.kernel_classes()[step.compute]) == {"matmul_half"}
+
+
 def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
     """x(100) -> a(200) -> b(300) -> c(50); a is read again by d(10) after c; r aliases b."""
     def op(name, inputs, nbytes, op_type="Relu"):
@@ -202,7 +244,7 @@ def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
 
 def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
     runs = [r for r in read_calibration() if r.evaluated]
-    from cost_models.gpu_calibration import _must_not_fit, _published_peak, device_of
+    from cost_models.gpu_calibration import _must_not_fit, _published_peak
 
     for run in runs:
         table, scalars = published_step(run)
@@ -212,8 +254,6 @@ def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
 
 
 def _published(run_id):
-    from cost_models.gpu_calibration import device_of
-
     run = next(r for r in read_calibration() if r.id == run_id)
     table, _ = published_step(run)
     return run, table, device_of(run.device)

@@ -92,6 +92,7 @@ JOB_FIELDS = {
     "precision": (lambda v: v in ("", "fp32", "tf32", "fp16", "bf16"), 'one of "", "fp32", "tf32", "fp16", "bf16"'),
     "dtype_policy": _STRING,
     "xla": _BOOL,
+    "amp_rewrite": _BOOL,
     "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
     "collective_only": _BOOL,
 }

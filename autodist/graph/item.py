@@ -109,6 +109,9 @@ class JobInfo:
     dtype_policy: str = ""
     # Whether the step is compiled with XLA (Keras' jit_compile, tf.function(jit_compile=True)).
     xla: bool = False
+    # Whether TensorFlow's automatic mixed precision graph rewrite runs the float32 step in float16 on GPUs
+    # (autodist.graph.amp_rewrite: the ops are the rewritten graph's).
+    amp_rewrite: bool = False
     # Micro-batches whose gradients are accumulated before one update (gradient accumulation).
     micro_batches: int = 1
     # Whether autodist's runtime runs this job on collective ops only: a custom

@@ -11,6 +11,7 @@ import traceback
 
 from autodist import hooks
 from autodist.errors import AutoDistError, CaptureError, first_line
+from autodist.graph import amp_rewrite
 from autodist.graph.batch import first_batch
 from autodist.graph.trace import shapes_of, spec_of, trace_step
 
@@ -218,6 +219,7 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     if not os.path.isfile(path):
         raise CaptureError("no such script", source=path)
     session = _ScriptCapture(path)
+    amp_rewrite.allow_without_gpu()
     try:
         with session.installed(), _time_limit(timeout_s):
             hooks.run_script(path, args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 from autodist.errors import AutoDistError, CaptureError, first_line
+from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
@@ -136,8 +137,10 @@ def item_from_graph(concrete, variables, job, model_weights=None):
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts
-    if has_calls(graph):
+    if has_calls(graph) or job.amp_rewrite:  # a graph the rewrite returns must know its variables' shapes
         graph = inlined_graph(concrete, handles)
+    if job.amp_rewrite:
+        graph = amp_rewrite.rewritten(graph, [t.name for t in concrete.outputs])
     ops = {op.name: op for op in op_infos(graph)}
     assign_phases(ops)
     return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
@@ -206,6 +209,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
     variables = concrete.graph.variables
     precision, policy = precision_facts()
+    rewrite = amp_rewrite.enabled() and precision not in ("fp16", "bf16")
     job = JobInfo(
         model_name=model_name,
         batch_size=_batch_size((specs, kwspecs)),
@@ -214,9 +218,10 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         tf_version=tf.__version__,
         source=source,
         step=step,
-        precision=precision,
+        precision="fp16" if rewrite else precision,
         dtype_policy=policy,
         xla=bool(xla),
+        amp_rewrite=rewrite,
         collective_only=collective_only,
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)

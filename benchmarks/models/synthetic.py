@@ -3,7 +3,9 @@
 Every zoo script trains offline on random data (fixed seed) so that it runs
 anywhere; ``--steps`` and ``--batch-size`` size the run, and
 ``--mixed-precision`` trains under Keras' ``mixed_float16`` policy (float16
-compute, float32 variables), as published mixed-precision runs do.
+compute, float32 variables), as published mixed-precision runs do;
+``--amp-graph-rewrite`` trains the float32 model under TensorFlow's automatic
+mixed precision graph rewrite instead (autodist.graph.amp_rewrite).
 """
 
 import argparse
@@ -12,20 +14,28 @@ import numpy as np
 
 
 def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=None):
-    """Parse ``--steps``, ``--batch-size``, ``--seed`` and ``--mixed-precision`` (``--seq-len`` if ``seq_len``,
-    ``--rows`` if ``rows``).
+    """Parse ``--steps``, ``--batch-size``, ``--seed``, ``--mixed-precision`` and ``--amp-graph-rewrite``
+    (``--seq-len`` and ``--gelu`` if ``seq_len``, ``--rows`` if ``rows``).
 
     ``--mixed-precision`` sets Keras' global dtype policy to ``mixed_float16``
-    before the script builds its model.
+    before the script builds its model; ``--amp-graph-rewrite`` turns on
+    TensorFlow's ``auto_mixed_precision`` graph optimizer.
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=steps, help="training steps to run")
     parser.add_argument("--batch-size", type=int, default=batch_size, help="global batch size")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--mixed-precision", action="store_true",
-                        help="train under the mixed_float16 policy (float16 compute, float32 variables)")
+    precision = parser.add_mutually_exclusive_group()
+    precision.add_argument("--mixed-precision", action="store_true",
+                           help="train under the mixed_float16 policy (float16 compute, float32 variables)")
+    precision.add_argument("--amp-graph-rewrite", action="store_true",
+                           help="train the float32 model under TensorFlow's automatic mixed precision graph rewrite "
+                                "(float16 on GPUs, as NVIDIA's TensorFlow 1 examples ran AMP)")
     if seq_len is not None:
         parser.add_argument("--seq-len", type=int, default=seq_len, help="tokens per sequence")
+        parser.add_argument("--gelu", choices=("erf", "tanh"), default="erf",
+                            help="GELU exact (erf, Keras' default) or its tanh approximation (Google's and NVIDIA's "
+                                 "TensorFlow BERT)")
     if rows is not None:
         parser.add_argument("--rows", type=int, default=rows, help="rows of each embedding table")
     args = parser.parse_args(argv)
@@ -35,6 +45,10 @@ def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=N
         import keras
 
         keras.mixed_precision.set_global_policy("mixed_float16")
+    if args.amp_graph_rewrite:
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options({"auto_mixed_precision": True})
     return args
 
 
