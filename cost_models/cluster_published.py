@@ -156,8 +156,8 @@ ROWS = tuple(
     + _runs("M6", "amp", "resnext101-mp", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
     + _runs("M7", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
             (134.34, "G10/amp"))
-    + _runs("M7", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1", [(1, 1024, 285.79, None)],
-            (39.43, "G10/fp32"))
+    + _runs("M7", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1",
+            [(1, 1024, 285.79, None)], (39.43, "G10/fp32"))
     + _runs("M8", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 64, "DGX A100 40GB",
             [(1, 128, 2871.89, None)],
             (356.845, "G13/amp"))
