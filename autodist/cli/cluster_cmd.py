@@ -2,6 +2,7 @@
 
 import json
 
+from autodist.report.render import plural
 from autodist.resource_spec import add_cluster_arguments, cluster_from_args
 
 
@@ -94,9 +95,9 @@ def _devices_table(spec):
     return ["devices"] + _table(header, rows)
 
 
-def _link_row(node, role, link, count, serves):
+def _link_row(node, role, link, n, serves):
     return [
-        node.name, role, link.kind + (" via CPU" if link.via_cpu else ""), count, f"{link.bandwidth / 1e9:.4g}",
+        node.name, role, link.kind + (" via CPU" if link.via_cpu else ""), n, f"{link.bandwidth / 1e9:.4g}",
         f"{link.latency * 1e6:.3g}",
         "yes" if link.rdma else "no", "yes" if link.gpudirect else "no", serves,
     ]
@@ -113,7 +114,7 @@ def _nic_runs(node):
         else:
             runs.append([k, k, nic, serves])
     noun = kind or "device"
-    return [(f"nic{a}" + (f"-{b}" if b > a else ""), b - a + 1, nic, f"{n} {noun}{'' if n == 1 else 's'} each")
+    return [(f"nic{a}" + (f"-{b}" if b > a else ""), b - a + 1, nic, f"{plural(n, noun)} each")
             for a, b, nic, n in runs]
 
 
@@ -121,14 +122,13 @@ def _links_table(spec):
     header = ["node", "link", "kind", "n", "GB/s/dir", "lat us", "RDMA", "GPUDirect", "serves"]
     rows = []
     for node in spec.nodes:
-        count = len(node.devices)
-        rows.append(_link_row(node, "fabric", node.fabric, 1, f"{count} device{'' if count == 1 else 's'}"))
+        rows.append(_link_row(node, "fabric", node.fabric, 1, plural(len(node.devices), "device")))
         if node.host_link is not None:
             rows.append(_link_row(node, "host", node.host_link, 1, "CPU <-> GPUs"))
         if node.bridge is not None:
             pairs = len(node.gpus()) // 2
             rows.append(_link_row(node, "bridge", node.bridge, pairs, "GPU pairs 0-1, 2-3, ..."))
-        rows += [_link_row(node, name, nic, count, serves) for name, count, nic, serves in _nic_runs(node)]
+        rows += [_link_row(node, name, nic, n, serves) for name, n, nic, serves in _nic_runs(node)]
     return ["links (bandwidth per direction)"] + _table(header, rows)
 
 

@@ -46,7 +46,8 @@ def percent(x):
     return "-" if x is None else f"{x:.0%}"
 
 
-def _count(n, noun):
+def plural(n, noun):
+    """``n`` and ``noun``, plural unless ``n`` is 1 ("1 replica", "2 replicas")."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
@@ -182,7 +183,7 @@ def _comparison(doc, md):
             + (f" Besides, the loop that drives the step takes {ms(p['client_time'])} (a plan with PS: its client "
                "dispatching the step to every task; on collective ops: each replica's own fit or step loop)."
                if p["client_time"] else "")
-            + f" {_count(p['replicas'], 'replica')}, {_count(p['ps_tasks'], 'PS task')}. Speed-up over greedy PS: "
+            + f" {plural(p['replicas'], 'replica')}, {plural(p['ps_tasks'], 'PS task')}. Speed-up over greedy PS: "
             f"{factor(p['speedup_over_greedy_ps'])}; over the best baseline ({p['best_baseline'] or '-'}): "
             f"{factor(p['speedup_over_best_baseline'])}. Lower bound {ms(doc['lower_bound'])}, "
             f"gap to it {percent(doc['gap_to_lower_bound'])}.",
