@@ -27,6 +27,7 @@ import math
 from cost_models.overlap import lockstep_pace
 from cost_models.types import Phase
 from autodist.errors import CostModelError, InputError
+from autodist.resource_spec.measured import COLLECTIVES
 from autodist.resource_spec.spec import receive_link, send_link
 
 # Fraction of a link's per-direction line rate that transfers and collectives
@@ -81,7 +82,6 @@ GRPC_MEDIA = frozenset({"loopback", "ethernet"})
 # nccl-tests' collectives and their bus-bandwidth factor busbw / algbw for n
 # ranks (nccl-tests doc/PERFORMANCE.md): S is the whole buffer (allgather's
 # output, reducescatter's input).
-COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 
 
 def bus_factor(op, n):
@@ -350,7 +350,10 @@ class CommModel:
             _, _, links = self._ring_links(devices)
             return [Phase(on_this_machine, links)]
         groups = self._by_node(devices)
-        if collective_ops and len(groups) == 1 and self._has_nvls(devices):
+        measured = self._measured("allreduce", nbytes, devices) if collective_ops else None
+        if measured is not None:
+            phases = [measured]
+        elif collective_ops and len(groups) == 1 and self._has_nvls(devices):
             ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
             phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
         elif algorithm == "ring" or len(groups) == 1:
@@ -475,6 +478,9 @@ class CommModel:
             self.resource_spec.device(name)
         if op == "allreduce":
             return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+        measured = self._measured(op, nbytes, devices)
+        if measured is not None:
+            return [measured]
         n = len(devices)
         bandwidth, latency, links = self._ring_links(devices)
         volume = nbytes if op == "broadcast" else (n - 1) / n * nbytes
@@ -629,6 +635,18 @@ class CommModel:
         depth = (len(groups) - 1).bit_length() + max(len(g) for g in groups) - 1
         half = nbytes / bandwidth + depth * latency
         return [Phase(half, links), Phase(half, links)]
+
+    def _measured(self, op, nbytes, devices):
+        """The phase of collective ``op`` as measured on this cluster (``cluster calibrate``'s curves), on the
+        ring's links; None where no curve has its shape or its devices are not all GPUs."""
+        spec = self.resource_spec
+        if not spec.collectives or not self._all_gpus(devices):
+            return None
+        groups = self._by_node(devices)
+        for curve in spec.collectives:
+            if curve.applies_to(op, groups):
+                return Phase(curve.seconds_for(nbytes), self._ring_links(devices)[2])
+        return None
 
     def _all_gpus(self, devices):
         return all(self.resource_spec.device(d).kind == "GPU" for d in devices)

@@ -1,4 +1,7 @@
-"""``autodist cluster show``: print a cluster's nodes, devices, links and totals."""
+"""``autodist cluster show``: print a cluster's nodes, devices, links and totals.
+
+``autodist cluster calibrate``: fit a cluster's links to nccl-tests output measured on it.
+"""
 
 import json
 
@@ -20,6 +23,22 @@ def register(subparsers):
     formats.add_argument("--json", action="store_true", help="print the resource spec as JSON")
     formats.add_argument("--yaml", action="store_true", help="print it as an editable cluster.yaml")
     show.set_defaults(func=run_show)
+    calibrate = actions.add_parser(
+        "calibrate",
+        help="fit a cluster's links to nccl-tests output measured on it",
+        description="Read NVIDIA nccl-tests output (all_reduce_perf, all_gather_perf, reduce_scatter_perf, "
+                    "broadcast_perf) measured on the cluster, fit the bandwidth and latency of the links each run "
+                    "crossed (the fabric for a run on one node, the NICs for a run across nodes), and write a "
+                    "cluster file that plan and placement report take with --cluster.  The measured curves are "
+                    "kept in it: a collective of a measured shape is priced from its curve.",
+    )
+    add_cluster_arguments(calibrate)
+    calibrate.add_argument("--nccl-tests", nargs="+", required=True, metavar="FILE",
+                           help="nccl-tests output files, one run each (stdout as the binary prints it)")
+    calibrate.add_argument("--op", choices=("allreduce", "allgather", "reducescatter", "broadcast"),
+                           help="the collective, for files that do not name their binary")
+    calibrate.add_argument("-o", "--output", required=True, metavar="FILE", help="the cluster file to write")
+    calibrate.set_defaults(func=run_calibrate)
 
 
 def run_show(args):
@@ -32,6 +51,39 @@ def run_show(args):
         print(dump_cluster(spec), end="")
     else:
         print(format_cluster(spec))
+    return 0
+
+
+def run_calibrate(args):
+    import statistics
+
+    from autodist.io import check_output_file, write_text_atomic
+    from autodist.resource_spec.cluster_file import dump_cluster
+    from cost_models import CostModel
+    from cost_models.nccl_tests import busbw_errors, calibrate, measured_devices, read_nccl_tests
+
+    check_output_file(args.output, field="--output")
+    runs = [read_nccl_tests(path, op=args.op) for path in args.nccl_tests]
+    spec = cluster_from_args(args)
+    for run in runs:
+        measured_devices(spec, run, run.source)  # a run the cluster cannot hold is refused before any fitting
+    cost_model = CostModel.default()
+    fitted, records = calibrate(spec, runs, cost_model.comm_model)
+    links_only = cost_model.comm_model(type(fitted)(fitted.nodes, fitted.name))
+    with_curves = cost_model.comm_model(fitted)
+    for record in records:
+        print(f"{record['tier']}-node {record['link']}: bandwidth {record['was']['bandwidth'] / 1e9:.4g} -> "
+              f"{record['bandwidth'] / 1e9:.4g} GB/s, latency {record['was']['latency'] * 1e6:.3g} -> "
+              f"{record['latency'] * 1e6:.3g} us")
+    for run in runs:
+        devices = measured_devices(fitted, run, run.source)
+        fit = [abs(e) for e in busbw_errors(links_only, run, devices)]
+        kept = [abs(e) for e in busbw_errors(with_curves, run, devices)]
+        print(f"{run.source}: {run.op} on {plural(run.nodes, 'node')} x {run.ranks_per_node} GPUs, "
+              f"{plural(len(run.sizes), 'size')}; busbw priced from the fitted links: median error "
+              f"{statistics.median(fit):.1%}, worst {max(fit):.1%}; from the kept curve: worst {max(kept):.1%}")
+    write_text_atomic(args.output, dump_cluster(fitted))
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -62,6 +62,7 @@ import yaml
 
 from autodist.errors import InputError
 from autodist.resource_spec import presets
+from autodist.resource_spec.measured import COLLECTIVES, MeasuredCollective
 from autodist.resource_spec.spec import FORMAT, LINK_KINDS, DeviceSpec, LinkSpec, NodeSpec, ResourceSpec
 
 # unit name -> factor to the base unit, per quantity; the first unit is the default.
@@ -84,7 +85,8 @@ KIND_ALIASES = {"nvswitch": "nvlink"}
 # Sanity limit (with presets.MAX_NODES) that catches a typo'd count early.
 MAX_PER_GROUP = 1024
 
-TOP_KEYS = ("name", "network", "nodes")
+TOP_KEYS = ("name", "network", "nodes", "collectives")
+COLLECTIVE_KEYS = ("op", "nodes", "ranks_per_node", "points", "source")
 NETWORK_KEYS = ("emulate",)
 NODE_KEYS = ("name", "address", "addresses", "count", "preset", "cpus", "gpus", "fabric",
              "host_link", "bridge", "nics", "labels", "delay")
@@ -262,7 +264,44 @@ def cluster_from_dict(data, source="<cluster>", default_name="cluster"):
                 reader.fail(f"{seen[node.name]}.nics", f"node {node.name!r} needs a NIC to reach the other nodes")
     if emulated:
         nodes = _emulated_nodes(reader, nodes, delays, seen)
-    return ResourceSpec(nodes, name=name)
+    collectives = _read_collectives(reader, data.get("collectives", []), nodes)
+    return ResourceSpec(nodes, name=name, collectives=collectives)
+
+
+def _read_collectives(reader, value, nodes):
+    """Measured collectives: ``{op, nodes, ranks_per_node, points: [[bytes, time], ...], source}``, times in us
+    (nccl-tests' unit) or with a unit; each of a shape the cluster has."""
+    if not isinstance(value, list):
+        reader.fail("collectives", f"expected a list, got {_show(value)}")
+    out = []
+    for i, entry in enumerate(value):
+        field = f"collectives[{i}]"
+        reader.mapping(entry, field, COLLECTIVE_KEYS)
+        for key in ("op", "nodes", "ranks_per_node", "points"):
+            if key not in entry:
+                reader.fail(f"{field}.{key}", "missing")
+        op = reader.text(entry["op"], f"{field}.op")
+        if op not in COLLECTIVES:
+            reader.fail(f"{field}.op", f"unknown collective {op!r}; use one of {', '.join(COLLECTIVES)}")
+        count = reader.count(entry["nodes"], f"{field}.nodes", len(nodes))
+        ranks = reader.count(entry["ranks_per_node"], f"{field}.ranks_per_node",
+                             min(len(n.gpus()) for n in nodes[:count]) or 1)
+        points = entry["points"]
+        if not isinstance(points, list) or not points:
+            reader.fail(f"{field}.points", f"expected a non-empty list of [bytes, time] pairs, got {_show(points)}")
+        sizes, seconds = [], []
+        for k, point in enumerate(points):
+            where = f"{field}.points[{k}]"
+            if not isinstance(point, list) or len(point) != 2:
+                reader.fail(where, f"expected [bytes, time], got {_show(point)}")
+            size = reader.count(point[0], where, 2**62)
+            if sizes and size <= sizes[-1]:
+                reader.fail(where, f"sizes must increase, {size} follows {sizes[-1]}")
+            sizes.append(size)
+            seconds.append(reader.quantity(point[1], where, "latency"))
+        source = reader.text(entry["source"], f"{field}.source") if "source" in entry else ""
+        out.append(MeasuredCollective(op, count, ranks, tuple(sizes), tuple(seconds), source))
+    return out
 
 
 def _read_network(reader, value):
@@ -515,7 +554,13 @@ def cluster_to_dict(spec):
     """The cluster document of ``spec``: figures explicit with units; runs of
     identical nodes named ``<prefix>-0, <prefix>-1, ...`` become one entry with a count."""
     network = {"network": {"emulate": True}} if spec.emulated else {}
-    return {"name": spec.name, **network, "nodes": [_group_entry(run) for run in _node_runs(spec.nodes)]}
+    collectives = [{"op": c.op, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
+                    **({"source": c.source} if c.source else {}),
+                    "points": [[size, _format(seconds, "latency")]
+                               for size, seconds in zip(c.sizes, c.seconds)]}
+                   for c in spec.collectives]
+    return {"name": spec.name, **network, "nodes": [_group_entry(run) for run in _node_runs(spec.nodes)],
+            **({"collectives": collectives} if collectives else {})}
 
 
 def _node_runs(nodes):

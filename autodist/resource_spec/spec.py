@@ -18,6 +18,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from autodist.errors import InputError
+from autodist.resource_spec.measured import MeasuredCollective
 
 FORMAT = "autodist.resource_spec"
 VERSION = 1
@@ -170,11 +171,14 @@ class ResourceSpec:
     nodes : list of NodeSpec
     name : str
         A label for reports (a preset name, a file name).
+    collectives : sequence of autodist.resource_spec.measured.MeasuredCollective
+        Collectives measured on this cluster (``autodist cluster calibrate``), priced from their curves.
     """
 
-    def __init__(self, nodes, name=""):
+    def __init__(self, nodes, name="", collectives=()):
         self.nodes = list(nodes)
         self.name = name
+        self.collectives = tuple(collectives)
         self._nodes = {n.name: n for n in self.nodes}
         self._devices = {d.name: d for n in self.nodes for d in n.devices}
 
@@ -269,6 +273,8 @@ class ResourceSpec:
             "version": VERSION,
             "name": self.name,
             "nodes": [_node_dict(n) for n in self.nodes],
+            # only where measured, so the documents and hashes of other clusters stay as they were
+            **({"collectives": [c.to_dict() for c in self.collectives]} if self.collectives else {}),
         }
 
     def content_hash(self):
@@ -307,7 +313,15 @@ class ResourceSpec:
         name = data.get("name", "")
         if not isinstance(name, str):
             raise InputError(f"must be a string, got {name!r:.60}", source=where, field="name")
-        return cls(nodes, name=name)
+        collectives = []
+        for i, c in enumerate(data.get("collectives") or []):
+            try:
+                collectives.append(MeasuredCollective(**{**c, "sizes": tuple(c["sizes"]),
+                                                         "seconds": tuple(c["seconds"])}))
+            except (KeyError, TypeError) as exc:
+                raise InputError(f"malformed measured collective ({exc})", source=where,
+                                 field=f"collectives[{i}]") from None
+        return cls(nodes, name=name, collectives=collectives)
 
     def __eq__(self, other):
         return isinstance(other, ResourceSpec) and self.content_hash() == other.content_hash()
