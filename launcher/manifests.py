@@ -1,8 +1,9 @@
 """Emit a plan as Kubernetes objects: build, validate, then write.
 
 Objects come in creation order: the ConfigMaps (the plan's parts, the code
-with ``--code-from configmap``), the PodGroup (when gang scheduling is asked
-for), then the TFJob or MPIJob.  Every object stays under the 256 KiB that
+with ``--code-from configmap``), then the TFJob or MPIJob.  With gang
+scheduling the operator makes the job's PodGroup (:mod:`launcher.operators`
+writes what it would).  Every object stays under the 256 KiB that
 ``kubectl apply`` can record.  A folder of manifests is written whole or not
 at all: see :func:`write_manifests`.
 """
@@ -18,7 +19,6 @@ from autodist.errors import InputError, LaunchError
 from launcher.mpijob import build_mpijob
 from launcher.options import FORMATS, MAX_LABEL, EmitOptions, check_dns_label
 from launcher.plan_data import plan_config_maps
-from launcher.podgroup import build_podgroup
 from launcher.pods import code_config_map
 from launcher.scheduling import JOB_LABEL
 from launcher.tfjob import build_tfjob
@@ -70,10 +70,7 @@ def build_manifests(plan, fmt="tfjob", options=None):
     code = code_config_map(options, name)
     if code is not None:
         objects.append(code)
-    job = BUILDERS[fmt](plan, options, name)
-    if options.gang:
-        objects.append(build_podgroup(job, options))
-    objects.append(job)
+    objects.append(BUILDERS[fmt](plan, options, name))
     for obj in objects:
         size = object_bytes(obj)
         if size > MAX_OBJECT_BYTES:

@@ -33,10 +33,10 @@ GANGS = ("volcano", "coscheduling")
 DEFAULT_IMAGE = f"autodist:{__version__}"
 # The RDMA shared device plugin's example resource name (Mellanox k8s-rdma-shared-dev-plugin).
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
-# Name prefix of the InfiniBand/RoCE adapters NCCL may use (ConnectX adapters are mlx5_*).
-DEFAULT_IB_HCA = "mlx5"
-# NCCL_SOCKET_IFNAME: a leading "^" excludes interfaces by prefix (loopback, docker bridges).
-DEFAULT_SOCKET_IFNAME = "^lo,docker"
+# NCCL_SOCKET_IFNAME: a leading "^" excludes interfaces by prefix: loopback, docker
+# bridges, and what CNI plugins add on a host (cni0, flannel.1, cali*, veth*,
+# tunl0, kube-ipvs0), which host-networked pods see.
+DEFAULT_SOCKET_IFNAME = "^lo,docker,cni,flannel,cali,veth,tunl,kube"
 
 
 def check_dns_label(value, field, dns_1035=False):
@@ -194,9 +194,11 @@ class EmitOptions:
         Container image that has autodist and TensorFlow installed.
     gang : str or None
         ``"volcano"`` or ``"coscheduling"`` to emit a PodGroup as well.
-    rdma_resource, ib_hca, socket_ifname : str
-        The cluster's RDMA device-plugin resource, NCCL's HCA filter and
-        socket interface filter.
+    rdma_resource, socket_ifname : str
+        The cluster's RDMA device-plugin resource and NCCL's socket interface filter.
+    ib_hca : str or None
+        NCCL_IB_HCA; None names the first adapters exactly, one per RDMA NIC
+        of a node (``=mlx5_0,mlx5_1``, see :func:`launcher.pods.exact_hcas`).
     script : str or None
         The training script, relative to the code folder (or absolute in the
         pod); the task that runs the training loop starts it
@@ -245,7 +247,7 @@ class EmitOptions:
     image: str = DEFAULT_IMAGE
     gang: str | None = None
     rdma_resource: str = DEFAULT_RDMA_RESOURCE
-    ib_hca: str = DEFAULT_IB_HCA
+    ib_hca: str | None = None
     socket_ifname: str = DEFAULT_SOCKET_IFNAME
     script: str | None = None
     script_args: tuple = ()

@@ -26,11 +26,6 @@ COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler"}
 
 
-def podgroup_name(job_name):
-    """Our PodGroup's name; the training operator names its own after the job, so they cannot clash."""
-    return f"{job_name}-gang"
-
-
 def real_hostnames(plan, nodes):
     """The nodes' ``kubernetes.io/hostname`` labels when every one has it, else None.
 
@@ -120,22 +115,59 @@ def affinity(plan, job_name, role, tasks, gpus):
 
 
 def gang_membership(options, job_name):
-    """(labels, annotations, scheduler name) that put a pod in the job's PodGroup."""
+    """(labels, annotations, scheduler name) that put a pod in the job's PodGroup.
+
+    The group is the one the operator makes, named after the job: with gang
+    scheduling on, the training operator (kubeflow/trainer release-1.9,
+    pkg/controller.v1/control/podgroup_control.go) and mpi-operator v2
+    (kubeflow/mpi-operator pkg/controller/podgroup.go, decoratePodTemplateSpec)
+    both write the job's name into this annotation (Volcano) or label
+    (coscheduling) of every pod, so the templates say the same.
+    """
     if not options.gang:
         return {}, {}, None
-    group = podgroup_name(job_name)
     if options.gang == "volcano":
-        return {}, {VOLCANO_GROUP_ANNOTATION: group}, SCHEDULER_NAMES["volcano"]
-    return {COSCHEDULING_GROUP_LABEL: group}, {}, SCHEDULER_NAMES["coscheduling"]
+        return {}, {VOLCANO_GROUP_ANNOTATION: job_name}, SCHEDULER_NAMES["volcano"]
+    return {COSCHEDULING_GROUP_LABEL: job_name}, {}, SCHEDULER_NAMES["coscheduling"]
 
 
-def run_policy(options, members):
-    """The operator's ``runPolicy``: retries, deadline, clean-up, and the gang of ``members`` pods."""
-    scheduling = {"minAvailable": members}
+def min_resources(replicas):
+    """What every pod of the job requests together (quantity strings): CPU in millicores, memory in bytes, GPUs."""
+    from launcher.pods import GPU_RESOURCE
+    from launcher.resources import quantity_value
+
+    totals = {"cpu": 0, "memory": 0, GPU_RESOURCE: 0}
+    for replica in replicas.values():
+        for container in replica["template"]["spec"]["containers"]:
+            resources = container["resources"]
+            for name in ("cpu", "memory"):
+                totals[name] += replica["replicas"] * quantity_value(resources["requests"][name])
+            totals[GPU_RESOURCE] += replica["replicas"] * int(resources["limits"].get(GPU_RESOURCE, 0))
+    out = {"cpu": f"{int(totals['cpu'] * 1000)}m", "memory": str(int(totals["memory"]))}
+    if totals[GPU_RESOURCE]:
+        out[GPU_RESOURCE] = str(totals[GPU_RESOURCE])
+    return out
+
+
+def run_policy(options, replicas):
+    """The operator's ``runPolicy``: retries, deadline, clean-up, and the gang of every pod of ``replicas``.
+
+    With ``--gang`` autodist emits no PodGroup: the operator makes the one its
+    pods join, named after the job, from ``schedulingPolicy`` (minAvailable,
+    queue, priorityClass, and minResources, which both operators copy into
+    the group as given: kubeflow/trainer release-1.9
+    pkg/controller.v1/common/job.go, kubeflow/mpi-operator
+    pkg/controller/podgroup.go calculatePGMinResources).  A PodGroup of our
+    own would be a second one; one named after the job would make
+    mpi-operator stop (it refuses a PodGroup that its MPIJob does not own).
+    """
+    scheduling = {"minAvailable": sum(r["replicas"] for r in replicas.values())}
     if options.queue:
         scheduling["queue"] = options.queue
     if options.priority:
         scheduling["priorityClass"] = options.priority
+    if options.gang:
+        scheduling["minResources"] = min_resources(replicas)
     return {
         "cleanPodPolicy": "Running",
         "backoffLimit": options.backoff_limit,

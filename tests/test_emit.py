@@ -43,18 +43,17 @@ def ps_plan_file(tmp_path, ps_plan):
 def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
     out = tmp_path / "k8s"
     assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano", "--namespace", "ml", "--name", "bert-run") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
     assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml", "labels": {"autodist.io/job": "bert-run"}}
     config_maps = list(yaml.safe_load_all((out / "configmap.yaml").read_text()))
     assert json.loads(read_plan_json(config_maps)) == json.loads(plan_file.read_text())
-    group = yaml.safe_load((out / "podgroup.yaml").read_text())
-    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["spec"]["minMember"] == 2
-    # not the job's name: the operator's own PodGroup has that one
-    assert group["metadata"]["name"] == "bert-run-gang"
+    # no PodGroup of ours: the operator makes the job's, named after it, from schedulingPolicy
+    policy = tfjob["spec"]["runPolicy"]["schedulingPolicy"]
+    assert policy["minAvailable"] == 2 and policy["minResources"]["nvidia.com/gpu"] == "16"
     pod = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]
-    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run-gang"
-    assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run"
+    assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "tfjob.yaml")]
 
 
 def test_emit_passes_the_training_script_to_every_task(ps_plan_file, capsys):
@@ -190,7 +189,6 @@ def test_submit_posts_every_object_in_order(tmp_path, ps_plan_file, fake_api_ser
     requests = fake_api_server.requests
     assert [r["path"] for r in requests] == [
         "/api/v1/namespaces/team-a/configmaps",
-        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups",
         "/apis/kubeflow.org/v1/namespaces/team-a/tfjobs",
     ]
     for r in requests:
@@ -294,8 +292,10 @@ def test_plan_command_on_a_zoo_script(tmp_path, zoo_dir, capsys):
 
 def test_re_emission_into_a_used_folder_leaves_exactly_the_new_set(tmp_path, plan_file, capsys):
     out = tmp_path / "k8s"
-    assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "tfjob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
     assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left

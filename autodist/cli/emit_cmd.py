@@ -11,7 +11,6 @@ def add_manifest_arguments(parser):
     """Options shared by ``emit`` and ``plan --emit-k8s`` (Arena's names where it has the option)."""
     from launcher.options import (
         DEFAULT_BACKOFF_LIMIT,
-        DEFAULT_IB_HCA,
         DEFAULT_IMAGE,
         DEFAULT_RDMA_RESOURCE,
         DEFAULT_RUNNING_TIMEOUT_S,
@@ -29,7 +28,8 @@ def add_manifest_arguments(parser):
     )
     parser.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
     parser.add_argument("--name", help="job name, a DNS-1035 label (default: the plan's name)")
-    parser.add_argument("--gang", choices=GANGS, help="also emit a PodGroup for this gang scheduler")
+    parser.add_argument("--gang", choices=GANGS, help="gang-schedule the pods with this scheduler: the operator (started "
+                        "with gang scheduling on) makes the job's PodGroup from the plan's minResources")
     parser.add_argument("--queue", help="scheduler queue of the job and its Volcano PodGroup")
     parser.add_argument("--priority", metavar="CLASS", help="PriorityClass of every pod and of the PodGroup")
     parser.add_argument("--script", help="training script, relative to the code folder /workspace (or absolute in the pod)")
@@ -64,7 +64,8 @@ def add_manifest_arguments(parser):
     parser.add_argument(
         "--rdma-resource", default=DEFAULT_RDMA_RESOURCE, help=f"RDMA device-plugin resource (default {DEFAULT_RDMA_RESOURCE})"
     )
-    parser.add_argument("--ib-hca", default=DEFAULT_IB_HCA, help=f"NCCL_IB_HCA (default {DEFAULT_IB_HCA})")
+    parser.add_argument("--ib-hca", help="NCCL_IB_HCA, the RDMA adapters NCCL uses, e.g. '=mlx5_0,mlx5_3' (exact names, "
+                                         "as ibv_devices lists them; default: '=mlx5_0,...', one per RDMA NIC of a node)")
     parser.add_argument(
         "--socket-ifname", default=DEFAULT_SOCKET_IFNAME, help=f"NCCL_SOCKET_IFNAME (default {DEFAULT_SOCKET_IFNAME!r})"
     )
