@@ -171,7 +171,10 @@ def register(subparsers):
     p.add_argument("plan", help="plan.json written by `autodist plan`")
     p.add_argument("-o", "--output", metavar="DIR", help="write the manifests here, one YAML file per kind, replacing an earlier emission (default: YAML on stdout)")
     add_manifest_arguments(p)
-    p.add_argument("--submit", action="store_true", help="create the objects in the cluster of the current kubeconfig")
+    p.add_argument("--submit", action="store_true",
+                   help="apply the objects (server-side apply) to the cluster of the current kubeconfig; prints each "
+                        "as created, configured or unchanged; all or nothing: a refused object removes the ones "
+                        "this submit created")
     p.add_argument("--dry-run", action="store_true", help="with --submit: server-side dry run (dryRun=All)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
     p.set_defaults(func=run)
@@ -195,6 +198,6 @@ def run(args):
     if args.submit:
         from launcher.submit import submit
 
-        for name in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run):
-            print(f"{name} {'validated (dry run)' if args.dry_run else 'created'}")
+        for name, action in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run):
+            print(f"{name} {action}{' (dry run)' if args.dry_run else ''}")
     return 0
