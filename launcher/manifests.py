@@ -1,7 +1,8 @@
 """Emit a plan as Kubernetes objects: build, validate, then write.
 
-Objects come in creation order: the ConfigMaps (the plan's parts, the code
-with ``--code-from configmap``), then the TFJob or MPIJob.  With gang
+Objects come in creation order: a TrainJob's ClusterTrainingRuntime (unless
+``--runtime`` names the cluster's), the ConfigMaps (the plan's parts, the
+code with ``--code-from configmap``), then the TFJob, MPIJob or TrainJob.  With gang
 scheduling the operator makes the job's PodGroup (:mod:`launcher.operators`
 writes what it would).  Every object stays under the 256 KiB that
 ``kubectl apply`` can record.  A folder of manifests is written whole or not
@@ -22,9 +23,10 @@ from launcher.plan_data import plan_config_maps
 from launcher.pods import code_config_map
 from launcher.scheduling import JOB_LABEL
 from launcher.tfjob import build_tfjob
+from launcher.trainjob import build_runtime, build_trainjob
 from launcher.validate import validate_objects
 
-BUILDERS = {"tfjob": build_tfjob, "mpijob": build_mpijob}
+BUILDERS = {"tfjob": build_tfjob, "mpijob": build_mpijob, "trainjob": build_trainjob}
 # kubectl apply records the object in the last-applied-configuration
 # annotation, and an object's annotations hold at most 256 KiB.
 MAX_OBJECT_BYTES = 256 * 1024
@@ -55,7 +57,7 @@ def build_manifests(plan, fmt="tfjob", options=None):
     Parameters
     ----------
     plan : autodist.plan.Plan
-    fmt : {"tfjob", "mpijob"}
+    fmt : {"tfjob", "mpijob", "trainjob"}
     options : EmitOptions, optional
 
     Returns
@@ -71,6 +73,8 @@ def build_manifests(plan, fmt="tfjob", options=None):
     if code is not None:
         objects.append(code)
     objects.append(BUILDERS[fmt](plan, options, name))
+    if fmt == "trainjob" and options.runtime is None:
+        objects.insert(0, build_runtime(options))  # cluster-wide, first: the TrainJob names it
     for obj in objects:
         size = object_bytes(obj)
         if size > MAX_OBJECT_BYTES:
@@ -81,6 +85,15 @@ def build_manifests(plan, fmt="tfjob", options=None):
 
 def file_name(obj):
     return f"{obj['kind'].lower()}.yaml"
+
+
+def required_objects(fmt, options):
+    """Objects the cluster must already have for this emission (``--runtime``), for :func:`launcher.submit.submit`."""
+    from launcher.trainjob import API_VERSION, RUNTIME_KIND
+
+    if fmt == "trainjob" and options.runtime:
+        return [{"apiVersion": API_VERSION, "kind": RUNTIME_KIND, "metadata": {"name": options.runtime}, "field": "--runtime"}]
+    return []
 
 
 def to_yaml(objects):

@@ -168,3 +168,74 @@ def mounted_file(pod, container, path):
         if keys:
             return volume, keys[0]
     return None
+
+
+def _upsert_env(env, extra):
+    names = {e["name"]: i for i, e in enumerate(env)}
+    for entry in extra:
+        if entry["name"] in names:
+            env[names[entry["name"]]] = entry
+        else:
+            env.append(entry)
+
+
+def trainjob_pods(objects, gang=None):
+    """The Pods of a TrainJob on autodist's runtime: the runtime's ``node`` pod, filled in by Trainer and JobSet."""
+    job = next(o for o in objects if o["kind"] == "TrainJob")
+    runtime = next(o for o in objects if o["kind"] == "ClusterTrainingRuntime")
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    (rjob,) = [r for r in runtime["spec"]["template"]["spec"]["replicatedJobs"] if r["name"] == "node"]
+    template = copy.deepcopy(rjob["template"]["spec"]["template"])
+    spec, trainer = template["spec"], job["spec"]["trainer"]
+    (container,) = [c for c in spec["containers"] if c["name"] == "node"]
+    container.update(image=trainer["image"], command=list(trainer["command"]),
+                     resources=copy.deepcopy(trainer["resourcesPerNode"]))
+    _upsert_env(container.setdefault("env", []), trainer["env"])
+    meta = template.setdefault("metadata", {})
+    for patch in job["spec"].get("runtimePatches", []):
+        for rpatch in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+            pod_patch = rpatch["template"]["spec"]["template"]
+            for key in ("labels", "annotations"):
+                meta.setdefault(key, {}).update(pod_patch.get("metadata", {}).get(key, {}))
+            patch_spec = copy.deepcopy(pod_patch.get("spec", {}))
+            spec.setdefault("volumes", []).extend(patch_spec.pop("volumes", []))
+            for cpatch in patch_spec.pop("containers", []):
+                (target,) = [c for c in spec["containers"] if c["name"] == cpatch["name"]]
+                target.setdefault("volumeMounts", []).extend(cpatch.get("volumeMounts", []))
+                _upsert_env(target.setdefault("env", []), cpatch.get("env", []))
+                if "securityContext" in cpatch:
+                    target["securityContext"] = cpatch["securityContext"]
+            spec.update(patch_spec)
+    pods = []
+    for i in range(trainer["numNodes"]):
+        hostname = f"{name}-node-0-{i}"
+        labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                  "jobset.sigs.k8s.io/job-index": "0", "batch.kubernetes.io/job-completion-index": str(i)}
+        pod = _pod(job, f"{hostname}-{i:05d}", template, spec.get("restartPolicy", "Never"), gang, labels)
+        pod["spec"]["hostname"], pod["spec"]["subdomain"] = hostname, name
+        pod["metadata"].setdefault("annotations", {})["batch.kubernetes.io/job-completion-index"] = str(i)
+        pod["spec"]["containers"][0]["env"].append({"name": "JOB_COMPLETION_INDEX", "value": str(i)})
+        pods.append(pod)
+    return pods
+
+
+def trainjob_podgroup(objects, gang):
+    """The PodGroup Trainer makes for a TrainJob: every pod, their requests summed (extended resources from limits)."""
+    from launcher.resources import quantity_value
+
+    job = next(o for o in objects if o["kind"] == "TrainJob")
+    pods = trainjob_pods(objects, gang)
+    totals = {}
+    for pod in pods:
+        for c in pod["spec"]["containers"]:
+            wanted = {**{k: v for k, v in c["resources"].get("limits", {}).items() if "/" in k}, **c["resources"]["requests"]}
+            for key, value in wanted.items():
+                totals[key] = totals.get(key, 0) + quantity_value(value)
+    resources = {k: (f"{int(v * 1000)}m" if k == "cpu" else str(int(v))) for k, v in sorted(totals.items())}
+    spec = {"minMember": len(pods), "minResources": resources}
+    queue = job["metadata"].get("annotations", {}).get("scheduling.volcano.sh/queue-name")
+    if gang == "volcano" and queue:
+        spec["queue"] = queue
+    api_version, kind = GROUPS[gang]
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": job["metadata"]["name"], "namespace": job["metadata"]["namespace"]}, "spec": spec}

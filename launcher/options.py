@@ -25,7 +25,7 @@ IMAGE_REFERENCE = re.compile(
     rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{{32,}})?$"
 )
 
-FORMATS = ("tfjob", "mpijob")
+FORMATS = ("tfjob", "mpijob", "trainjob")
 GANGS = ("volcano", "coscheduling")
 
 # An image of this project: TensorFlow's GPU image (tensorflow/tensorflow:2.21.0-gpu)
@@ -240,6 +240,9 @@ class EmitOptions:
     log_dir : str or None
         Where the script writes TensorBoard logs (``$AUTODIST_LOG_DIR``);
         put it on a ``data`` volume to keep them.
+    runtime : str or None
+        A TrainJob's ClusterTrainingRuntime that the cluster has; None emits
+        autodist's (:mod:`launcher.trainjob`).
     """
 
     name: str | None = None
@@ -268,6 +271,7 @@ class EmitOptions:
     selector: tuple = ()
     tolerations: tuple = ()
     log_dir: str | None = None
+    runtime: str | None = None
 
     def check(self):
         """Raise InputError for the first invalid choice."""
@@ -307,6 +311,8 @@ class EmitOptions:
             parse_selector(text)
         for text in self.tolerations:
             parse_toleration(text)
+        if self.runtime is not None:
+            check_dns_label(self.runtime, "--runtime")
         if self.log_dir is not None and not self.log_dir.startswith("/"):
             raise InputError(f"{self.log_dir!r} is not an absolute path", field="--logdir")
         return self

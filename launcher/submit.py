@@ -69,8 +69,9 @@ class _Objects:
         meta = ref["metadata"]
         try:
             if ref["kind"] == "ConfigMap":
-                return self.core.read_namespaced_config_map(meta["name"], meta["namespace"],
-                                                            _request_timeout=REQUEST_TIMEOUT_S).to_dict()
+                stored = self.core.read_namespaced_config_map(meta["name"], meta["namespace"],
+                                                              _request_timeout=REQUEST_TIMEOUT_S)
+                return self.core.api_client.sanitize_for_serialization(stored)
             group, version, plural = self._custom_args(ref)
             if ref["kind"] in CLUSTER_SCOPED:
                 return self.custom.get_cluster_custom_object(group, version, plural, meta["name"],
@@ -88,8 +89,8 @@ class _Objects:
         options = {"field_manager": FIELD_MANAGER, "force": True, "dry_run": "All" if dry_run else None,
                    "_content_type": APPLY_PATCH, "_request_timeout": REQUEST_TIMEOUT_S}
         if obj["kind"] == "ConfigMap":
-            stored = self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **options)
-            stored = stored.to_dict() if stored is not None else None
+            stored = self.core.api_client.sanitize_for_serialization(
+                self.core.patch_namespaced_config_map(meta["name"], meta["namespace"], obj, **options))
         else:
             group, version, plural = self._custom_args(obj)
             if obj["kind"] in CLUSTER_SCOPED:
@@ -98,7 +99,7 @@ class _Objects:
                 stored = self.custom.patch_namespaced_custom_object(group, version, meta["namespace"], plural,
                                                                     meta["name"], obj, **options)
         # the client reads no body from a 201 (the apply created the object): None then
-        return _version(stored, obj["kind"])
+        return _version(stored)
 
     def delete(self, ref):
         meta = ref["metadata"]
@@ -113,10 +114,8 @@ class _Objects:
                                                         _request_timeout=REQUEST_TIMEOUT_S)
 
 
-def _version(stored, kind):
-    if not stored:
-        return None
-    return stored["metadata"]["resource_version" if kind == "ConfigMap" else "resourceVersion"]
+def _version(stored):
+    return stored["metadata"]["resourceVersion"] if stored else None
 
 
 def where(obj):
@@ -169,7 +168,7 @@ def submit(objects, kubeconfig=None, dry_run=False, required=()):
         _check_preconditions(api, objects, required)
         for obj in objects:
             current = obj
-            before = _version(api.get(obj), obj["kind"])
+            before = _version(api.get(obj))
             after = api.apply(obj, dry_run)
             if before is None:
                 action = "created"

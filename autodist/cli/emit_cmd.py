@@ -21,7 +21,12 @@ def add_manifest_arguments(parser):
         GANGS,
     )
 
-    parser.add_argument("--format", choices=FORMATS, default="tfjob", help="job kind (default tfjob)")
+    parser.add_argument("--format", choices=FORMATS, default="tfjob",
+                        help="job kind: tfjob (Kubeflow training operator v1), mpijob (mpi-operator v2beta1, "
+                             "allreduce plans) or trainjob (Kubeflow Trainer v2, allreduce plans; default tfjob)")
+    parser.add_argument("--runtime", metavar="NAME",
+                        help="with --format trainjob: the cluster's ClusterTrainingRuntime to use (default: emit "
+                             "autodist's autodist-tensorflow[-GANG] runtime too)")
     parser.add_argument(
         "--image", default=DEFAULT_IMAGE, help=f"image with TensorFlow and autodist installed (default {DEFAULT_IMAGE}, "
         "built from the Dockerfile)"
@@ -156,6 +161,7 @@ def options_from_args(args, default_script=None):
         selector=tuple(args.node_selector),
         tolerations=tuple(args.tolerations),
         log_dir=args.log_dir,
+        runtime=args.runtime,
     ).check()
 
 
@@ -198,6 +204,9 @@ def run(args):
     if args.submit:
         from launcher.submit import submit
 
-        for name, action in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run):
+        from launcher.manifests import required_objects
+
+        required = required_objects(args.format, options_from_args(args))
+        for name, action in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run, required=required):
             print(f"{name} {action}{' (dry run)' if args.dry_run else ''}")
     return 0
