@@ -183,7 +183,7 @@ def trainjob_pods(objects, gang=None):
     """The Pods of a TrainJob on autodist's runtime: the runtime's ``node`` pod, filled in by Trainer and JobSet."""
     job = next(o for o in objects if o["kind"] == "TrainJob")
     runtime = next(o for o in objects if o["kind"] == "ClusterTrainingRuntime")
-    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    name = job["metadata"]["name"]
     (rjob,) = [r for r in runtime["spec"]["template"]["spec"]["replicatedJobs"] if r["name"] == "node"]
     template = copy.deepcopy(rjob["template"]["spec"]["template"])
     spec, trainer = template["spec"], job["spec"]["trainer"]

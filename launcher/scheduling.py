@@ -132,21 +132,18 @@ def gang_membership(options, job_name):
 
 
 def min_resources(replicas):
-    """What every pod of the job requests together (quantity strings): CPU in millicores, memory in bytes, GPUs."""
-    from launcher.pods import GPU_RESOURCE
+    """What every pod of the job asks for together, as quantity strings: CPU (millicores), memory (bytes) and
+    every extended resource (GPUs, RDMA devices: their limits, which Kubernetes takes as their requests)."""
     from launcher.resources import quantity_value
 
-    totals = {"cpu": 0, "memory": 0, GPU_RESOURCE: 0}
+    totals = {"cpu": 0, "memory": 0}
     for replica in replicas.values():
         for container in replica["template"]["spec"]["containers"]:
             resources = container["resources"]
-            for name in ("cpu", "memory"):
-                totals[name] += replica["replicas"] * quantity_value(resources["requests"][name])
-            totals[GPU_RESOURCE] += replica["replicas"] * int(resources["limits"].get(GPU_RESOURCE, 0))
-    out = {"cpu": f"{int(totals['cpu'] * 1000)}m", "memory": str(int(totals["memory"]))}
-    if totals[GPU_RESOURCE]:
-        out[GPU_RESOURCE] = str(totals[GPU_RESOURCE])
-    return out
+            wanted = {**{k: v for k, v in resources["limits"].items() if "/" in k}, **resources["requests"]}
+            for name, value in wanted.items():
+                totals[name] = totals.get(name, 0) + replica["replicas"] * quantity_value(value)
+    return {name: f"{int(value * 1000)}m" if name == "cpu" else str(int(value)) for name, value in totals.items()}
 
 
 def run_policy(options, replicas):

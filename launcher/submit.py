@@ -4,7 +4,8 @@ Every object is applied server-side (``PATCH`` with
 ``application/apply-patch+yaml``, field manager ``autodist``, ``force``), so
 a second submit of the same objects changes nothing and a changed plan
 updates the objects in place.  Each object is reported ``created``,
-``configured`` (changed) or ``unchanged`` (its resourceVersion stayed).
+``configured`` (changed) or ``unchanged`` (a server-side dry run of the
+apply leaves it as stored, so it is not written).
 All or nothing: when the server refuses an object, the objects this submit
 created are deleted again (those that existed before are left as they
 were) and the failure is one LaunchError line.
@@ -84,7 +85,7 @@ class _Objects:
             raise
 
     def apply(self, obj, dry_run):
-        """Server-side apply ``obj``; returns the stored object's resourceVersion."""
+        """Server-side apply ``obj``; returns the object as stored (or as it would be), None after a 201 (created)."""
         meta = obj["metadata"]
         options = {"field_manager": FIELD_MANAGER, "force": True, "dry_run": "All" if dry_run else None,
                    "_content_type": APPLY_PATCH, "_request_timeout": REQUEST_TIMEOUT_S}
@@ -99,7 +100,7 @@ class _Objects:
                 stored = self.custom.patch_namespaced_custom_object(group, version, meta["namespace"], plural,
                                                                     meta["name"], obj, **options)
         # the client reads no body from a 201 (the apply created the object): None then
-        return _version(stored)
+        return stored or None
 
     def delete(self, ref):
         meta = ref["metadata"]
@@ -114,8 +115,10 @@ class _Objects:
                                                         _request_timeout=REQUEST_TIMEOUT_S)
 
 
-def _version(stored):
-    return stored["metadata"]["resourceVersion"] if stored else None
+def _content(stored):
+    """``stored`` without what every write changes (a 1.20 server rewrites managedFields' time on a no-op apply)."""
+    meta = {k: v for k, v in stored["metadata"].items() if k not in ("managedFields", "resourceVersion", "generation")}
+    return {**stored, "metadata": meta}
 
 
 def where(obj):
@@ -168,14 +171,17 @@ def submit(objects, kubeconfig=None, dry_run=False, required=()):
         _check_preconditions(api, objects, required)
         for obj in objects:
             current = obj
-            before = _version(api.get(obj))
-            after = api.apply(obj, dry_run)
+            before = api.get(obj)
             if before is None:
+                api.apply(obj, dry_run)
                 action = "created"
                 if not dry_run:
                     created.append(obj)
+            elif _content(api.apply(obj, dry_run=True)) == _content(before):
+                action = "unchanged"  # not written: no new resourceVersion, nothing for watchers
             else:
-                action = "unchanged" if after == before else "configured"
+                api.apply(obj, dry_run)
+                action = "configured"
             done.append((where(obj), action))
     except ApiException as exc:
         removed = _remove(api, created)

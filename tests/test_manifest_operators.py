@@ -73,12 +73,15 @@ def test_one_podgroup_the_one_every_pod_joins_with_what_they_request(allreduce_r
         named = meta.get("annotations", {}).get("scheduling.k8s.io/group-name") or meta["labels"].get("scheduling.x-k8s.io/pod-group")
         assert named == group["metadata"]["name"]
     assert group["spec"]["minMember"] == len(pods)
-    totals = {"cpu": 0, "memory": 0, "nvidia.com/gpu": 0}
-    for pod in pods:
+    totals = {}
+    for pod in pods:  # requests, and extended resources (GPUs, RDMA devices) by their limits, as Kubernetes takes them
         for container in pod["spec"]["containers"]:
-            for name in totals:
-                totals[name] += quantity_value(container["resources"]["limits" if "/" in name else "requests"].get(name, "0"))
+            resources = container["resources"]
+            wanted = {**{k: v for k, v in resources["limits"].items() if "/" in k}, **resources["requests"]}
+            for name, value in wanted.items():
+                totals[name] = totals.get(name, 0) + quantity_value(value)
     assert {k: quantity_value(v) for k, v in group["spec"]["minResources"].items()} == totals
+    assert totals["nvidia.com/gpu"] == 16 and totals["rdma/rdma_shared_device_a"] == 2
     if gang == "volcano":
         assert group["spec"]["queue"] == "q"
 
