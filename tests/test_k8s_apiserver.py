@@ -122,7 +122,7 @@ def _check_pods_read_what_they_need(plan, fmt, pods, job_name, namespace):
     elif fmt == "tfjob":
         for pod in pods.values():
             config = json.loads(_env(pod["spec"]["containers"][0])["TF_CONFIG"])
-X
+            assert config["cluster"] == plan.cluster_spec(namespace=namespace)  # the plan's tasks, by their Services
     else:
         workers = [f"{p['spec']['hostname']}.{p['spec']['subdomain']}.{namespace}.svc:2222"
                    for p in sorted(pods.values(), key=lambda p: int(_env(p["spec"]["containers"][0])["JOB_COMPLETION_INDEX"]))]
