@@ -21,7 +21,7 @@ from launcher.mpijob import build_mpijob
 from launcher.options import FORMATS, MAX_LABEL, EmitOptions, check_dns_label
 from launcher.plan_data import plan_config_maps
 from launcher.pods import code_config_map
-from launcher.scheduling import JOB_LABEL
+from launcher.scheduling import JOB_LABEL, MANAGED_BY_LABEL
 from launcher.tfjob import build_tfjob
 from launcher.trainjob import build_runtime, build_trainjob
 from launcher.validate import validate_objects
@@ -112,7 +112,7 @@ def manifest_files(objects):
 
 
 def _emitted_by_autodist(path):
-    """Whether ``path`` is a manifest file autodist wrote: YAML whose every object has our job label."""
+    """Whether ``path`` is a manifest file autodist wrote: YAML whose every object has our job or managed-by label."""
     import yaml
 
     if not path.endswith(".yaml") or not os.path.isfile(path):
@@ -122,8 +122,11 @@ def _emitted_by_autodist(path):
             documents = [d for d in yaml.safe_load_all(fh) if d is not None]
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
+    def ours(labels):
+        return JOB_LABEL in labels or labels.get(MANAGED_BY_LABEL) == "autodist"
+
     return bool(documents) and all(
-        isinstance(d, dict) and JOB_LABEL in ((d.get("metadata") or {}).get("labels") or {}) for d in documents
+        isinstance(d, dict) and ours((d.get("metadata") or {}).get("labels") or {}) for d in documents
     )
 
 

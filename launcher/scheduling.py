@@ -19,6 +19,8 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 JOB_LABEL = "autodist.io/job"
 ROLE_LABEL = "autodist.io/role"
+# On objects autodist emits that belong to no one job (a TrainJob's runtime).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 # Where a Volcano or coscheduling PodGroup is named on each pod.
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"

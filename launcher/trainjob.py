@@ -30,7 +30,7 @@ from autodist.plan import DEFAULT_PORT
 from launcher import plan_data
 from launcher.options import parse_network
 from launcher.pods import pod_template, worker_command
-from launcher.scheduling import JOB_LABEL
+from launcher.scheduling import JOB_LABEL, MANAGED_BY_LABEL
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
@@ -69,7 +69,8 @@ def build_runtime(options):
         pod["schedulerName"] = SCHEDULERS[options.gang]
         spec["podGroupPolicy"] = {options.gang: {}}
     return {"apiVersion": API_VERSION, "kind": RUNTIME_KIND,
-            "metadata": {"name": runtime_name(options), "labels": {"trainer.kubeflow.org/framework": "tensorflow"}},
+            "metadata": {"name": runtime_name(options), "labels": {"trainer.kubeflow.org/framework": "tensorflow",
+                                                                    MANAGED_BY_LABEL: "autodist"}},
             "spec": spec}
 
 

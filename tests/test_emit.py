@@ -318,6 +318,8 @@ def test_re_emission_into_a_used_folder_leaves_exactly_the_new_set(tmp_path, pla
     out = tmp_path / "k8s"
     assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "trainjob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["clustertrainingruntime.yaml", "configmap.yaml", "trainjob.yaml"]
     assert run_cli("emit", plan_file, "-o", out, "--format", "tfjob") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
     assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0

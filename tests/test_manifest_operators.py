@@ -151,3 +151,40 @@ def test_tfjob_pods_get_the_plans_tf_config(ps_plan):
         plan_config = ps_plan.tf_config(config["task"]["type"], config["task"]["index"], namespace="default")
         assert config["cluster"] == plan_config["cluster"]
         assert pod["spec"]["restartPolicy"] == "OnFailure"
+
+
+def test_trainjob_pods_get_the_plans_tf_config_from_their_index(allreduce_rdma_plan):
+    """The pod command's shell, run for real on each pod's variables, exports the plan's TF_CONFIG."""
+    import subprocess
+
+    from launcher.operators import trainjob_pods
+    from launcher.trainjob import ENTRY
+
+    objects = build_manifests(allreduce_rdma_plan, "trainjob", EmitOptions(namespace="ml"))
+    assert [o["kind"] for o in objects] == ["ClusterTrainingRuntime", "ConfigMap", "TrainJob"]
+    pods = trainjob_pods(objects)
+    addresses = {"worker": [f"{p['spec']['hostname']}.{p['spec']['subdomain']}.ml.svc:2222" for p in pods]}
+    tf_config_step = ENTRY.split(" && ", 1)[1]  # after the plan's unpacking
+    for pod in pods:
+        env = env_of(pod["spec"]["containers"][0])
+        out = subprocess.run(["sh", "-c", tf_config_step, "autodist-worker", "printenv", "TF_CONFIG"],
+                             env=env, capture_output=True, text=True, check=True).stdout
+        index = int(env["JOB_COMPLETION_INDEX"])
+        assert json.loads(out) == allreduce_rdma_plan.tf_config("worker", index, addresses=addresses)
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "8" and pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_trainjob_refuses_what_it_cannot_carry(ps_plan, allreduce_rdma_plan):
+    from autodist.errors import InputError, LaunchError
+
+    with pytest.raises(LaunchError, match="emit a TFJob"):
+        build_manifests(ps_plan, "trainjob")
+    with pytest.raises(InputError, match="--network"):
+        build_manifests(allreduce_rdma_plan, "trainjob", EmitOptions(network="host"))
+    named = build_manifests(allreduce_rdma_plan, "trainjob", EmitOptions(runtime="tf-runtime", gang="volcano"))
+    assert [o["kind"] for o in named] == ["ConfigMap", "TrainJob"]  # the cluster's runtime, not ours
+    assert named[-1]["spec"]["runtimeRef"]["name"] == "tf-runtime"
+    ours = build_manifests(allreduce_rdma_plan, "trainjob", EmitOptions(gang="coscheduling"))
+    assert ours[0]["metadata"]["name"] == "autodist-tensorflow-coscheduling"
+    assert ours[0]["spec"]["podGroupPolicy"] == {"coscheduling": {}}
