@@ -138,3 +138,45 @@ def stored_pods(namespace, kubeconfig=None):
         return {p.metadata.name: api_client.sanitize_for_serialization(p) for p in pods}
     finally:
         api_client.close()
+
+
+# Namespaced kinds the checks create, as (group, version, plural).
+CUSTOM_KINDS = (("kubeflow.org", "v1", "tfjobs"), ("kubeflow.org", "v2beta1", "mpijobs"),
+                ("trainer.kubeflow.org", "v1alpha1", "trainjobs"), ("scheduling.volcano.sh", "v1beta1", "podgroups"),
+                ("scheduling.x-k8s.io", "v1alpha1", "podgroups"))
+
+
+def fresh_namespace(prefix, kubeconfig=None):
+    """Create a namespace ``<prefix>-<random>``; returns its name."""
+    import uuid
+
+    from kubernetes import client
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    api_client = _api_client(kubeconfig)
+    try:
+        client.CoreV1Api(api_client).create_namespace({"metadata": {"name": name}})
+    finally:
+        api_client.close()
+    return name
+
+
+def remove_namespace(name, kubeconfig=None):
+    """Delete what the checks create in namespace ``name``, then the namespace.
+
+    Without a namespace controller (a bare API server) the namespace stays
+    Terminating, empty.
+    """
+    from kubernetes import client
+
+    api_client = _api_client(kubeconfig)
+    core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
+    try:
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        core.delete_collection_namespaced_config_map(name)
+        core.delete_collection_namespaced_secret(name)
+        for group, version, plural in CUSTOM_KINDS:
+            custom.delete_collection_namespaced_custom_object(group, version, name, plural)
+        core.delete_namespace(name)
+    finally:
+        api_client.close()

@@ -17,7 +17,6 @@ removes what it made.
 """
 
 import json
-import uuid
 
 import pytest
 
@@ -27,7 +26,14 @@ from launcher.operators import mounted_file
 from launcher.options import EmitOptions
 from launcher.resources import quantity_value
 from launcher.runtime.mpi import DEFAULT_HOSTFILE
-from launcher.server_check import check_on_server, stored_object, stored_pods, unexpected
+from launcher.server_check import (
+    check_on_server,
+    fresh_namespace,
+    remove_namespace,
+    stored_object,
+    stored_pods,
+    unexpected,
+)
 from launcher.submit import PLURALS, _api_client, submit
 from tests import kube_apiserver
 from tests.test_emit import run_cli
@@ -72,26 +78,9 @@ def _delete_runtimes(path):
 @pytest.fixture
 def namespace(kubeconfig):
     """A fresh namespace; everything in it is deleted afterwards, then the namespace."""
-    from kubernetes import client
-
-    name = f"autodist-{uuid.uuid4().hex[:8]}"
-    api = _api_client(kubeconfig)
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": name}})
+    name = fresh_namespace("autodist", kubeconfig)
     yield name
-    custom = client.CustomObjectsApi(api)
-    try:
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-        core.delete_collection_namespaced_config_map(name)
-        core.delete_collection_namespaced_secret(name)
-        for group, version, plural in (("kubeflow.org", "v1", "tfjobs"), ("kubeflow.org", "v2beta1", "mpijobs"),
-                                       ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-                                       ("scheduling.volcano.sh", "v1beta1", "podgroups"),
-                                       ("scheduling.x-k8s.io", "v1alpha1", "podgroups")):
-            custom.delete_collection_namespaced_custom_object(group, version, name, plural)
-        core.delete_namespace(name)  # stays Terminating: no namespace controller runs here, and holds nothing
-    finally:
-        api.close()
+    remove_namespace(name, kubeconfig)
 
 
 @pytest.fixture(scope="session")
