@@ -188,3 +188,20 @@ def test_trainjob_refuses_what_it_cannot_carry(ps_plan, allreduce_rdma_plan):
     ours = build_manifests(allreduce_rdma_plan, "trainjob", EmitOptions(gang="coscheduling"))
     assert ours[0]["metadata"]["name"] == "autodist-tensorflow-coscheduling"
     assert ours[0]["spec"]["podGroupPolicy"] == {"coscheduling": {}}
+
+
+def test_arena_options_reach_the_trainjob_pods(allreduce_rdma_plan):
+    from launcher.operators import trainjob_pods
+
+    options = EmitOptions(script="train.py", data=("imagenet:/data",), image_pull_secrets=("regcred",), env=("EPOCHS=3",),
+                          selector=("pool=gpu",), tolerations=("nvidia.com/gpu:NoSchedule",), log_dir="/data/logs",
+                          cpu="40", memory="900Gi")
+    for pod in trainjob_pods(build_manifests(allreduce_rdma_plan, "trainjob", options)):
+        spec = pod["spec"]
+        container = spec["containers"][0]
+        assert container["command"][-1] == "/workspace/train.py"
+        assert {"name": "data-0", "mountPath": "/data"} in container["volumeMounts"]
+        assert env_of(container)["EPOCHS"] == "3" and env_of(container)["AUTODIST_LOG_DIR"] == "/data/logs"
+        assert spec["nodeSelector"]["pool"] == "gpu" and spec["imagePullSecrets"] == [{"name": "regcred"}]
+        assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert container["resources"]["requests"] == {"cpu": "40", "memory": "900Gi"}
