@@ -118,7 +118,7 @@ def markdown(report):
     lines = ["# Emitted jobs against a real kube-apiserver", "",
              f"Command: `python benchmarks/k8s_apiserver.py`  ",
              f"Machine: {report['machine']}  ",
-             f"Server: {report['server']} (../shared/tools/kube-apiserver.sh: etcd 3.4, the shipped CRDs)  ",
+             f"Server: kube-apiserver {report['server']} (../shared/tools/kube-apiserver.sh: etcd 3.4, the shipped CRDs)  ",
              "Each variant in a namespace of its own: applied server-side, stored copy compared with what was sent, "
              "then the operator's PodGroup and Pods created (no operator, scheduler or kubelet runs).", "",
              "| plan | preset | format | gang | result | applied | stored beyond defaults | operator objects | pods accepted |",
@@ -163,7 +163,7 @@ def main():
                     variants.append({"plan": label, "preset": preset, "format": fmt, "gang": gang, "result": result})
                     print(f"{label:20s} {fmt:8s} {str(gang):12s} {result['result']}", flush=True)
         submit = submit_checks(build_plan(made["mlp"], "dgx-h100:2", "allreduce"), kubeconfig)
-        server = kube_apiserver.version(kubeconfig).splitlines()[-1]
+        server = kube_apiserver.version(kubeconfig).splitlines()[-1].split(": ")[-1]  # "Server Version: v1.20.2"
     finally:
         if started:
             kube_apiserver.stop()
