@@ -59,6 +59,9 @@ def build_runtime(options):
     spec = {
         "mlPolicy": {"numNodes": 1},
         "template": {"spec": {
+            # pods reachable as <jobset>-node-0-<i>.<jobset> (kubernetes-sigs/jobset, Network: enableDNSHostnames;
+            # the subdomain defaults to the JobSet's name, which is the TrainJob's)
+            "network": {"enableDNSHostnames": True},
             "failurePolicy": {"maxRestarts": RUNTIME_MAX_RESTARTS},
             "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {
                 "metadata": {"labels": {ANCESTOR_LABEL: "trainer"}},
