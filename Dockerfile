@@ -14,6 +14,16 @@ RUN apt-get update \
     && mkdir -p /run/sshd \
     && rm -rf /var/lib/apt/lists/*
 
+# SSH as mpi-operator expects of its images (kubeflow/mpi-operator
+# build/base/Dockerfile): the launcher trusts the worker pods' new host keys
+# (StrictHostKeyChecking no), keeps no known_hosts in the read-only ~/.ssh
+# the operator mounts from the job's Secret (UserKnownHostsFile /dev/null),
+# and sshd accepts that mount's permissions (StrictModes no).  Ubuntu's
+# ssh_config and sshd_config read these drop-in folders first.
+RUN printf 'Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n' \
+        > /etc/ssh/ssh_config.d/autodist-mpi.conf \
+    && printf 'StrictModes no\n' > /etc/ssh/sshd_config.d/autodist-mpi.conf
+
 COPY pyproject.toml README.md /src/
 COPY autodist /src/autodist
 COPY cost_models /src/cost_models

@@ -2,7 +2,7 @@
 
 For every (zoo model, cluster preset) cell: search a plan (placement.optimize),
 build it (autodist.plan.Plan), emit the TFJob (and the MPIJob when the plan is
-allreduce only) with a Volcano PodGroup, and validate every object strictly
+allreduce only), gang-scheduled by Volcano, and validate every object strictly
 (CRD schemas, core pod schema, operator rules).  Records the plan's tasks,
 predicted step time, plan size and emission time per cell.
 

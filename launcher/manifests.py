@@ -1,8 +1,10 @@
 """Emit a plan as Kubernetes objects: build, validate, then write.
 
-Objects come in creation order: the ConfigMaps (the plan's parts, the code
-with ``--code-from configmap``), the PodGroup (when gang scheduling is asked
-for), then the TFJob or MPIJob.  Every object stays under the 256 KiB that
+Objects come in creation order: a TrainJob's ClusterTrainingRuntime (unless
+``--runtime`` names the cluster's), the ConfigMaps (the plan's parts, the
+code with ``--code-from configmap``), then the TFJob, MPIJob or TrainJob.  With gang
+scheduling the operator makes the job's PodGroup (:mod:`launcher.operators`
+writes what it would).  Every object stays under the 256 KiB that
 ``kubectl apply`` can record.  A folder of manifests is written whole or not
 at all: see :func:`write_manifests`.
 """
@@ -18,13 +20,13 @@ from autodist.errors import InputError, LaunchError
 from launcher.mpijob import build_mpijob
 from launcher.options import FORMATS, MAX_LABEL, EmitOptions, check_dns_label
 from launcher.plan_data import plan_config_maps
-from launcher.podgroup import build_podgroup
 from launcher.pods import code_config_map
-from launcher.scheduling import JOB_LABEL
+from launcher.scheduling import JOB_LABEL, MANAGED_BY_LABEL
 from launcher.tfjob import build_tfjob
+from launcher.trainjob import build_runtime, build_trainjob
 from launcher.validate import validate_objects
 
-BUILDERS = {"tfjob": build_tfjob, "mpijob": build_mpijob}
+BUILDERS = {"tfjob": build_tfjob, "mpijob": build_mpijob, "trainjob": build_trainjob}
 # kubectl apply records the object in the last-applied-configuration
 # annotation, and an object's annotations hold at most 256 KiB.
 MAX_OBJECT_BYTES = 256 * 1024
@@ -55,7 +57,7 @@ def build_manifests(plan, fmt="tfjob", options=None):
     Parameters
     ----------
     plan : autodist.plan.Plan
-    fmt : {"tfjob", "mpijob"}
+    fmt : {"tfjob", "mpijob", "trainjob"}
     options : EmitOptions, optional
 
     Returns
@@ -70,10 +72,9 @@ def build_manifests(plan, fmt="tfjob", options=None):
     code = code_config_map(options, name)
     if code is not None:
         objects.append(code)
-    job = BUILDERS[fmt](plan, options, name)
-    if options.gang:
-        objects.append(build_podgroup(job, options))
-    objects.append(job)
+    objects.append(BUILDERS[fmt](plan, options, name))
+    if fmt == "trainjob" and options.runtime is None:
+        objects.insert(0, build_runtime(options))  # cluster-wide, first: the TrainJob names it
     for obj in objects:
         size = object_bytes(obj)
         if size > MAX_OBJECT_BYTES:
@@ -84,6 +85,15 @@ def build_manifests(plan, fmt="tfjob", options=None):
 
 def file_name(obj):
     return f"{obj['kind'].lower()}.yaml"
+
+
+def required_objects(fmt, options):
+    """Objects the cluster must already have for this emission (``--runtime``), for :func:`launcher.submit.submit`."""
+    from launcher.trainjob import API_VERSION, RUNTIME_KIND
+
+    if fmt == "trainjob" and options.runtime:
+        return [{"apiVersion": API_VERSION, "kind": RUNTIME_KIND, "metadata": {"name": options.runtime}, "field": "--runtime"}]
+    return []
 
 
 def to_yaml(objects):
@@ -102,7 +112,7 @@ def manifest_files(objects):
 
 
 def _emitted_by_autodist(path):
-    """Whether ``path`` is a manifest file autodist wrote: YAML whose every object has our job label."""
+    """Whether ``path`` is a manifest file autodist wrote: YAML whose every object has our job or managed-by label."""
     import yaml
 
     if not path.endswith(".yaml") or not os.path.isfile(path):
@@ -112,8 +122,11 @@ def _emitted_by_autodist(path):
             documents = [d for d in yaml.safe_load_all(fh) if d is not None]
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
+    def ours(labels):
+        return JOB_LABEL in labels or labels.get(MANAGED_BY_LABEL) == "autodist"
+
     return bool(documents) and all(
-        isinstance(d, dict) and JOB_LABEL in ((d.get("metadata") or {}).get("labels") or {}) for d in documents
+        isinstance(d, dict) and ours((d.get("metadata") or {}).get("labels") or {}) for d in documents
     )
 
 

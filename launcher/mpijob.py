@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from autodist.errors import LaunchError
 from launcher.options import parse_env
-from launcher.pods import LOG_DIR_ENV, gpus_per_task, nccl_environment, pod_template, worker_command
+from launcher.pods import (
+    LOG_DIR_ENV,
+    gpus_per_task,
+    nccl_environment,
+    pod_template,
+    worker_command,
+    workers_use_nccl,
+)
 from launcher.runtime.collective import why_not_collective
 from launcher.scheduling import JOB_LABEL, run_policy
 
@@ -26,10 +33,24 @@ CONTAINER_NAME = "autodist"
 SSHD_COMMAND = ["/usr/sbin/sshd", "-De"]
 
 
+# The mpi-operator writes the hostfile into ConfigMap <job>-config and mounts it
+# at /etc/mpi in the launcher only (kubeflow/mpi-operator
+# pkg/controller/mpi_job_controller.go: configSuffix, configMountPath,
+# newConfigMap, newLauncherPodTemplate).  Every rank reads it
+# (launcher.runtime.mpi), so the Worker template mounts it too.
+HOSTFILE_CONFIG_MAP_SUFFIX = "-config"
+HOSTFILE_DIR = "/etc/mpi"
+HOSTFILE_VOLUME = "mpi-hostfile"
+# What a rank started over ssh needs from the launcher's environment, beside
+# the NCCL settings: the image's PATH (autodist, python) and its libraries (CUDA).
+FORWARDED_ENV = ("PATH", "LD_LIBRARY_PATH", "AUTODIST_PLAN")
+
+
 def launcher_command(plan, options, slots):
-    """``mpirun`` over every worker slot, exporting the NCCL settings, the plan's path and the user's variables."""
+    """``mpirun`` over every worker slot, exporting PATH, the NCCL settings, the plan's path and the user's variables."""
     ranks = slots * len(plan.tasks_of("worker"))
-    names = sorted(nccl_environment(plan, options)) + ["AUTODIST_PLAN"] + ([LOG_DIR_ENV] if options.log_dir else [])
+    nccl = sorted(nccl_environment(plan, options)) if workers_use_nccl(plan) else []
+    names = list(FORWARDED_ENV) + nccl + ([LOG_DIR_ENV] if options.log_dir else [])
     names += [parse_env(text)["name"] for text in options.env]
     exports = [arg for name in names for arg in ("-x", name)]
     return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-bind-to", "none", "-map-by", "slot", *exports, *worker_command(options)]
@@ -48,6 +69,7 @@ def build_mpijob(plan, options, job_name):
         plan, options, job_name, "launcher", [], launcher_command(plan, options, slots), CONTAINER_NAME, collective=True
     )
     worker = pod_template(plan, options, job_name, "worker", workers, SSHD_COMMAND, CONTAINER_NAME, collective=True)
+    mount_hostfile(worker, job_name)
     specs = {
         "Launcher": {"replicas": 1, "restartPolicy": "OnFailure", "template": launcher},
         "Worker": {"replicas": len(workers), "restartPolicy": "OnFailure", "template": worker},
@@ -58,8 +80,18 @@ def build_mpijob(plan, options, job_name):
         "metadata": {"name": job_name, "namespace": options.namespace, "labels": {JOB_LABEL: job_name}},
         "spec": {
             "slotsPerWorker": slots,
-            "runPolicy": run_policy(options, 1 + len(workers)),
+            "runPolicy": run_policy(options, specs),
             "mpiImplementation": "OpenMPI",
+            # the launcher starts once every worker is ready (its sshd up), not racing them
+            "launcherCreationPolicy": "WaitForWorkersReady",
             "mpiReplicaSpecs": specs,
         },
     }
+
+
+def mount_hostfile(template, job_name):
+    """Mount the operator's ``<job>-config`` hostfile read-only at /etc/mpi in ``template``'s main container."""
+    spec = template["spec"]
+    spec["volumes"].append({"name": HOSTFILE_VOLUME, "configMap": {
+        "name": job_name + HOSTFILE_CONFIG_MAP_SUFFIX, "items": [{"key": "hostfile", "path": "hostfile"}]}})
+    spec["containers"][0]["volumeMounts"].append({"name": HOSTFILE_VOLUME, "mountPath": HOSTFILE_DIR, "readOnly": True})

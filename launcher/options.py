@@ -25,7 +25,7 @@ IMAGE_REFERENCE = re.compile(
     rf"^(?:{_HOST}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{{32,}})?$"
 )
 
-FORMATS = ("tfjob", "mpijob")
+FORMATS = ("tfjob", "mpijob", "trainjob")
 GANGS = ("volcano", "coscheduling")
 
 # An image of this project: TensorFlow's GPU image (tensorflow/tensorflow:2.21.0-gpu)
@@ -33,10 +33,10 @@ GANGS = ("volcano", "coscheduling")
 DEFAULT_IMAGE = f"autodist:{__version__}"
 # The RDMA shared device plugin's example resource name (Mellanox k8s-rdma-shared-dev-plugin).
 DEFAULT_RDMA_RESOURCE = "rdma/rdma_shared_device_a"
-# Name prefix of the InfiniBand/RoCE adapters NCCL may use (ConnectX adapters are mlx5_*).
-DEFAULT_IB_HCA = "mlx5"
-# NCCL_SOCKET_IFNAME: a leading "^" excludes interfaces by prefix (loopback, docker bridges).
-DEFAULT_SOCKET_IFNAME = "^lo,docker"
+# NCCL_SOCKET_IFNAME: a leading "^" excludes interfaces by prefix: loopback, docker
+# bridges, and what CNI plugins add on a host (cni0, flannel.1, cali*, veth*,
+# tunl0, kube-ipvs0), which host-networked pods see.
+DEFAULT_SOCKET_IFNAME = "^lo,docker,cni,flannel,cali,veth,tunl,kube"
 
 
 def check_dns_label(value, field, dns_1035=False):
@@ -194,9 +194,11 @@ class EmitOptions:
         Container image that has autodist and TensorFlow installed.
     gang : str or None
         ``"volcano"`` or ``"coscheduling"`` to emit a PodGroup as well.
-    rdma_resource, ib_hca, socket_ifname : str
-        The cluster's RDMA device-plugin resource, NCCL's HCA filter and
-        socket interface filter.
+    rdma_resource, socket_ifname : str
+        The cluster's RDMA device-plugin resource and NCCL's socket interface filter.
+    ib_hca : str or None
+        NCCL_IB_HCA; None names the first adapters exactly, one per RDMA NIC
+        of a node (``=mlx5_0,mlx5_1``, see :func:`launcher.pods.exact_hcas`).
     script : str or None
         The training script, relative to the code folder (or absolute in the
         pod); the task that runs the training loop starts it
@@ -238,6 +240,9 @@ class EmitOptions:
     log_dir : str or None
         Where the script writes TensorBoard logs (``$AUTODIST_LOG_DIR``);
         put it on a ``data`` volume to keep them.
+    runtime : str or None
+        A TrainJob's ClusterTrainingRuntime that the cluster has; None emits
+        autodist's (:mod:`launcher.trainjob`).
     """
 
     name: str | None = None
@@ -245,7 +250,7 @@ class EmitOptions:
     image: str = DEFAULT_IMAGE
     gang: str | None = None
     rdma_resource: str = DEFAULT_RDMA_RESOURCE
-    ib_hca: str = DEFAULT_IB_HCA
+    ib_hca: str | None = None
     socket_ifname: str = DEFAULT_SOCKET_IFNAME
     script: str | None = None
     script_args: tuple = ()
@@ -266,6 +271,7 @@ class EmitOptions:
     selector: tuple = ()
     tolerations: tuple = ()
     log_dir: str | None = None
+    runtime: str | None = None
 
     def check(self):
         """Raise InputError for the first invalid choice."""
@@ -305,6 +311,8 @@ class EmitOptions:
             parse_selector(text)
         for text in self.tolerations:
             parse_toleration(text)
+        if self.runtime is not None:
+            check_dns_label(self.runtime, "--runtime")
         if self.log_dir is not None and not self.log_dir.startswith("/"):
             raise InputError(f"{self.log_dir!r} is not an absolute path", field="--logdir")
         return self

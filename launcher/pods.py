@@ -68,17 +68,35 @@ def rdma_fabric(plan):
     return "roce" if "roce" in kinds else "infiniband"
 
 
+# ConnectX adapters' verbs device names: mlx5_0, mlx5_1, ... (``ibv_devices``).
+HCA_PREFIX = "mlx5_"
+
+
+def exact_hcas(plan):
+    """NCCL_IB_HCA in exact-match form (``=mlx5_0,mlx5_1``): the first adapters, one per RDMA NIC of a node.
+
+    A bare prefix (``mlx5``) also matches a node's Ethernet-only ports; the
+    exact form names as many adapters as the planned nodes have RDMA NICs.
+    Clusters that number them otherwise give ``--ib-hca``.
+    """
+    spec = plan.resource_spec
+    count = min(sum(1 for nic in spec.node(t["node"]).nics if nic.rdma) for t in plan.tasks_of("worker"))
+    return "=" + ",".join(f"{HCA_PREFIX}{i}" for i in range(max(count, 1)))
+
+
 def nccl_environment(plan, options):
     """NCCL variables for the plan's transport between nodes.
 
     Meanings from the NCCL user guide, "Environment Variables"
     (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
     NCCL_IB_DISABLE=0/1 allows/forbids the IB verbs transport (InfiniBand and
-    RoCE); NCCL_IB_HCA selects the adapters (prefix match); NCCL_IB_GID_INDEX
+    RoCE); NCCL_IB_HCA selects the adapters (a prefix, or "=" and exact
+    names); NCCL_IB_GID_INDEX
     picks the GID a RoCE adapter uses (RoCE v2 needs the right one);
     NCCL_NET_GDR_LEVEL is the largest NIC-GPU distance at which GPUDirect RDMA
     is used (LOC: never, PHB: NIC and GPU under the same CPU);
-    NCCL_SOCKET_IFNAME the interfaces for sockets ("^" excludes by prefix);
+    NCCL_SOCKET_IFNAME the interfaces for sockets ("^" excludes by prefix;
+    under host networking the CNI's bridges and tunnels must be excluded);
     NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD the sockets per connection
     (their product may not exceed 64).
     """
@@ -93,7 +111,7 @@ def nccl_environment(plan, options):
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
     elif fabric:
         env["NCCL_IB_DISABLE"] = "0"
-        env["NCCL_IB_HCA"] = options.ib_hca
+        env["NCCL_IB_HCA"] = options.ib_hca or exact_hcas(plan)
         env["NCCL_NET_GDR_LEVEL"] = "PHB" if collectives["gpudirect_rdma"] else "LOC"
         if fabric == "roce":
             env["NCCL_IB_GID_INDEX"] = ROCE_GID_INDEX
@@ -135,15 +153,22 @@ def uses_nccl(plan, gpus):
     return bool(gpus) and collective_mode(plan)
 
 
+def workers_use_nccl(plan):
+    """Whether the plan's workers run NCCL (a collective plan on GPUs; a CPU job never does)."""
+    workers = plan.tasks_of("worker")
+    return uses_nccl(plan, gpus_per_task(plan, workers)) if workers else False
+
+
 def _resources(plan, options, tasks, gpus, fabric):
+    """Requests and limits; every quantity a string (server-side apply refuses integers in a ResourceList)."""
     amounts = task_resources(plan, options, tasks) if tasks else dict(LAUNCHER_RESOURCES)
     limits = dict(amounts)
     if gpus:
-        limits[GPU_RESOURCE] = gpus
+        limits[GPU_RESOURCE] = str(gpus)
     if fabric == "efa":
-        limits[EFA_RESOURCE] = max(len(plan.resource_spec.node(t["node"]).nics) for t in tasks)
+        limits[EFA_RESOURCE] = str(max(len(plan.resource_spec.node(t["node"]).nics) for t in tasks))
     elif fabric:
-        limits[options.rdma_resource] = 1
+        limits[options.rdma_resource] = "1"
     return {"requests": amounts, "limits": limits}
 
 
@@ -213,13 +238,15 @@ def pod_template(plan, options, job_name, role, tasks, command, container_name, 
         then runs NCCL and gets the NCCL variables, /dev/shm and, when the
         plan crosses nodes over RDMA, the RDMA device, IPC_LOCK and the
         ``--network`` the user names.  ``collective`` without GPUs (an
-        MPIJob launcher) exports the NCCL variables only.
+        MPIJob launcher) exports the NCCL variables only, when the workers
+        run NCCL.
     """
     gpus = gpus_per_task(plan, tasks)
     nccl = collective and uses_nccl(plan, gpus)
     fabric = rdma_fabric(plan) if nccl else None
     resources = _resources(plan, options, tasks, gpus, fabric)
-    env = _environment(plan, options, collective and collective_mode(plan))
+    # an MPIJob launcher (no tasks) passes the NCCL settings on to its ranks with mpirun -x
+    env = _environment(plan, options, nccl or (collective and not tasks and workers_use_nccl(plan)))
     container = {"name": container_name, "image": options.image, "command": list(command), "workingDir": CODE_DIR,
                  "env": env, "resources": resources}
     if port is not None:

@@ -8,8 +8,13 @@ keeps what it was promised and cannot take a neighbour's memory.
   devices' memory in the cluster spec), split evenly between the plan's
   tasks on that node, in whole GiB; the smallest share over the nodes a
   replica template serves.
-- CPU: :data:`CPUS_PER_DEVICE` for each device the task holds (the cluster
-  spec has no core counts).
+- CPU: a GPU worker :data:`CPUS_PER_DEVICE` per GPU (input pipeline and
+  TensorFlow's inter-op threads); a chief or PS task :data:`SERVICE_CPUS`
+  (it runs the client, or serves variables and applies updates); a CPU
+  worker what the plan prices it with: its node's cores (the CPU model's, see
+  ``autodist.resource_spec.presets``) less :data:`NODE_RESERVED_CPUS` and
+  less what the node's other tasks take, shared by the node's CPU workers.
+  A CPU of unknown core count gives a CPU worker :data:`CPUS_PER_DEVICE`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ from autodist.errors import LaunchError
 GIB = 2**30
 # Left for the kubelet, system daemons and the page cache: a fifth of host memory.
 HOST_MEMORY_SHARE = 0.8
-# Input pipeline and TensorFlow's inter-op threads per GPU (or CPU replica).
+# Input pipeline and TensorFlow's inter-op threads per GPU.
 CPUS_PER_DEVICE = 4
+# A chief (the client that drives every step) or a PS task (gRPC serving and updates).
+SERVICE_CPUS = 4
+# Left on every node for the kubelet, the container runtime and system daemons.
+NODE_RESERVED_CPUS = 2
 # Binary and decimal suffixes of Kubernetes quantities.
 SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": decimal.Decimal("0.001"),
             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -44,9 +53,45 @@ def _memory_share(plan, node_name):
     return int(host * HOST_MEMORY_SHARE / max(tasks_here, 1)) // GIB
 
 
+def _device_kinds(plan, task):
+    return collections.Counter(plan.resource_spec.device(d).kind for d in task["devices"])
+
+
+def _node_cores(plan, node_name):
+    from autodist.resource_spec.presets import DEVICE_MODELS
+
+    cores = [getattr(DEVICE_MODELS.get(d.model), "cores", 0) for d in plan.resource_spec.node(node_name).devices
+             if d.kind == "CPU"]
+    return sum(cores) if cores and all(cores) else 0
+
+
+def _fixed_cpus(plan, task):
+    """CPUs of a task that is not a CPU worker; None for a CPU worker."""
+    kinds = _device_kinds(plan, task)
+    if kinds["GPU"]:
+        return CPUS_PER_DEVICE * kinds["GPU"]
+    if task["job"] == "worker" and kinds["CPU"]:
+        return None
+    return SERVICE_CPUS
+
+
+def task_cpus(plan, task):
+    """Whole CPUs the plan prices ``task`` with (see the module docstring)."""
+    fixed = _fixed_cpus(plan, task)
+    if fixed is not None:
+        return fixed
+    cores = _node_cores(plan, task["node"])
+    if not cores:
+        return CPUS_PER_DEVICE
+    here = [t for t in plan.tasks if t["node"] == task["node"]]
+    taken = sum(_fixed_cpus(plan, t) or 0 for t in here)
+    sharing = sum(_fixed_cpus(plan, t) is None for t in here)
+    return max((cores - NODE_RESERVED_CPUS - taken) // sharing, 1)
+
+
 def task_resources(plan, options, tasks):
     """``{"cpu": ..., "memory": ...}`` of one pod of ``tasks`` (requests and limits alike)."""
-    cpu = options.cpu or str(CPUS_PER_DEVICE * max((len(t["devices"]) for t in tasks), default=1))
+    cpu = options.cpu or str(max((task_cpus(plan, t) for t in tasks), default=SERVICE_CPUS))
     memory = options.memory
     if memory is None:
         gib = min(_memory_share(plan, t["node"]) for t in tasks) if tasks else 0

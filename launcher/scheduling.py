@@ -19,16 +19,13 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 JOB_LABEL = "autodist.io/job"
 ROLE_LABEL = "autodist.io/role"
+# On objects autodist emits that belong to no one job (a TrainJob's runtime).
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 
 # Where a Volcano or coscheduling PodGroup is named on each pod.
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 SCHEDULER_NAMES = {"volcano": "volcano", "coscheduling": "scheduler-plugins-scheduler"}
-
-
-def podgroup_name(job_name):
-    """Our PodGroup's name; the training operator names its own after the job, so they cannot clash."""
-    return f"{job_name}-gang"
 
 
 def real_hostnames(plan, nodes):
@@ -120,22 +117,56 @@ def affinity(plan, job_name, role, tasks, gpus):
 
 
 def gang_membership(options, job_name):
-    """(labels, annotations, scheduler name) that put a pod in the job's PodGroup."""
+    """(labels, annotations, scheduler name) that put a pod in the job's PodGroup.
+
+    The group is the one the operator makes, named after the job: with gang
+    scheduling on, the training operator (kubeflow/trainer release-1.9,
+    pkg/controller.v1/control/podgroup_control.go) and mpi-operator v2
+    (kubeflow/mpi-operator pkg/controller/podgroup.go, decoratePodTemplateSpec)
+    both write the job's name into this annotation (Volcano) or label
+    (coscheduling) of every pod, so the templates say the same.
+    """
     if not options.gang:
         return {}, {}, None
-    group = podgroup_name(job_name)
     if options.gang == "volcano":
-        return {}, {VOLCANO_GROUP_ANNOTATION: group}, SCHEDULER_NAMES["volcano"]
-    return {COSCHEDULING_GROUP_LABEL: group}, {}, SCHEDULER_NAMES["coscheduling"]
+        return {}, {VOLCANO_GROUP_ANNOTATION: job_name}, SCHEDULER_NAMES["volcano"]
+    return {COSCHEDULING_GROUP_LABEL: job_name}, {}, SCHEDULER_NAMES["coscheduling"]
 
 
-def run_policy(options, members):
-    """The operator's ``runPolicy``: retries, deadline, clean-up, and the gang of ``members`` pods."""
-    scheduling = {"minAvailable": members}
+def min_resources(replicas):
+    """What every pod of the job asks for together, as quantity strings: CPU (millicores), memory (bytes) and
+    every extended resource (GPUs, RDMA devices: their limits, which Kubernetes takes as their requests)."""
+    from launcher.resources import quantity_value
+
+    totals = {"cpu": 0, "memory": 0}
+    for replica in replicas.values():
+        for container in replica["template"]["spec"]["containers"]:
+            resources = container["resources"]
+            wanted = {**{k: v for k, v in resources["limits"].items() if "/" in k}, **resources["requests"]}
+            for name, value in wanted.items():
+                totals[name] = totals.get(name, 0) + replica["replicas"] * quantity_value(value)
+    return {name: f"{int(value * 1000)}m" if name == "cpu" else str(int(value)) for name, value in totals.items()}
+
+
+def run_policy(options, replicas):
+    """The operator's ``runPolicy``: retries, deadline, clean-up, and the gang of every pod of ``replicas``.
+
+    With ``--gang`` autodist emits no PodGroup: the operator makes the one its
+    pods join, named after the job, from ``schedulingPolicy`` (minAvailable,
+    queue, priorityClass, and minResources, which both operators copy into
+    the group as given: kubeflow/trainer release-1.9
+    pkg/controller.v1/common/job.go, kubeflow/mpi-operator
+    pkg/controller/podgroup.go calculatePGMinResources).  A PodGroup of our
+    own would be a second one; one named after the job would make
+    mpi-operator stop (it refuses a PodGroup that its MPIJob does not own).
+    """
+    scheduling = {"minAvailable": sum(r["replicas"] for r in replicas.values())}
     if options.queue:
         scheduling["queue"] = options.queue
     if options.priority:
         scheduling["priorityClass"] = options.priority
+    if options.gang:
+        scheduling["minResources"] = min_resources(replicas)
     return {
         "cleanPodPolicy": "Running",
         "backoffLimit": options.backoff_limit,

@@ -54,7 +54,7 @@ def build_tfjob(plan, options, job_name):
         "kind": KIND,
         "metadata": {"name": job_name, "namespace": options.namespace, "labels": {JOB_LABEL: job_name}},
         "spec": {
-            "runPolicy": run_policy(options, sum(s["replicas"] for s in specs.values())),
+            "runPolicy": run_policy(options, specs),
             "tfReplicaSpecs": specs,
         },
     }

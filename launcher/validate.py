@@ -31,6 +31,9 @@ CRD_FILES = {
     ("kubeflow.org/v2beta1", "MPIJob"): "kubeflow.org_mpijobs_v2beta1.yaml",
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): "scheduling.volcano.sh_podgroups.yaml",
     ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "scheduling.x-k8s.io_podgroups.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "trainer.kubeflow.org_trainjobs.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): "trainer.kubeflow.org_trainingruntimes.yaml",
 }
 REPLICA_FIELDS = {"TFJob": "tfReplicaSpecs", "MPIJob": "mpiReplicaSpecs"}
 
@@ -183,6 +186,16 @@ def check_operator_rules(obj):
             raise LaunchError(f"cleanPodPolicy {clean!r} is not allowed", source=where, field="spec.runPolicy.cleanPodPolicy")
 
 
+def check_trainjob_pods(objects):
+    """A TrainJob's pods as Trainer and JobSet make them from the runtime (launcher.operators), against the core schema."""
+    from launcher.operators import trainjob_pods
+
+    if not any(o["kind"] == "ClusterTrainingRuntime" for o in objects):
+        return  # the cluster's own runtime (--runtime): its pods are the cluster's to check
+    for pod in trainjob_pods(objects)[:1]:  # the pods differ only in their index
+        check_core_object(pod, where=f"{_where(objects[-1])}: its pods")
+
+
 def validate_objects(objects):
     """Raise LaunchError for the first invalid object; return them unchanged."""
     for obj in objects:
@@ -193,4 +206,6 @@ def validate_objects(objects):
                 check_pod_templates(obj)
         else:
             check_core_object(obj)
+    if any(o.get("kind") == "TrainJob" for o in objects):
+        check_trainjob_pods(objects)
     return objects

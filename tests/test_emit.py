@@ -1,8 +1,9 @@
 """`autodist emit` and `autodist plan --emit-k8s`: files, bad input, submission.
 
-No real Kubernetes API server runs here.  Submission is tested against a
-small fake API server on 127.0.0.1 that records the requests the official
-client sends and answers 201; it checks what we send, not what a cluster does.
+Submission is tested here against a small fake API server on 127.0.0.1 (an
+outer boundary) that records the requests the official client sends; it
+checks what we send.  What a real API server does with it is tested in
+tests/test_k8s_apiserver.py.
 """
 
 import json
@@ -43,18 +44,17 @@ def ps_plan_file(tmp_path, ps_plan):
 def test_emit_writes_validated_files(tmp_path, plan_file, capsys):
     out = tmp_path / "k8s"
     assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano", "--namespace", "ml", "--name", "bert-run") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
     tfjob = yaml.safe_load((out / "tfjob.yaml").read_text())
     assert tfjob["metadata"] == {"name": "bert-run", "namespace": "ml", "labels": {"autodist.io/job": "bert-run"}}
     config_maps = list(yaml.safe_load_all((out / "configmap.yaml").read_text()))
     assert json.loads(read_plan_json(config_maps)) == json.loads(plan_file.read_text())
-    group = yaml.safe_load((out / "podgroup.yaml").read_text())
-    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1" and group["spec"]["minMember"] == 2
-    # not the job's name: the operator's own PodGroup has that one
-    assert group["metadata"]["name"] == "bert-run-gang"
+    # no PodGroup of ours: the operator makes the job's, named after it, from schedulingPolicy
+    policy = tfjob["spec"]["runPolicy"]["schedulingPolicy"]
+    assert policy["minAvailable"] == 2 and policy["minResources"]["nvidia.com/gpu"] == "16"
     pod = tfjob["spec"]["tfReplicaSpecs"]["Worker"]["template"]
-    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run-gang"
-    assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "podgroup.yaml", "tfjob.yaml")]
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "bert-run"
+    assert capsys.readouterr().out.splitlines() == [str(out / f) for f in ("configmap.yaml", "tfjob.yaml")]
 
 
 def test_emit_passes_the_training_script_to_every_task(ps_plan_file, capsys):
@@ -130,28 +130,47 @@ def test_mpijob_of_a_ps_plan_is_refused(tmp_path, ps_plan_file, capsys):
 
 
 class _FakeApiServer(ThreadingHTTPServer):
-    """Records every request; answers POSTs 201 with the posted object, or 409 for kinds in ``conflicts``."""
+    """Records every request: namespaces exist, objects do not until applied; kinds in ``refused`` get 422."""
 
     def __init__(self):
         self.requests = []
-        self.conflicts = set()
+        self.refused = set()
         super().__init__(("127.0.0.1", 0), _Handler)
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        url = urlparse(self.path)
-        self.server.requests.append({"path": url.path, "query": parse_qs(url.query), "body": body})
-        status = 409 if body["kind"] in self.server.conflicts else 201
-        if status == 409:
-            body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}
+    def _answer(self, status, body):
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _record(self, body=None):
+        url = urlparse(self.path)
+        self.server.requests.append({"method": self.command, "path": url.path, "query": parse_qs(url.query),
+                                     "content_type": self.headers.get("Content-Type"), "body": body})
+
+    def do_GET(self):
+        self._record()
+        if self.path.count("/") == 4 and self.path.startswith("/api/v1/namespaces/"):
+            self._answer(200, {"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": self.path.rsplit("/", 1)[1]}})
+        else:
+            self._answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+
+    def do_PATCH(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._record(body)
+        if body["kind"] in self.server.refused:
+            self._answer(422, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Invalid", "code": 422,
+                               "message": f"{body['kind']} is invalid"})
+        else:
+            self._answer(201, {**body, "metadata": {**body["metadata"], "resourceVersion": "1"}})
+
+    def do_DELETE(self):
+        self._record()
+        self._answer(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
     def log_message(self, *args):
         pass
@@ -183,30 +202,33 @@ def fake_api_server():
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_submit_posts_every_object_in_order(tmp_path, ps_plan_file, fake_api_server, capsys, dry_run):
+def test_submit_applies_every_object_in_order(tmp_path, ps_plan_file, fake_api_server, capsys, dry_run):
     kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{fake_api_server.server_port}")
     flags = ["--submit", "--kubeconfig", kubeconfig] + (["--dry-run"] if dry_run else [])
     assert run_cli("emit", ps_plan_file, "--namespace", "team-a", "--gang", "coscheduling", *flags) == 0
-    requests = fake_api_server.requests
-    assert [r["path"] for r in requests] == [
-        "/api/v1/namespaces/team-a/configmaps",
-        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups",
-        "/apis/kubeflow.org/v1/namespaces/team-a/tfjobs",
+    patches = [r for r in fake_api_server.requests if r["method"] == "PATCH"]
+    assert [r["path"] for r in patches] == [
+        "/api/v1/namespaces/team-a/configmaps/embedding-plan-0",
+        "/apis/kubeflow.org/v1/namespaces/team-a/tfjobs/embedding",
     ]
-    for r in requests:
-        assert r["query"].get("fieldValidation") == ["Strict"]
+    assert fake_api_server.requests[0]["path"] == "/api/v1/namespaces/team-a"  # the namespace is checked first
+    for r in patches:  # server-side apply
+        assert r["content_type"] == "application/apply-patch+yaml"
+        assert r["query"]["fieldManager"] == ["autodist"] and r["query"]["force"] == ["true"]
         assert r["query"].get("dryRun") == (["All"] if dry_run else None)
-    assert requests[-1]["body"]["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
-    word = "validated (dry run)" if dry_run else "created"
-    assert capsys.readouterr().out.splitlines()[-1] == f"TFJob/embedding {word}"
+    assert patches[-1]["body"]["spec"]["tfReplicaSpecs"]["PS"]["replicas"] == 2
+    assert capsys.readouterr().out.splitlines()[-1] == f"TFJob/embedding created{' (dry run)' if dry_run else ''}"
 
 
-def test_refused_object_is_one_line(tmp_path, plan_file, fake_api_server, capsys):
-    fake_api_server.conflicts.add("TFJob")
+def test_refused_object_is_one_line_and_the_created_ones_are_removed(tmp_path, plan_file, fake_api_server, capsys):
+    fake_api_server.refused.add("TFJob")
     kubeconfig = _kubeconfig(tmp_path, f"http://127.0.0.1:{fake_api_server.server_port}")
     assert run_cli("emit", plan_file, "--submit", "--kubeconfig", kubeconfig) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err == ["autodist: error: TFJob/mlp: API server refused it: 409 Conflict"]
+    assert err == ["autodist: error: TFJob/mlp: API server refused it: 422 Unprocessable Entity: TFJob is invalid; "
+                   "removed the 1 object(s) this submit had created"]
+    deletes = [r["path"] for r in fake_api_server.requests if r["method"] == "DELETE"]
+    assert deletes == ["/api/v1/namespaces/default/configmaps/mlp-plan-0"]
 
 
 def test_unreachable_cluster_is_one_line(tmp_path, plan_file, capsys):
@@ -294,8 +316,12 @@ def test_plan_command_on_a_zoo_script(tmp_path, zoo_dir, capsys):
 
 def test_re_emission_into_a_used_folder_leaves_exactly_the_new_set(tmp_path, plan_file, capsys):
     out = tmp_path / "k8s"
-    assert run_cli("emit", plan_file, "-o", out, "--gang", "volcano") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "podgroup.yaml", "tfjob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "trainjob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["clustertrainingruntime.yaml", "configmap.yaml", "trainjob.yaml"]
+    assert run_cli("emit", plan_file, "-o", out, "--format", "tfjob") == 0
+    assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "tfjob.yaml"]
     assert run_cli("emit", plan_file, "-o", out, "--format", "mpijob") == 0
     assert sorted(p.name for p in out.iterdir()) == ["configmap.yaml", "mpijob.yaml"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder left

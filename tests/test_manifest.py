@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from autodist.errors import InputError, LaunchError
 from launcher.manifests import build_manifests
 from launcher.options import EmitOptions
+from launcher.operators import operator_podgroup
 from launcher.tf_config import operator_cluster_spec, task_environments
 from launcher.validate import check_custom_resource, crd_schema, validate_objects
 from tests.test_plan_fixtures import allreduce_rdma_plan, allreduce_socket_plan, ps_plan  # noqa: F401  (fixtures)
@@ -28,7 +29,7 @@ def device_limits(container):
 
 
 def gpu_limit(container):
-    return container["resources"]["limits"].get("nvidia.com/gpu", 0)
+    return int(container["resources"]["limits"].get("nvidia.com/gpu", 0))
 
 
 def only_container(replica):
@@ -41,7 +42,8 @@ def only_container(replica):
 def test_allreduce_manifests_pass_strict_validation(allreduce_rdma_plan, fmt, gang):
     objects = build_manifests(allreduce_rdma_plan, fmt, EmitOptions(gang=gang, namespace="ml"))
     kinds = [o["kind"] for o in objects]
-    assert kinds == ["ConfigMap"] + (["PodGroup"] if gang else []) + [{"tfjob": "TFJob", "mpijob": "MPIJob"}[fmt]]
+    # no PodGroup of ours: the operator makes the one its pods join
+    assert kinds == ["ConfigMap", {"tfjob": "TFJob", "mpijob": "MPIJob"}[fmt]]
     # validate again explicitly: the returned objects are exactly what passed
     assert validate_objects(copy.deepcopy(objects)) == objects
     job = objects[-1]
@@ -49,13 +51,23 @@ def test_allreduce_manifests_pass_strict_validation(allreduce_rdma_plan, fmt, ga
     members = sum(r["replicas"] for r in replicas.values())
     assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == members
     if gang:
-        group = by_kind(objects)["PodGroup"]
+        # the group the operator makes from the job, and the group every pod names, are one
+        group = operator_podgroup(job, gang)
+        assert group["metadata"]["name"] == job["metadata"]["name"]
+        for replica in replicas.values():
+            meta = replica["template"]["metadata"]
+            named = {**meta.get("labels", {}), **meta.get("annotations", {})}
+            assert named[{"volcano": "scheduling.k8s.io/group-name",
+                          "coscheduling": "scheduling.x-k8s.io/pod-group"}[gang]] == group["metadata"]["name"]
         assert group["spec"]["minMember"] == members
         assert group["spec"]["minResources"]["nvidia.com/gpu"] == "16"
         requests = [c["resources"]["requests"] for r in replicas.values() for c in r["template"]["spec"]["containers"]
                     for _ in range(r["replicas"])]
         assert group["spec"]["minResources"]["cpu"] == f"{sum(int(q['cpu']) for q in requests) * 1000}m"
         assert group["spec"]["minResources"]["memory"] == str(sum(int(q["memory"][:-2]) for q in requests) * 2**30)
+        check_custom_resource(group)
+    else:
+        assert "minResources" not in job["spec"]["runPolicy"]["schedulingPolicy"]
 
 
 def test_ps_plan_gives_chief_worker_and_ps_replicas(ps_plan):
@@ -94,13 +106,15 @@ def test_allreduce_on_rdma_cluster_one_pod_per_node_with_rdma_settings(allreduce
     assert worker["replicas"] == len(allreduce_rdma_plan.resource_spec.nodes)
     pod = worker["template"]["spec"]
     container = only_container(worker)
-    assert device_limits(container) == {"nvidia.com/gpu": 8, "rdma/hca_shared_devices_a": 1}
+    # quantities are strings: server-side apply refuses integers in a ResourceList
+    assert device_limits(container) == {"nvidia.com/gpu": "8", "rdma/hca_shared_devices_a": "1"}
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}} in pod["volumes"]
     assert worker["restartPolicy"] == "ExitCode"  # the ring restarts whole
     env = env_of(container)
-    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_HCA"] == "mlx5"
+    # exact names, one adapter per NDR NIC of a DGX H100 node: a bare "mlx5" prefix also matches Ethernet ports
+    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert env["NCCL_NET_GDR_LEVEL"] == "PHB"  # the DGX preset has GPUDirect RDMA
     assert "NCCL_IB_GID_INDEX" not in env  # InfiniBand, not RoCE
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
@@ -117,7 +131,7 @@ def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
     assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_SOCKET_IFNAME"] == "eth0"
     assert int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]) <= 64
     assert "NCCL_IB_HCA" not in env and "securityContext" not in container
-    assert device_limits(container) == {"nvidia.com/gpu": 8}
+    assert device_limits(container) == {"nvidia.com/gpu": "8"}
 
 
 def test_mpijob_runs_one_autodist_worker_per_gpu(allreduce_rdma_plan):
@@ -254,7 +268,7 @@ def test_roce_cluster_gets_gid_index_and_no_gpudirect(mlp_graph):
     env = env_of(container)
     assert env["NCCL_IB_GID_INDEX"] == "3" and env["NCCL_IB_DISABLE"] == "0"
     assert env["NCCL_NET_GDR_LEVEL"] == "LOC"
-    assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+    assert container["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
 
 
 def test_efa_cluster_gets_libfabric_settings(mlp_graph):
@@ -266,7 +280,7 @@ def test_efa_cluster_gets_libfabric_settings(mlp_graph):
     env = env_of(container)
     assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert "NCCL_IB_HCA" not in env
-    assert device_limits(container) == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 4}
+    assert device_limits(container) == {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "4"}
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
 
 

@@ -238,19 +238,21 @@ def test_network_applies_to_rdma_pods_only(allreduce_rdma_plan, network, expecte
     assert "hostNetwork" not in launcher["spec"] and "annotations" not in launcher["metadata"]
 
 
-def test_gang_podgroup_has_its_own_name_queue_and_priority(allreduce_rdma_plan):
+def test_gang_scheduling_names_the_operators_podgroup_with_queue_and_priority(allreduce_rdma_plan):
     options = EmitOptions(gang="volcano", queue="research", priority="high-prio")
     objects = build_manifests(allreduce_rdma_plan, "tfjob", options)
-    group, job = objects[-2], objects[-1]
-    assert group["metadata"]["name"] == "mlp-gang" != job["metadata"]["name"]
-    assert group["spec"]["queue"] == "research" and group["spec"]["priorityClassName"] == "high-prio"
-    assert job["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2, "queue": "research", "priorityClass": "high-prio"}
+    job = objects[-1]
+    assert [o["kind"] for o in objects] == ["ConfigMap", "TFJob"]
+    policy = job["spec"]["runPolicy"]["schedulingPolicy"]
+    assert {k: policy[k] for k in ("minAvailable", "queue", "priorityClass")} == {
+        "minAvailable": 2, "queue": "research", "priorityClass": "high-prio"}
+    assert policy["minResources"]["nvidia.com/gpu"] == "16"
     pod = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]
     assert pod["spec"]["priorityClassName"] == "high-prio" and pod["spec"]["schedulerName"] == "volcano"
+    assert pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mlp" == job["metadata"]["name"]
     coscheduled = build_manifests(allreduce_rdma_plan, "tfjob", EmitOptions(gang="coscheduling", priority="high-prio"))
     pod = coscheduled[-1]["spec"]["tfReplicaSpecs"]["Worker"]["template"]
-    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mlp-gang"
-    assert "priorityClassName" not in coscheduled[-2]["spec"]  # not in that CRD; the pods carry it
+    assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mlp"
 
 
 def test_arena_options_reach_every_pod(ps_plan):
@@ -355,6 +357,11 @@ def test_dockerfile_builds_the_worker_image():
     assert re.fullmatch(r"tensorflow/tensorflow:2\.21\.0-gpu", base)  # CUDA TensorFlow
     assert any(re.search(r"pip install .*\"?/src\[gpu\]\"?", run) for run in by_name["RUN"])
     assert any("openmpi-bin" in run and "openssh-server" in run for run in by_name["RUN"])
+    # ssh as mpi-operator's own images set it: new host keys trusted, no known_hosts in the
+    # read-only ~/.ssh Secret mount, sshd accepting that mount's permissions
+    ssh = " ".join(run for run in by_name["RUN"] if "ssh" in run)
+    for setting in ("StrictHostKeyChecking no", "UserKnownHostsFile /dev/null", "StrictModes no"):
+        assert setting in ssh
     assert json.loads(by_name["ENTRYPOINT"][-1]) == ["autodist", "worker"]
     assert by_name["WORKDIR"][-1] == CODE_DIR
     for package in ("autodist", "cost_models", "placement", "launcher"):

@@ -11,7 +11,6 @@ def add_manifest_arguments(parser):
     """Options shared by ``emit`` and ``plan --emit-k8s`` (Arena's names where it has the option)."""
     from launcher.options import (
         DEFAULT_BACKOFF_LIMIT,
-        DEFAULT_IB_HCA,
         DEFAULT_IMAGE,
         DEFAULT_RDMA_RESOURCE,
         DEFAULT_RUNNING_TIMEOUT_S,
@@ -22,14 +21,20 @@ def add_manifest_arguments(parser):
         GANGS,
     )
 
-    parser.add_argument("--format", choices=FORMATS, default="tfjob", help="job kind (default tfjob)")
+    parser.add_argument("--format", choices=FORMATS, default="tfjob",
+                        help="job kind: tfjob (Kubeflow training operator v1), mpijob (mpi-operator v2beta1, "
+                             "allreduce plans) or trainjob (Kubeflow Trainer v2, allreduce plans; default tfjob)")
+    parser.add_argument("--runtime", metavar="NAME",
+                        help="with --format trainjob: the cluster's ClusterTrainingRuntime to use (default: emit "
+                             "autodist's autodist-tensorflow[-GANG] runtime too)")
     parser.add_argument(
         "--image", default=DEFAULT_IMAGE, help=f"image with TensorFlow and autodist installed (default {DEFAULT_IMAGE}, "
         "built from the Dockerfile)"
     )
     parser.add_argument("--namespace", default="default", help="namespace of every object (default: default)")
     parser.add_argument("--name", help="job name, a DNS-1035 label (default: the plan's name)")
-    parser.add_argument("--gang", choices=GANGS, help="also emit a PodGroup for this gang scheduler")
+    parser.add_argument("--gang", choices=GANGS, help="gang-schedule the pods with this scheduler: the operator (started "
+                        "with gang scheduling on) makes the job's PodGroup from the plan's minResources")
     parser.add_argument("--queue", help="scheduler queue of the job and its Volcano PodGroup")
     parser.add_argument("--priority", metavar="CLASS", help="PriorityClass of every pod and of the PodGroup")
     parser.add_argument("--script", help="training script, relative to the code folder /workspace (or absolute in the pod)")
@@ -64,7 +69,8 @@ def add_manifest_arguments(parser):
     parser.add_argument(
         "--rdma-resource", default=DEFAULT_RDMA_RESOURCE, help=f"RDMA device-plugin resource (default {DEFAULT_RDMA_RESOURCE})"
     )
-    parser.add_argument("--ib-hca", default=DEFAULT_IB_HCA, help=f"NCCL_IB_HCA (default {DEFAULT_IB_HCA})")
+    parser.add_argument("--ib-hca", help="NCCL_IB_HCA, the RDMA adapters NCCL uses, e.g. '=mlx5_0,mlx5_3' (exact names, "
+                                         "as ibv_devices lists them; default: '=mlx5_0,...', one per RDMA NIC of a node)")
     parser.add_argument(
         "--socket-ifname", default=DEFAULT_SOCKET_IFNAME, help=f"NCCL_SOCKET_IFNAME (default {DEFAULT_SOCKET_IFNAME!r})"
     )
@@ -155,6 +161,7 @@ def options_from_args(args, default_script=None):
         selector=tuple(args.node_selector),
         tolerations=tuple(args.tolerations),
         log_dir=args.log_dir,
+        runtime=args.runtime,
     ).check()
 
 
@@ -170,7 +177,10 @@ def register(subparsers):
     p.add_argument("plan", help="plan.json written by `autodist plan`")
     p.add_argument("-o", "--output", metavar="DIR", help="write the manifests here, one YAML file per kind, replacing an earlier emission (default: YAML on stdout)")
     add_manifest_arguments(p)
-    p.add_argument("--submit", action="store_true", help="create the objects in the cluster of the current kubeconfig")
+    p.add_argument("--submit", action="store_true",
+                   help="apply the objects (server-side apply) to the cluster of the current kubeconfig; prints each "
+                        "as created, configured or unchanged; all or nothing: a refused object removes the ones "
+                        "this submit created")
     p.add_argument("--dry-run", action="store_true", help="with --submit: server-side dry run (dryRun=All)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
     p.set_defaults(func=run)
@@ -194,6 +204,9 @@ def run(args):
     if args.submit:
         from launcher.submit import submit
 
-        for name in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run):
-            print(f"{name} {'validated (dry run)' if args.dry_run else 'created'}")
+        from launcher.manifests import required_objects
+
+        required = required_objects(args.format, options_from_args(args))
+        for name, action in submit(objects, kubeconfig=args.kubeconfig, dry_run=args.dry_run, required=required):
+            print(f"{name} {action}{' (dry run)' if args.dry_run else ''}")
     return 0

@@ -32,6 +32,7 @@ class DeviceModel:
 
     ``fabric`` and ``host_link`` name the link presets GPUs of this model
     use between each other and to their host, when a machine does not say.
+    ``cores``: a CPU model's cores (what its peak is priced on; 0 unknown).
     """
 
     kind: str
@@ -41,6 +42,7 @@ class DeviceModel:
     fabric: str = ""
     host_link: str = ""
     aliases: tuple = ()
+    cores: int = 0
 
     def device(self, model, node, index):
         """A :class:`DeviceSpec` of this model, ``index``-th of its kind on ``node``."""
@@ -59,7 +61,7 @@ class DeviceModel:
 def _cpu(cores, ghz, flop_per_cycle, memory_bytes, memory_bandwidth):
     """A CPU host: peak = cores x base clock x FLOP per cycle (float64 half of it)."""
     fp32 = cores * ghz * 1e9 * flop_per_cycle
-    return DeviceModel("CPU", {"float32": fp32, "float64": fp32 / 2}, memory_bytes, memory_bandwidth)
+    return DeviceModel("CPU", {"float32": fp32, "float64": fp32 / 2}, memory_bytes, memory_bandwidth, cores=cores)
 
 
 # FLOP per cycle per core, float32: two 512-bit FMA units = 64 (Intel Xeon
