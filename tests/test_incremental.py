@@ -54,9 +54,9 @@ def test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_grap
 def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(mlp_graph, embedding_graph, cost_model,
                                                                     monkeypatch):
     """Past MAX_PLANS bucket and shard plans the Simulator drops them all and prices them again."""
-    import placement.simulator
+    import placement.simulator.run
 
-    monkeypatch.setattr(placement.simulator, "MAX_PLANS", 3)
+    monkeypatch.setattr(placement.simulator.run, "MAX_PLANS", 3)
     test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_graph, embedding_graph, cost_model,
                                                                           "cpu-2s-25g:4", "embedding", "greedy_ps")
 

@@ -118,10 +118,10 @@ def reference_occupy(intervals, links, ready, seconds):
 def test_wide_phases_find_the_windows_links_find(requests):
     """The link queue's wide link sets (one interval list per collective) find the same windows as a queue that
     keeps every link's intervals, whatever mix of wide and narrow phases arrives."""
-    from placement.simulator import WIDE_PHASE, _LinkQueue
+    from placement.simulator.links import WIDE_PHASE, LinkQueue
 
     link_sets = [tuple(f"l{i}" for i in range(k * 5, k * 5 + WIDE_PHASE)) for k in range(3)]  # overlapping wide sets
-    queue, reference = _LinkQueue(), {}
+    queue, reference = LinkQueue(), {}
     for kind, first, ready, seconds in requests:
         links = link_sets[kind] if kind < 3 else (f"l{first}", f"l{(first * 7) % 41}")
         links = tuple(dict.fromkeys(links))

@@ -14,7 +14,8 @@ from cost_models.step_table import step_table
 from autodist.resource_spec import ResourceSpec, load_cluster
 from autodist.strategy import Strategy, VarSync
 from placement import Problem, Simulator, baselines, simulate
-from placement.simulator import _LinkQueue
+from autodist.report.timeline import chrome_trace
+from placement.simulator.links import LinkQueue
 from placement.space import StrategySpace, copy_strategy
 
 
@@ -182,7 +183,7 @@ def test_same_inputs_same_result(mlp_graph, ethernet, cost_model):
     a = simulate(mlp_graph, ethernet, strategy, cost_model)
     b = simulate(mlp_graph, ethernet, strategy, cost_model)
     assert json.dumps(a.to_dict()) == json.dumps(b.to_dict())
-    assert json.dumps(a.to_chrome_trace()) == json.dumps(b.to_chrome_trace())
+    assert json.dumps(chrome_trace(a)) == json.dumps(chrome_trace(b))
 
 
 def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, cost_model):
@@ -200,7 +201,7 @@ def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, co
 def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, cost_model):
     sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
     result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim.problem), cost_model)
-    trace = result.to_chrome_trace()
+    trace = chrome_trace(result)
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["cat"] for e in events} == {"client", "compute", "sync", "update"}  # a PS plan runs from one client
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
@@ -237,7 +238,7 @@ def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
     (push,) = comm.ps_phases(worker, server, nbytes)
     (pull,) = comm.ps_phases(server, worker, nbytes)
     assert push.seconds == pytest.approx(pull.seconds)
-    queue = _LinkQueue()
+    queue = LinkQueue()
     push_start, push_end = queue.occupy(push.links, 0.0, push.seconds)
     pull_start, pull_end = queue.occupy(pull.links, 0.0, pull.seconds)
     assert push_start == pull_start == 0.0 and push_end == pytest.approx(pull_end)
@@ -249,7 +250,7 @@ def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
 
 def test_a_transfer_takes_a_gap_its_links_leave():
     """A send that waits for a busy receiver does not hold the sender's link idle until then."""
-    queue = _LinkQueue()
+    queue = LinkQueue()
     assert queue.occupy(("a/tx", "b/rx"), 0.0, 10.0) == (0.0, 10.0)
     assert queue.occupy(("c/tx", "b/rx"), 0.0, 4.0) == (10.0, 14.0)  # b receives one at a time
     assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile

@@ -95,6 +95,7 @@ def _from_job(args):
 
 def run(args):
     from autodist.io import check_output_file, write_json_atomic
+    from autodist.report.timeline import chrome_trace
     from autodist.plan import Plan
     from autodist.report import build_report, render
 
@@ -110,7 +111,7 @@ def run(args):
     budget_s = args.budget if result and args.moves is None else None
     doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s, cost_model=cost_model)
     if args.timeline:
-        write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
+        write_json_atomic(args.timeline, chrome_trace(result.simulation))
     if args.format == "json":
         print(json.dumps(doc, indent=1))
     else:

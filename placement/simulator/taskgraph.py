@@ -1,0 +1,84 @@
+"""The step as data: a strategy lowered into what one step runs, before anything is timed.
+
+A :class:`StepGraph` holds the compute of each replica class (its
+schedule: op groups in dependency order, activations between devices), one
+:class:`Collective` per fused bucket in the order the runtime issues them,
+one :class:`PsVariable` per variable synchronised through parameter
+servers, whether one client feeds every replica its input, and the client's
+dispatch per step.  :meth:`StepGraph.lines` prints it; the event engine
+(placement.simulator.run) runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One fused allreduce: its key (algorithm, bucket, slot, wire format), variables, devices, and the sparse
+    gradients among them whose rows are all-gathered."""
+
+    algorithm: str
+    bucket: int
+    slot: int
+    compression: str
+    variables: tuple
+    devices: tuple
+    gathered: tuple
+
+
+@dataclass(frozen=True)
+class PsVariable:
+    """A variable whose shards are pushed to, updated on and pulled from PS tasks; ``slot``: its unit's slot."""
+
+    variable: str
+    slot: int
+
+
+@dataclass
+class StepGraph:
+    """One step of a strategy as plain data (see the module docstring)."""
+
+    classes: list  # (compute Schedule, replicas running it)
+    collectives: list
+    ps_variables: list
+    feeds: bool
+    client_time: float
+
+    def lines(self):
+        """The graph, one task per line."""
+        out = [f"client dispatch {self.client_time:.6g} s"] if self.client_time else []
+        for schedule, members in self.classes:
+            out.append(f"compute {len(members)} replica(s) like {members[0]}: ends at {schedule.end:.6g} s")
+        for c in self.collectives:
+            out.append(f"allreduce {c.algorithm} bucket {c.bucket} slot {c.slot} {c.compression}: "
+                       f"{len(c.variables)} variable(s) over {len(c.devices)} devices"
+                       + (f", {len(c.gathered)} gathered" if c.gathered else ""))
+        out += [f"ps {p.variable} slot {p.slot}" for p in self.ps_variables]
+        if self.feeds:
+            out.append("input fed to every replica by the client")
+        return out
+
+
+def lower(simulator, strategy, classes, var_slot):
+    """The :class:`StepGraph` of ``strategy`` over its replica ``classes`` (``var_slot``: each variable's slot,
+    None where all are on slot 0)."""
+    problem = simulator.problem
+    buckets = {}  # (algorithm, bucket, slot, compression) -> variables
+    ps_variables = []
+    for name in sorted(strategy.sync):
+        s = strategy.sync[name]
+        slot = var_slot[name] if var_slot else 0
+        if s.method == "allreduce":
+            buckets.setdefault((s.algorithm, s.bucket, slot, s.compression), []).append(name)
+        else:
+            ps_variables.append(PsVariable(name, slot))
+    collectives = []
+    # issued in bucket order, as the runtimes run them (launcher.runtime.collective, launcher.runtime.trainer)
+    for (algorithm, bucket, slot, compression), names in sorted(buckets.items(), key=lambda kv: (kv[0][1:], kv[0])):
+        collectives.append(Collective(algorithm, bucket, slot, compression, tuple(names),
+                                      simulator.slot_devices(strategy.replicas, slot),
+                                      problem.gathered(strategy, names)))
+    return StepGraph(classes, collectives, ps_variables, not strategy.allreduces_everything(),
+                     problem.client_time(strategy))
