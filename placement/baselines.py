@@ -171,7 +171,7 @@ def greedy_op_placer(problem):
             for p, nbytes in preds[g]:
                 arrive = end[p]
                 if slot_of_group[p] != slot:
-                    phases = problem.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
+                    phases = problem.prices.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
                     arrive += sum(ph.seconds for ph in phases)
                 ready = max(ready, arrive)
             return max(ready, free[slot]) + costs[slot][g]

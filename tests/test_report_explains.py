@@ -87,7 +87,7 @@ def test_latency_sentence_when_the_latency_terms_dominate(mlp_graph):
 
     def collectives(scale):
         return sum(phase.seconds for nbytes in buckets.values()
-                   for phase in simulator.problem.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
+                   for phase in simulator.problem.prices.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
 
     assert b["latency_share"] == pytest.approx(collectives(0) / collectives(1))
     assert b["latency_share"] > 0.5 and b["exposed_comm_fraction"] > 0.2

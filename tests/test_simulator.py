@@ -221,7 +221,7 @@ def test_allreduce_fit_matches_the_comm_model(mlp_graph, cost_model):
                     direct = sim.problem.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops=True)
                 else:
                     direct = sim.problem.comm.graph_allreduce_phases(nbytes, list(devices), algorithm)
-                fitted = sim.problem.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+                fitted = sim.problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops)
                 assert [p.links for p in fitted] == [p.links for p in direct]
                 for f, d in zip(fitted, direct):
                     assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
@@ -270,7 +270,7 @@ def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_mod
     four = Strategy(replicas=[[d.name] for d in remote.gpus()], sync=sync, ps_devices=[server])
     one = Strategy(replicas=[[remote.gpus()[0].name]], sync=sync, ps_devices=[server])
     into, out_of = f"{spec.nodes[0].name}/nic0/rx", f"{spec.nodes[0].name}/nic0/tx"
-    per_gpu = sum(p.seconds - min(sim.problem.overhead, p.seconds) for name, nbytes in sim.problem.sparse_bytes.items()
+    per_gpu = sum(p.seconds - min(sim.problem.prices.overhead, p.seconds) for name, nbytes in sim.problem.sparse_bytes.items()
                   for p in sim.problem.comm.ps_phases(remote.gpus()[0].name, server, nbytes))
     by_four, by_one = sim.simulate(four), sim.simulate(one)
     assert by_one.link_busy[into] == pytest.approx(per_gpu)
@@ -367,7 +367,7 @@ def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_u
                                                                                 "gather")
     rows = share.sparse_bytes[embedding]
     assert rows * 10 < share.dense_bytes[embedding]
-    gather = share.phase_list(("ag", devices, rows), lambda: share.sparse_allgather_phases(devices, rows))
+    gather = share.prices.phase_list(("ag", devices, rows), lambda: share.prices.sparse_allgather_phases(devices, rows))
     assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(gather), rel=1e-6)
     # every replica applies both replicas' rows: the update of the whole batch's rows, more than of its own
     device = problem.resource_spec.device(devices[0])
@@ -383,8 +383,8 @@ def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_w
     problem, share, devices, embedding, strategy, result = _embedding_alone_in_bucket_1(
         embedding_adam_graph, cost_model, "dense")
     table = share.dense_bytes[embedding]
-    dense = share.phase_list(("ar", devices, "ring", table, True),
-                             lambda: share.allreduce_phases(devices, "ring", table, True))
+    dense = share.prices.phase_list(("ar", devices, "ring", table, True),
+                             lambda: share.prices.allreduce_phases(devices, "ring", table, True))
     assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(dense), rel=1e-6)
     assert share.slot_bytes[embedding] > 0  # Adam's two slots stream too
     captured = share.device_costs(problem.resource_spec.device(devices[0]))[1][embedding]

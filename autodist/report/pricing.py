@@ -61,7 +61,7 @@ class Pricing:
         """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s
         synchronisation, split into the part a transfer pays at any size (link latency, per-tensor and
         per-collective overhead) and the part its bytes add."""
-        problem, comm = self._problem, self._problem.comm
+        problem = self._problem
         priced = []  # (phases at 0 bytes, phases at the real bytes)
         sparse_bytes = self.sparse_bytes(strategy)
         collective_ops = strategy.allreduces_everything()
@@ -71,8 +71,8 @@ class Pricing:
             gathered = self._problem.gathered(strategy, names) if len(devices) > 1 else ()
             nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
             if len(gathered) < len(names):
-                priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
-            priced += [[problem.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]
+                priced.append([problem.prices.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+            priced += [[problem.prices.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]
         for name, s in sorted(strategy.sync.items()):
             if s.method != "ps":
                 continue
@@ -86,8 +86,8 @@ class Pricing:
                 for devices in workers.values():
                     # A sparse gradient is summed by concatenating the task's replicas' rows.
                     pushed = nbytes * len(devices) if name in self.sparse_gradients else nbytes
-                    priced.append([comm.ps_phases(devices[0], ps, n) for n in (0, pushed)])
-                    priced.append([comm.ps_phases(ps, devices[0], n) for n in (0, nbytes)])
+                    priced.append([problem.prices.ps_phases(devices[0], ps, n) for n in (0, pushed)])
+                    priced.append([problem.prices.ps_phases(ps, devices[0], n) for n in (0, nbytes)])
         latency = sum(p.seconds for empty, _ in priced for p in empty)
         total = sum(p.seconds for _, full in priced for p in full)
         return latency, max(total - latency, 0.0)

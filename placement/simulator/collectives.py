@@ -40,14 +40,14 @@ class CollectiveSync:
         nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)
         cast = problem.cast_seconds(devices, dense, nbytes)
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
-        phases = problem.phase_list(
+        phases = problem.prices.phase_list(
             ("ar", devices, algorithm, nbytes, collective_ops),
-            lambda: problem.allreduce_phases(devices, algorithm, nbytes, collective_ops),
+            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops),
         ) if summed else []
         for v in gathered:
             rows = problem.sparse_bytes[v]
-            phases = phases + problem.phase_list(("ag", devices, rows),
-                                                 lambda: problem.sparse_allgather_phases(devices, rows))
+            phases = phases + problem.prices.phase_list(("ag", devices, rows),
+                                                 lambda: problem.prices.sparse_allgather_phases(devices, rows))
         label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
         updates = []
         for c, (_, members) in enumerate(self.classes):

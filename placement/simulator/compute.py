@@ -57,8 +57,8 @@ def run_compute(problem, link_sets, replica, slots, trace, micro_batches, pace):
             arrive = finish
             if slot_of[h] != slot:
                 src, dst = replica[slot], replica[slot_of[h]]
-                phases = problem.phase_list(("xfer", src, dst, nbytes),
-                                                 lambda: problem.transfer_phases(src, dst, nbytes))
+                phases = problem.prices.phase_list(("xfer", src, dst, nbytes),
+                                                 lambda: problem.prices.transfer_phases(src, dst, nbytes))
                 for latency, occupancy, used in phases:
                     t0, arrive = links.occupy(used, arrive + latency, occupancy)
                     if trace:

@@ -143,7 +143,7 @@ class ParameterServerSync:
 
     def _ps_transfer(self, src, dst, nbytes):
         problem = self.problem
-        return problem.phase_list(("ps", src, dst, nbytes), lambda: problem.ps_phases(src, dst, nbytes))
+        return problem.prices.phase_list(("ps", src, dst, nbytes), lambda: problem.prices.ps_phases(src, dst, nbytes))
 
     def _local_copies(self, devs, nbytes, inward):
         """A task's ``nbytes`` from each of its other replica devices into its first one (``inward``), or back out."""
@@ -152,8 +152,8 @@ class ParameterServerSync:
         problem, hub, other = self.problem, devs[0], devs[1]
         src, dst = (other, hub) if inward else (hub, other)
         copies = len(devs) - 1
-        return problem.phase_list(("local", src, dst, nbytes, copies),
-                                  lambda: problem.transfer_phases(src, dst, nbytes), copies)
+        return problem.prices.phase_list(("local", src, dst, nbytes, copies),
+                                  lambda: problem.prices.transfer_phases(src, dst, nbytes), copies)
 
     def _after_pushes(self, pending, ps_device, cost, label):
         """The callback that, at the last push of a shard, updates it."""
