@@ -50,12 +50,9 @@ class Pricing:
         return strategy.group_slots.get(self._problem.var_unit[name], 0)
 
     def buckets(self, strategy):
-        """The fused collectives of ``strategy``: ``{(algorithm, bucket, slot): [variables]}``, as simulated."""
-        out = {}
-        for name, s in sorted(strategy.sync.items()):
-            if s.method == "allreduce":
-                out.setdefault((s.algorithm, s.bucket, self.slot_of(strategy, name)), []).append(name)
-        return out
+        """The fused collectives of ``strategy``: ``{CollectiveKey: [variables]}`` (Strategy.collectives), as
+        simulated."""
+        return strategy.collectives({name: self.slot_of(strategy, name) for name in strategy.sync})
 
     def transfer_terms(self, strategy):
         """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s
@@ -65,11 +62,12 @@ class Pricing:
         priced = []  # (phases at 0 bytes, phases at the real bytes)
         sparse_bytes = self.sparse_bytes(strategy)
         collective_ops = strategy.allreduces_everything()
-        for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
-            devices = tuple(r[slot] for r in strategy.replicas)
+        for key, names in self.buckets(strategy).items():
+            algorithm, devices = key.algorithm, tuple(r[key.slot] for r in strategy.replicas)
             # as simulated: a sparse gradient's rows are all-gathered after the bucket's sum
             gathered = self._problem.gathered(strategy, names) if len(devices) > 1 else ()
-            nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
+            wire = self.dense_bytes if key.compression == "none" else problem.compressed_bytes
+            nbytes = sum(wire[v] for v in names if v not in gathered)
             if len(gathered) < len(names):
                 priced.append([problem.prices.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
             priced += [[problem.prices.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]

@@ -52,7 +52,8 @@ class SyncRun(CollectiveSync, ParameterServerSync):
             if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
                 self.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})
         for c in graph.collectives:
-            self.allreduce(c.algorithm, c.bucket, c.slot, c.variables, c.devices, c.compression, c.gathered)
+            k = c.key
+            self.allreduce(k.algorithm, k.bucket, k.slot, c.variables, c.devices, k.compression, c.gathered)
         for p in graph.ps_variables:
             self.parameter_server(p.variable, p.slot)
         self.engine.drain()

@@ -56,8 +56,17 @@ class Simulator:
 
     # -- one step ----------------------------------------------------------
     # -- one step ----------------------------------------------------------
+    def lower(self, strategy, trace=False):
+        """The step graph of ``strategy`` (placement.simulator.taskgraph.StepGraph), on its share of the batch."""
+        share = self._share(strategy)
+        if share is not self:
+            return share.lower(strategy, trace)
+        slots = self._slots(strategy)
+        classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
+        return lower(self, strategy, classes, self._var_slots(strategy))
+
     def simulate(self, strategy, trace=False, overlap=True):
-        """Simulate one step of ``strategy``.
+        """Simulate one step of ``strategy``: lower it (:meth:`lower`), then run its graph.
 
         Parameters
         ----------
@@ -75,10 +84,8 @@ class Simulator:
         share = self._share(strategy)
         if share is not self:
             return share.simulate(strategy, trace, overlap)
-        slots = self._slots(strategy)
-        classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
-        var_slot = self._var_slots(strategy)
-        graph = lower(self, strategy, classes, var_slot)
+        graph = self.lower(strategy, trace)
+        classes = graph.classes
         run = SyncRun(self, strategy, classes, trace, overlap,
                       overlap and self.problem.overlaps_compute(strategy.replicas))
         run.execute(graph)
@@ -93,7 +100,7 @@ class Simulator:
             step_time = cpu_bound[1]
         else:
             cpu_bound = ()
-        memory = self.memory(strategy, slots)
+        memory = self.memory(strategy)
         events = run.events
         if trace:
             for schedule, _ in classes:

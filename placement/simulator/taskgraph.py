@@ -13,16 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autodist.strategy import CollectiveKey
+
 
 @dataclass(frozen=True)
 class Collective:
-    """One fused allreduce: its key (algorithm, bucket, slot, wire format), variables, devices, and the sparse
+    """One fused allreduce: its key (autodist.strategy.CollectiveKey), variables, devices, and the sparse
     gradients among them whose rows are all-gathered."""
 
-    algorithm: str
-    bucket: int
-    slot: int
-    compression: str
+    key: CollectiveKey
     variables: tuple
     devices: tuple
     gathered: tuple
@@ -52,7 +51,8 @@ class StepGraph:
         for schedule, members in self.classes:
             out.append(f"compute {len(members)} replica(s) like {members[0]}: ends at {schedule.end:.6g} s")
         for c in self.collectives:
-            out.append(f"allreduce {c.algorithm} bucket {c.bucket} slot {c.slot} {c.compression}: "
+            k = c.key
+            out.append(f"allreduce {k.algorithm} bucket {k.bucket} slot {k.slot} {k.compression}: "
                        f"{len(c.variables)} variable(s) over {len(c.devices)} devices"
                        + (f", {len(c.gathered)} gathered" if c.gathered else ""))
         out += [f"ps {p.variable} slot {p.slot}" for p in self.ps_variables]
@@ -65,20 +65,11 @@ def lower(simulator, strategy, classes, var_slot):
     """The :class:`StepGraph` of ``strategy`` over its replica ``classes`` (``var_slot``: each variable's slot,
     None where all are on slot 0)."""
     problem = simulator.problem
-    buckets = {}  # (algorithm, bucket, slot, compression) -> variables
-    ps_variables = []
-    for name in sorted(strategy.sync):
-        s = strategy.sync[name]
-        slot = var_slot[name] if var_slot else 0
-        if s.method == "allreduce":
-            buckets.setdefault((s.algorithm, s.bucket, slot, s.compression), []).append(name)
-        else:
-            ps_variables.append(PsVariable(name, slot))
-    collectives = []
-    # issued in bucket order, as the runtimes run them (launcher.runtime.collective, launcher.runtime.trainer)
-    for (algorithm, bucket, slot, compression), names in sorted(buckets.items(), key=lambda kv: (kv[0][1:], kv[0])):
-        collectives.append(Collective(algorithm, bucket, slot, compression, tuple(names),
-                                      simulator.slot_devices(strategy.replicas, slot),
-                                      problem.gathered(strategy, names)))
+    ps_variables = [PsVariable(name, var_slot[name] if var_slot else 0)
+                    for name, s in sorted(strategy.sync.items()) if s.method != "allreduce"]
+    # issued in key order (bucket first), as the runtimes run them (launcher.runtime.collective, .trainer)
+    collectives = [Collective(key, tuple(names), simulator.slot_devices(strategy.replicas, key.slot),
+                              problem.gathered(strategy, names))
+                   for key, names in strategy.collectives(var_slot).items()]
     return StepGraph(classes, collectives, ps_variables, not strategy.allreduces_everything(),
                      problem.client_time(strategy))
