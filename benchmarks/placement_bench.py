@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 from autodist.resource_spec import load_cluster  # noqa: E402
+from placement.baselines import BASELINE_NAMES  # noqa: E402
 from zoo import captured, machine  # noqa: E402
 
 RESULTS = os.path.join(REPO, "benchmarks", "results")
@@ -117,15 +118,15 @@ def markdown(report):
         "",
         "Predicted step times in ms; gain = throughput gain (baseline time / annealed time - 1).",
         "",
-        "| model | cluster | greedy-ps | ring | hierarchical | parallax | annealed | gain vs best | gain vs greedy "
+        f"| model | cluster | {' | '.join(BASELINE_NAMES)} | annealed | gain vs best | gain vs greedy "
         "| gap to bound | search s | moves/s | acceptance start / end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|" + "---|" * (len(BASELINE_NAMES) + 8),
     ]
     for c in report["cells"]:
         b = c["baseline_ms"]
         lines.append(
-            f"| {c['model']} | {c['cluster']} | {_ms(b.get('greedy-ps'))} | {_ms(b.get('ring'))} "
-            f"| {_ms(b.get('hierarchical'))} | {_ms(b.get('parallax'))} | {c['annealed_ms']:.3f} "
+            f"| {c['model']} | {c['cluster']} | {' | '.join(_ms(b.get(name)) for name in BASELINE_NAMES)} "
+            f"| {c['annealed_ms']:.3f} "
             f"| {c['gain_over_best_baseline']:.1%} | {_share(c['gain_over_greedy'], '.1%')} "
             f"| {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} "
             f"| {c['moves_per_s']:.0f} | {_share(c['acceptance_start'])} / {_share(c['acceptance_end'])} |"

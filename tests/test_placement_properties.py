@@ -35,7 +35,7 @@ def simulators(embedding_graph, mlp_graph, cost_model):
 def random_strategy(sim, seed, moves, model_parallel):
     rng = random.Random(seed)
     space = StrategySpace(sim.problem, rng)
-    build = baselines.greedy_op_placer if model_parallel else rng.choice(list(baselines.BASELINES.values()))
+    build = baselines.greedy_op_placer if model_parallel else rng.choice(baselines.BASELINES).build
     start = build(sim.problem)
     strategy = copy_strategy(start)
     for _ in range(moves):
@@ -80,7 +80,7 @@ def test_a_reused_simulator_equals_a_fresh_one_along_random_moves(simulators, ml
     spec = load_cluster(preset=preset)
     reused = simulators.get((preset, model)) or Simulator(Problem(graph, spec, cost_model))
     space = StrategySpace(reused.problem, random.Random(seed))
-    strategy = random.Random(seed).choice(list(baselines.BASELINES.values()))(reused.problem)
+    strategy = random.Random(seed).choice(baselines.BASELINES).build(reused.problem)
     for _ in range(moves):
         strategy = copy_strategy(strategy)
         space.move(strategy)
