@@ -71,10 +71,14 @@ class LinkQueue:
         self.link_sets, self.wide_of_link = ({}, {}) if link_sets is None else link_sets
         self.narrow_busy = {}
         self.wide_busy = {}  # id of a wide link tuple -> seconds
+        self.idle = {}  # id of a wide link tuple -> the tuple, used by phases of no occupancy only so far
 
     def link_busy(self):
         """Seconds each link is occupied."""
         busy = dict(self.narrow_busy)
+        for links in self.idle.values():
+            for link in links:
+                busy.setdefault(link, 0.0)
         for key, seconds in self.wide_busy.items():
             for link in self.link_sets[key][0]:
                 busy[link] = busy.get(link, 0.0) + seconds
@@ -83,11 +87,15 @@ class LinkQueue:
     def occupy(self, links, ready, seconds):
         """Reserve ``seconds`` on every link of ``links`` from the first window free on all; return (start, end).
 
-        A phase of no occupancy (all its time is latency) holds no link and waits for none.
+        A phase of no occupancy (all its time is latency) holds no link and waits for none; its links
+        count as used (0 s) in :meth:`link_busy`, a wide set's marked only when that is read.
         """
         if seconds <= 0:
-            for link in links:
-                self.narrow_busy.setdefault(link, 0.0)
+            if len(links) >= WIDE_PHASE:
+                self.idle[id(links)] = links
+            else:
+                for link in links:
+                    self.narrow_busy.setdefault(link, 0.0)
             return ready, ready
         if len(links) >= WIDE_PHASE:
             return self._occupy_wide(links, ready, seconds)
