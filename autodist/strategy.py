@@ -149,12 +149,12 @@ class Strategy:
 
         ``slot_of``: each variable's replica slot (None: every variable on slot 0).
         """
-        out = {}
+        out = {}  # (bucket, slot, compression, algorithm) -> names: one key object per collective, not per variable
         for name in sorted(self.sync):
             s = self.sync[name]
             if s.method == "allreduce":
-                out.setdefault(CollectiveKey.of(s, slot_of[name] if slot_of else 0), []).append(name)
-        return dict(sorted(out.items()))
+                out.setdefault((s.bucket, slot_of[name] if slot_of else 0, s.compression, s.algorithm), []).append(name)
+        return {CollectiveKey(*key): names for key, names in sorted(out.items())}
 
     def devices_of(self, group):
         """The device of op group ``group`` in each replica."""

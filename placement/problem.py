@@ -225,13 +225,14 @@ class Problem:
             self._slowest_memory[devices] = min(self.resource_spec.device(d).memory_bandwidth for d in devices)
         return cast_seconds(dense_bytes, wire, self._slowest_memory[devices])
 
-    def client_time(self, strategy):
+    def client_time(self, strategy, collective_ops=None):
         """The fixed cost per step of the loop that drives it.  A plan on collective ops runs the script's own
         loop in every replica (Keras' fit loop, or the script's loop calling its step function): on a CPU the
         loop and the ops take turns on the same cores, while on a GPU the loop runs ahead of the kernels it has
         launched, hidden behind them (0 here).  Another plan is driven by one client
-        (launcher.runtime.trainer), which dispatches the step to every worker and PS task."""
-        if strategy.allreduces_everything():
+        (launcher.runtime.trainer), which dispatches the step to every worker and PS task.  ``collective_ops``:
+        ``strategy.allreduces_everything()``, where the caller knows it."""
+        if strategy.allreduces_everything() if collective_ops is None else collective_ops:
             on_gpus = any(self.is_gpu[r[0]] for r in strategy.replicas)
             return 0.0 if on_gpus else self.comm.replica_loop_seconds(self.graph_item.job.step)
         return self.comm.client_step_seconds(len(self.remote_tasks(strategy)))

@@ -21,11 +21,11 @@ class SyncRun(CollectiveSync, ParameterServerSync):
     :class:`~placement.simulator.ps.ParameterServerSync`'s.
     """
 
-    def __init__(self, sim, strategy, classes, trace, overlap, collectives_overlap):
+    def __init__(self, sim, strategy, classes, trace, overlap, collectives_overlap, collective_ops):
         self.sim = sim
         self.problem = sim.problem
         self.strategy = strategy
-        self.collective_ops = strategy.allreduces_everything()
+        self.collective_ops = collective_ops  # the plan runs on collective ops (Strategy.allreduces_everything)
         self.classes = classes
         self.trace = trace
         self.overlap = overlap  # PS pushes and pulls overlap the compute (False: the what-if without overlap)

@@ -87,7 +87,7 @@ class Simulator:
         graph = self.lower(strategy, trace)
         classes = graph.classes
         run = SyncRun(self, strategy, classes, trace, overlap,
-                      overlap and self.problem.overlaps_compute(strategy.replicas))
+                      overlap and self.problem.overlaps_compute(strategy.replicas), graph.collective_ops)
         run.execute(graph)
 
         compute_time = run.finish[0]
@@ -95,7 +95,7 @@ class Simulator:
         step_time = client_time + run.end()
         step_time += (contention_delay(compute_time, run.engine.collective_spans) + run.update_contention()
                       + run.compute_delay())
-        cpu_bound = () if strategy.allreduces_everything() else self._cpu_floor(strategy, run)
+        cpu_bound = () if graph.collective_ops else self._cpu_floor(strategy, run)
         if cpu_bound and cpu_bound[1] > step_time:
             step_time = cpu_bound[1]
         else:
@@ -107,7 +107,7 @@ class Simulator:
                 events.extend(schedule.events)
             if client_time:  # the loop that drives the step runs before any of it
                 events = [(n, c, r, start + client_time, end + client_time) for n, c, r, start, end in events]
-                loop = ("each replica's own loop" if strategy.allreduces_everything()
+                loop = ("each replica's own loop" if graph.collective_ops
                         else "dispatch the step to every task")
                 events.append((loop, "client", "client", 0.0, client_time))
         return SimResult(

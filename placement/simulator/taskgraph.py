@@ -42,8 +42,13 @@ class StepGraph:
     classes: list  # (compute Schedule, replicas running it)
     collectives: list
     ps_variables: list
-    feeds: bool
+    collective_ops: bool  # every variable allreduced, one device per replica: each replica runs its own step
     client_time: float
+
+    @property
+    def feeds(self):
+        """Whether one client sends every replica its input (the plans not on collective ops)."""
+        return not self.collective_ops
 
     def lines(self):
         """The graph, one task per line."""
@@ -71,5 +76,6 @@ def lower(simulator, strategy, classes, var_slot):
     collectives = [Collective(key, tuple(names), simulator.slot_devices(strategy.replicas, key.slot),
                               problem.gathered(strategy, names))
                    for key, names in strategy.collectives(var_slot).items()]
-    return StepGraph(classes, collectives, ps_variables, not strategy.allreduces_everything(),
-                     problem.client_time(strategy))
+    collective_ops = strategy.allreduces_everything()
+    return StepGraph(classes, collectives, ps_variables, collective_ops,
+                     problem.client_time(strategy, collective_ops))
