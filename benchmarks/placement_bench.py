@@ -160,7 +160,22 @@ def markdown(report):
             f"annealed {g['annealed_ms']:.3f} ms vs greedy {g['baseline_ms']['greedy-ps']:.3f} ms "
             f"(gain {g['gain_over_greedy']:.1%}), {g['moves_tried']} moves.",
         ]
+    if report.get("throughput"):
+        lines += _throughput(report["throughput"])
     return "\n".join(lines) + "\n"
+
+
+def _throughput(t):
+    """The section on search throughput: moves per CPU second of the search alone, before and after a change,
+    measured in one run on one machine (recorded by hand in placement.json's ``throughput``)."""
+    lines = ["", "## Search throughput", "", f"Command: `{t['command']}`  ", f"Machine: {t['machine']}  ", t["note"], "",
+             f"| model | cluster | GPUs | global batch | moves | {t['before']} moves/CPU s | {t['after']} moves/CPU s "
+             "| speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for r in t["rows"]:
+        lines.append(f"| {r['model']} | {r['cluster']} | {r['gpus']} | {r['batch']} | {r['moves']} "
+                     f"| {' / '.join(f'{x:.0f}' for x in r['before'])} | {' / '.join(f'{x:.0f}' for x in r['after'])} "
+                     f"| {min(r['after']) / max(r['before']):.2f}-{max(r['after']) / min(r['before']):.2f}x |")
+    return lines
 
 
 def _share(value, spec=".0%"):

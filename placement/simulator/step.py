@@ -55,7 +55,6 @@ class Simulator:
         return schedule
 
     # -- one step ----------------------------------------------------------
-    # -- one step ----------------------------------------------------------
     def lower(self, strategy, trace=False):
         """The step graph of ``strategy`` (placement.simulator.taskgraph.StepGraph), on its share of the batch."""
         share = self._share(strategy)
