@@ -20,6 +20,7 @@ launcher consume them.  Nothing here runs anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from autodist.errors import InputError, PlacementError
 
@@ -67,8 +68,7 @@ class VarSync:
         return len(self.ps_tasks) if self.method == "ps" else 1
 
 
-@dataclass(frozen=True, order=True)
-class CollectiveKey:
+class CollectiveKey(NamedTuple):
     """What makes one collective: allreduced variables whose keys are equal are fused and sent as one.
 
     ``bucket``: their ``VarSync.bucket``; ``slot``: the replica slot their
@@ -149,12 +149,12 @@ class Strategy:
 
         ``slot_of``: each variable's replica slot (None: every variable on slot 0).
         """
-        out = {}  # (bucket, slot, compression, algorithm) -> names: one key object per collective, not per variable
-        for name in sorted(self.sync):
-            s = self.sync[name]
+        out = {}
+        for name, s in sorted(self.sync.items()):
             if s.method == "allreduce":
-                out.setdefault((s.bucket, slot_of[name] if slot_of else 0, s.compression, s.algorithm), []).append(name)
-        return {CollectiveKey(*key): names for key, names in sorted(out.items())}
+                out.setdefault(CollectiveKey(s.bucket, slot_of[name] if slot_of else 0, s.compression, s.algorithm),
+                               []).append(name)
+        return dict(sorted(out.items()))
 
     def devices_of(self, group):
         """The device of op group ``group`` in each replica."""

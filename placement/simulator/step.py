@@ -60,6 +60,9 @@ class Simulator:
         share = self._share(strategy)
         if share is not self:
             return share.lower(strategy, trace)
+        return self._lower(strategy, trace)
+
+    def _lower(self, strategy, trace):
         slots = self._slots(strategy)
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
         return lower(self, strategy, classes, self._var_slots(strategy))
@@ -83,7 +86,7 @@ class Simulator:
         share = self._share(strategy)
         if share is not self:
             return share.simulate(strategy, trace, overlap)
-        graph = self.lower(strategy, trace)
+        graph = self._lower(strategy, trace)
         classes = graph.classes
         run = SyncRun(self, strategy, classes, trace, overlap,
                       overlap and self.problem.overlaps_compute(strategy.replicas), graph.collective_ops)
@@ -99,7 +102,7 @@ class Simulator:
             step_time = cpu_bound[1]
         else:
             cpu_bound = ()
-        memory = self.memory(strategy)
+        memory = self._cached_memory(strategy, self._slots(strategy))
         events = run.events
         if trace:
             for schedule, _ in classes:
@@ -167,8 +170,9 @@ class Simulator:
         share = self._share(strategy)
         if share is not self:
             return share.memory(strategy, slots)
-        if slots is None:
-            slots = self._slots(strategy)
+        return self._cached_memory(strategy, self._slots(strategy) if slots is None else slots)
+
+    def _cached_memory(self, strategy, slots):
         # what the memory depends on: replicas, slots, micro-batches, and which variables go to which PS task
         key = (id(strategy.replicas), slots, self.problem.micro_batches_of(strategy), tuple(strategy.ps_devices),
                tuple((name, s.ps_tasks) for name, s in strategy.sync.items() if s.method != "allreduce"))

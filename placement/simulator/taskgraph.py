@@ -12,12 +12,12 @@ dispatch per step.  :meth:`StepGraph.lines` prints it; the event engine
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autodist.strategy import CollectiveKey
 
 
-@dataclass(frozen=True)
-class Collective:
+class Collective(NamedTuple):
     """One fused allreduce: its key (autodist.strategy.CollectiveKey), variables, devices, and the sparse
     gradients among them whose rows are all-gathered."""
 
@@ -27,8 +27,7 @@ class Collective:
     gathered: tuple
 
 
-@dataclass(frozen=True)
-class PsVariable:
+class PsVariable(NamedTuple):
     """A variable whose shards are pushed to, updated on and pulled from PS tasks; ``slot``: its unit's slot."""
 
     variable: str
