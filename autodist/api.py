@@ -60,10 +60,10 @@ def cluster_of(cluster):
     return load_cluster(preset=str(cluster))
 
 
-def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
-              precision=None, micro_batches=None, cost_model=None, allow_compression=False,
-              allow_micro_batches=False, moves=None):
-    """Search the best placement of a training job on a cluster.
+def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
+                     precision=None, micro_batches=None, cost_model=None, allow_compression=False,
+                     allow_micro_batches=False, moves=None):
+    """Search the best placement of a training job on a cluster: the plan and the search that made it.
 
     Parameters
     ----------
@@ -96,7 +96,7 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
 
     Returns
     -------
-    autodist.plan.Plan
+    (autodist.plan.Plan, placement.search.SearchResult)
     """
     from cost_models import CostModel
     from placement import optimize
@@ -109,4 +109,14 @@ def make_plan(source, cluster, seed=0, budget_s=10.0, progress=None, script_args
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, moves=moves,
                       progress=progress, allreduce_only=allreduce_only, allow_compression=allow_compression,
                       allow_micro_batches=allow_micro_batches)
-    return Plan.build(graph_item, resource_spec, result, cost_model.id, seed)
+    return Plan.build(graph_item, resource_spec, result, cost_model.id, seed), result
+
+
+def make_plan(source, cluster, **options):
+    """The plan of :func:`plan_with_search` (the same arguments), without its search result.
+
+    Returns
+    -------
+    autodist.plan.Plan
+    """
+    return plan_with_search(source, cluster, **options)[0]

@@ -163,15 +163,19 @@ def _variable_entries(graph_item, strategy, tasks, resource_spec):
     return out
 
 
+def _bucket_entry(graph_item, key, names):
+    """One collective (autodist.strategy.CollectiveKey) of the plan; its ``compression`` only where it is not
+    ``none`` (older plans stay byte-identical)."""
+    entry = {"bucket": key.bucket, "algorithm": key.algorithm, "variables": names,
+             "bytes": sum(graph_item.variables[name].bytes for name in names)}
+    if key.compression != "none":
+        entry["compression"] = key.compression
+    return entry
+
+
 def _collectives(graph_item, resource_spec, strategy, tasks):
     """Collective settings: buckets, NCCL inside a node, RDMA between nodes."""
-    buckets = {}
-    for name, sync in sorted(strategy.sync.items()):
-        if sync.method != "allreduce":
-            continue
-        b = buckets.setdefault(sync.bucket, {"bucket": sync.bucket, "algorithm": sync.algorithm, "variables": [], "bytes": 0})
-        b["variables"].append(name)
-        b["bytes"] += graph_item.variables[name].bytes
+    buckets = [_bucket_entry(graph_item, key, names) for key, names in strategy.collectives().items()]
     workers = [t for t in tasks if t["job"] == "worker"]
     nodes = [resource_spec.node(t["node"]) for t in workers]
     multi_gpu_node = any(
@@ -182,7 +186,7 @@ def _collectives(graph_item, resource_spec, strategy, tasks):
     rdma = inter and bool(nics) and all(nic.rdma for nic in nics)
     kinds = sorted({nic.kind for nic in nics}) if inter else []
     return {
-        "buckets": [buckets[k] for k in sorted(buckets)],
+        "buckets": buckets,
         "nccl_intra_node": bool(buckets) and multi_gpu_node,
         "inter_node": "none" if not inter else ("rdma" if rdma else "socket"),
         "inter_node_link_kinds": kinds,

@@ -104,25 +104,28 @@ def _variable_problems(entries, strategy):
 
 
 def _bucket_problems(buckets, entries, strategy):
+    """Each listed collective is one CollectiveKey of the strategy's (bucket, wire format, algorithm), with
+    exactly its variables and their bytes."""
+    from autodist.strategy import CollectiveKey
+
     sizes = {e["name"]: e["bytes"] for e in entries}
-    expected = {}
-    for name, sync in sorted(strategy.sync.items()):
-        if sync.method == "allreduce":
-            expected.setdefault(sync.bucket, []).append(name)
+    expected = strategy.collectives()
     seen = {}
     for i, bucket in enumerate(buckets):
         field = f"collectives.buckets[{i}]"
-        if bucket["bucket"] in seen:
+        key = CollectiveKey(bucket["bucket"], 0, bucket.get("compression", "none"), bucket.get("algorithm", "ring"))
+        if key in seen:
             yield f"{field}.bucket", f"bucket {bucket['bucket']} is listed twice"
-        seen[bucket["bucket"]] = bucket["variables"]
+        seen[key] = bucket["variables"]
         for var in bucket["variables"]:
             sync = strategy.sync.get(var)
-            if sync is None or sync.method != "allreduce" or sync.bucket != bucket["bucket"]:
-                where = "is not allreduced" if sync is None or sync.method != "allreduce" else f"is in bucket {sync.bucket}"
+            if sync is None or sync.method != "allreduce" or CollectiveKey.of(sync) != key:
+                where = ("is not allreduced" if sync is None or sync.method != "allreduce"
+                         else f"is in bucket {sync.bucket} ({sync.algorithm}, {sync.compression})")
                 yield f"{field}.variables", f"variable {var!r} {where} in the strategy"
         total = sum(sizes.get(v, 0) for v in bucket["variables"])
         if bucket["bytes"] != total:
             yield f"{field}.bytes", f"{bucket['bytes']}, but its variables hold {total} bytes"
-    for number, names in sorted(expected.items()):
-        if sorted(seen.get(number, [])) != names:
-            yield "collectives.buckets", f"bucket {number} should hold exactly {names}"
+    for key, names in expected.items():
+        if sorted(seen.get(key, [])) != names:
+            yield "collectives.buckets", f"bucket {key.bucket} ({key.algorithm}, {key.compression}) should hold exactly {names}"

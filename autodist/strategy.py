@@ -20,6 +20,7 @@ launcher consume them.  Nothing here runs anything.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from autodist.errors import InputError, PlacementError
 
@@ -65,6 +66,28 @@ class VarSync:
     @property
     def shards(self):
         return len(self.ps_tasks) if self.method == "ps" else 1
+
+
+class CollectiveKey(NamedTuple):
+    """What makes one collective: allreduced variables whose keys are equal are fused and sent as one.
+
+    ``bucket``: their ``VarSync.bucket``; ``slot``: the replica slot their
+    units run on (0 for one-device replicas); ``compression``: the wire
+    format; ``algorithm``: how the collective runs.  Keys sort in the order
+    the runtimes issue the collectives (bucket first).  The simulator, the
+    plan, the report's pricing and the runtime's layout all group by it.
+    """
+
+    bucket: int
+    slot: int
+    compression: str
+    algorithm: str
+
+    @classmethod
+    def of(cls, sync, slot=0):
+        """The key of an allreduced variable's ``sync`` (a VarSync, or anything with its bucket, compression
+        and algorithm) at ``slot``."""
+        return cls(sync.bucket, slot, sync.compression, sync.algorithm)
 
 
 def _is_index(value):
@@ -120,6 +143,18 @@ class Strategy:
         """Every variable allreduced and every replica on one device: the plans that run on collective ops."""
         return (all(s.method == "allreduce" for s in self.sync.values())
                 and all(len(replica) == 1 for replica in self.replicas))
+
+    def collectives(self, slot_of=None):
+        """``{CollectiveKey: [variable names, sorted]}`` of the allreduced variables, in issue order.
+
+        ``slot_of``: each variable's replica slot (None: every variable on slot 0).
+        """
+        out = {}
+        for name, s in sorted(self.sync.items()):
+            if s.method == "allreduce":
+                out.setdefault(CollectiveKey(s.bucket, slot_of[name] if slot_of else 0, s.compression, s.algorithm),
+                               []).append(name)
+        return dict(sorted(out.items()))
 
     def devices_of(self, group):
         """The device of op group ``group`` in each replica."""

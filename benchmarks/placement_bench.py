@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 from autodist.resource_spec import load_cluster  # noqa: E402
+from placement.baselines import BASELINE_NAMES  # noqa: E402
 from zoo import captured, machine  # noqa: E402
 
 RESULTS = os.path.join(REPO, "benchmarks", "results")
@@ -117,15 +118,15 @@ def markdown(report):
         "",
         "Predicted step times in ms; gain = throughput gain (baseline time / annealed time - 1).",
         "",
-        "| model | cluster | greedy-ps | ring | hierarchical | parallax | annealed | gain vs best | gain vs greedy "
+        f"| model | cluster | {' | '.join(BASELINE_NAMES)} | annealed | gain vs best | gain vs greedy "
         "| gap to bound | search s | moves/s | acceptance start / end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|" + "---|" * (len(BASELINE_NAMES) + 8),
     ]
     for c in report["cells"]:
         b = c["baseline_ms"]
         lines.append(
-            f"| {c['model']} | {c['cluster']} | {_ms(b.get('greedy-ps'))} | {_ms(b.get('ring'))} "
-            f"| {_ms(b.get('hierarchical'))} | {_ms(b.get('parallax'))} | {c['annealed_ms']:.3f} "
+            f"| {c['model']} | {c['cluster']} | {' | '.join(_ms(b.get(name)) for name in BASELINE_NAMES)} "
+            f"| {c['annealed_ms']:.3f} "
             f"| {c['gain_over_best_baseline']:.1%} | {_share(c['gain_over_greedy'], '.1%')} "
             f"| {c['gap_to_lower_bound']:.1%} | {c['search_s']:.1f} "
             f"| {c['moves_per_s']:.0f} | {_share(c['acceptance_start'])} / {_share(c['acceptance_end'])} |"
@@ -159,7 +160,22 @@ def markdown(report):
             f"annealed {g['annealed_ms']:.3f} ms vs greedy {g['baseline_ms']['greedy-ps']:.3f} ms "
             f"(gain {g['gain_over_greedy']:.1%}), {g['moves_tried']} moves.",
         ]
+    if report.get("throughput"):
+        lines += _throughput(report["throughput"])
     return "\n".join(lines) + "\n"
+
+
+def _throughput(t):
+    """The section on search throughput: moves per CPU second of the search alone, before and after a change,
+    measured in one run on one machine (recorded by hand in placement.json's ``throughput``)."""
+    lines = ["", "## Search throughput", "", f"Command: `{t['command']}`  ", f"Machine: {t['machine']}  ", t["note"], "",
+             f"| model | cluster | GPUs | global batch | moves | {t['before']} moves/CPU s | {t['after']} moves/CPU s "
+             "| speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for r in t["rows"]:
+        lines.append(f"| {r['model']} | {r['cluster']} | {r['gpus']} | {r['batch']} | {r['moves']} "
+                     f"| {' / '.join(f'{x:.0f}' for x in r['before'])} | {' / '.join(f'{x:.0f}' for x in r['after'])} "
+                     f"| {min(r['after']) / max(r['before']):.2f}-{max(r['after']) / min(r['before']):.2f}x |")
+    return lines
 
 
 def _share(value, spec=".0%"):

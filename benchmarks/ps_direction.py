@@ -97,7 +97,7 @@ def compare(graph_item, preset):
 
     problem = Problem(graph_item, load_cluster(preset=preset), CostModel.default())
     sim = Simulator(problem)
-    strategies = {name: baselines.BASELINES[name](problem) for name in COMPARED}
+    strategies = {name: baselines.named(name).build(problem) for name in COMPARED}
     if problem.sparse_gradients:
         strategies[DENSIFIED] = sparse_as_dense(strategies["ring"], problem.sparse_gradients)
     out = {}

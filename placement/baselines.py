@@ -22,8 +22,9 @@
   room (TensorFlow's original greedy placer), synchronised through greedy
   PS so that GPUs hold no weights or optimizer slots.
 
-All data-parallel baselines share :func:`data_parallel` and differ only in the
-per-variable sync rule they pass it.
+The named baselines are :class:`Baseline` records of options of
+:func:`data_parallel`, listed once in :data:`BASELINES`; the CLI, the report
+and the benchmarks read that list.
 """
 
 from __future__ import annotations
@@ -110,8 +111,61 @@ def data_parallel(problem, ps_names=(), algorithm="ring", nodes=None):
     return Strategy(replicas=replicas, sync=sync, ps_devices=ps_devices)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """A named baseline as a record of options of :func:`data_parallel`.
+
+    ``ps``: which variables go through parameter servers (``none``, ``all``
+    or ``sparse``: those with sparse gradients), the rest allreduced with
+    ``algorithm``; ``partitioned``: PS variables split by
+    :func:`min_size_shards` over the PS tasks, all placed round-robin (else
+    each whole on the greedy-balanced task).
+    """
+
+    name: str
+    ps: str = "none"
+    algorithm: str = "ring"
+    partitioned: bool = False
+
+    def build(self, problem, nodes=None):
+        """The strategy on the first ``nodes`` compute nodes (default: all of them)."""
+        ps_names = {"none": (), "all": problem.dense_bytes,
+                    "sparse": [v.name for v in problem.variables if v.sparse_gradient]}[self.ps]
+        strategy = data_parallel(problem, ps_names=ps_names, algorithm=self.algorithm, nodes=nodes)
+        if self.partitioned:
+            _partition(problem, strategy)
+        return strategy
+
+
+# Every named baseline, in the order the CLI, the report and the benchmarks list them.
+BASELINES = (
+    Baseline("greedy-ps", ps="all"),
+    Baseline("partitioned-ps", ps="all", partitioned=True),
+    Baseline("ring"),
+    Baseline("hierarchical", algorithm="hierarchical"),
+    Baseline("parallax", ps="sparse"),
+)
+BASELINE_NAMES = tuple(b.name for b in BASELINES)
+
+
+def named(name):
+    """The baseline called ``name`` (a KeyError names the known ones)."""
+    for baseline in BASELINES:
+        if baseline.name == name:
+            return baseline
+    raise KeyError(f"unknown baseline {name!r} (one of {', '.join(BASELINE_NAMES)})")
+
+
 def greedy_ps(problem, nodes=None):
-    return data_parallel(problem, ps_names=problem.dense_bytes, nodes=nodes)
+    return named("greedy-ps").build(problem, nodes)
+
+
+def partitioned_ps(problem, nodes=None):
+    return named("partitioned-ps").build(problem, nodes)
+
+
+def parallax(problem, nodes=None):
+    return named("parallax").build(problem, nodes)
 
 
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
@@ -125,21 +179,14 @@ def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
     return max(1, min(int(shape[0]), max_shards, -(-int(nbytes) // min_shard_bytes)))
 
 
-def partitioned_ps(problem, nodes=None):
-    """Every variable on PS, split by :func:`min_size_shards` over the PS tasks, all placed round-robin."""
-    strategy = greedy_ps(problem, nodes)
+def _partition(problem, strategy):
+    """Split every variable by :func:`min_size_shards` over ``strategy``'s PS tasks, placed round-robin."""
     tasks = len(strategy.ps_devices)
     turn = 0
     for variable in problem.variables:
         shards = min_size_shards(variable.shape, problem.dense_bytes[variable.name], tasks)
         strategy.sync[variable.name] = VarSync("ps", ps_tasks=tuple((turn + i) % tasks for i in range(shards)))
         turn += shards
-    return strategy
-
-
-def parallax(problem, nodes=None):
-    sparse = [v.name for v in problem.variables if v.sparse_gradient]
-    return data_parallel(problem, ps_names=sparse, algorithm="ring", nodes=nodes)
 
 
 def greedy_op_placer(problem):
@@ -171,7 +218,7 @@ def greedy_op_placer(problem):
             for p, nbytes in preds[g]:
                 arrive = end[p]
                 if slot_of_group[p] != slot:
-                    phases = problem.comm.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
+                    phases = problem.prices.transfer_phases(first[slot_of_group[p]], first[slot], nbytes)
                     arrive += sum(ph.seconds for ph in phases)
                 ready = max(ready, arrive)
             return max(ready, free[slot]) + costs[slot][g]
@@ -191,15 +238,6 @@ def greedy_op_placer(problem):
     return strategy
 
 
-BASELINES = {
-    "greedy-ps": greedy_ps,
-    "partitioned-ps": partitioned_ps,
-    "ring": lambda problem, nodes=None: data_parallel(problem, algorithm="ring", nodes=nodes),
-    "hierarchical": lambda problem, nodes=None: data_parallel(problem, algorithm="hierarchical", nodes=nodes),
-    "parallax": parallax,
-}
-
-
 def all_baselines(simulator):
     """Every applicable baseline of ``simulator.problem``, simulated: a list of :class:`Candidate`.
 
@@ -210,10 +248,11 @@ def all_baselines(simulator):
     """
     problem = simulator.problem
     out, scaled = [], []
-    for name, build in BASELINES.items():
-        everywhere = _candidate(simulator, name, build(problem))
+    for baseline in BASELINES:
+        name = baseline.name
+        everywhere = _candidate(simulator, name, baseline.build(problem))
         out.append(everywhere)
-        fewer = [_candidate(simulator, f"{k}-node {name}", build(problem, nodes=k))
+        fewer = [_candidate(simulator, f"{k}-node {name}", baseline.build(problem, nodes=k))
                  for k in node_scales(problem.resource_spec)[:-1]]
         best = min(fewer, key=_speed, default=None)
         if best is not None and _speed(best) < _speed(everywhere):

@@ -60,7 +60,7 @@ def _transfer_affine(problem):
     Over every transfer a PS round may make between two distinct devices:
     gRPC pushes and pulls, and the local copies inside a task.
     """
-    spec, comm = problem.resource_spec, problem.comm
+    spec, prices = problem.resource_spec, problem.prices
     nodes = _representative_nodes(spec)
     devices = [d.name for n in nodes for d in n.devices]
     servers = [p for p in problem.ps_candidates if p in devices]
@@ -69,13 +69,13 @@ def _transfer_affine(problem):
         for p in servers:
             if w == p:
                 continue
-            for price in (comm.ps_phases, comm.transfer_phases):
+            for price in (prices.ps_phases, prices.transfer_phases):
                 for src, dst in ((w, p), (p, w)):
                     zero, probe = price(src, dst, 0), price(src, dst, _PROBE_BYTES)
                     t0 = sum(ph.seconds for ph in zero)
                     per_byte = max(0.0, sum(ph.seconds for ph in probe) - t0) / _PROBE_BYTES
                     intercept, slope = min(intercept, t0), min(slope, per_byte)
-                    if price == comm.ps_phases and spec.device(w).node != spec.device(p).node:
+                    if price == prices.ps_phases and spec.device(w).node != spec.device(p).node:
                         nics = sum(_nic_tx(link) for ph in probe for link in ph.links)
                         nic_slope = min(nic_slope, nics * per_byte)
     # with servers but no cross-node pair among the representatives, claim nothing for the NICs
@@ -95,13 +95,13 @@ def _allreduce_options(problem, devices, nbytes, sending_nics):
     out = []
     for algorithm in ALLREDUCE_ALGORITHMS:
         for collective_ops in (True, False):
-            phases = problem.allreduce_phases(devices, algorithm, nbytes, collective_ops)
-            zero = problem.allreduce_phases(devices, algorithm, 0, collective_ops)
+            phases = problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+            zero = problem.prices.allreduce_phases(devices, algorithm, 0, collective_ops)
             nic = 0.0
             for i, (ph, z) in enumerate(zip(phases, zero)):
                 share = ph.seconds - z.seconds
                 if i == 0:
-                    share -= max(0.0, problem.overhead - z.seconds)
+                    share -= max(0.0, problem.prices.overhead - z.seconds)
                 if ph.links not in sending_nics:
                     sending_nics[ph.links] = sum(_nic_tx(link) for link in ph.links)
                 nic += max(0.0, share) * sending_nics[ph.links]
@@ -179,7 +179,7 @@ def _sync_terms(problem, replicas, group_slots, models, ready, replica_compute):
         on_server = min((u[name] for u in server_updates), default=float("inf")) / max(len(servers), 1)
         options = _allreduce_options(problem, devices, nbytes, sending_nics)
         if name in problem.sparse_gradients:  # its rows are all-gathered (no NIC share claimed)
-            gather = problem.sparse_allgather_phases(devices, problem.sparse_bytes[name])
+            gather = problem.prices.sparse_allgather_phases(devices, problem.sparse_bytes[name])
             options.append((sum(p.seconds for p in gather), 0.0))
         allreduce = min(seconds for seconds, _ in options) + on_replica
         shard = problem.sparse_bytes[name] / max(len(servers), 1)

@@ -28,6 +28,10 @@ Each move changes one decision and returns a short label (for statistics):
   shards of the busiest task) or remove the last one (its shards move to
   the others).
 
+Every move changes only the fields it names: a VarSync is copied with
+``dataclasses.replace``, keeping its wire format and sparse sync
+(tests/test_space_moves.py).
+
 The replica count changes the work each replica does (its slice of the
 global batch); the search compares candidates by the step time of the
 global batch.
@@ -151,7 +155,7 @@ class StrategySpace:
             return
         tasks = list(s.ps_tasks)
         tasks[self.rng.randrange(len(tasks))] = self.rng.choice(free)
-        strategy.sync[name] = VarSync("ps", ps_tasks=tuple(tasks), axis=s.axis)
+        strategy.sync[name] = replace(s, ps_tasks=tuple(tasks))
 
     def _partition(self, strategy):
         name = self._pick(strategy, "ps")
@@ -165,7 +169,7 @@ class StrategySpace:
             tasks.append(min(free, key=lambda t: (load[t], t)))
         elif len(tasks) > 1:
             tasks.pop(self.rng.randrange(len(tasks)))
-        strategy.sync[name] = VarSync("ps", ps_tasks=tuple(tasks), axis=s.axis)
+        strategy.sync[name] = replace(s, ps_tasks=tuple(tasks))
 
     def _algorithm(self, strategy):
         name = self._pick(strategy, "allreduce")
@@ -175,8 +179,7 @@ class StrategySpace:
         algorithm = self.rng.choice([a for a in ALLREDUCE_ALGORITHMS if a != s.algorithm])
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
-                strategy.sync[other] = VarSync("allreduce", algorithm=algorithm, bucket=x.bucket,
-                                               sparse_sync=x.sparse_sync)
+                strategy.sync[other] = replace(x, algorithm=algorithm)
 
     def _compression(self, strategy):
         name = self._pick(strategy, "allreduce")
@@ -232,7 +235,7 @@ class StrategySpace:
         s = strategy.sync[name]
         top = max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
         bucket = max(0, min(top + 1, s.bucket + self.rng.choice((-1, 1))))
-        strategy.sync[name] = VarSync("allreduce", algorithm=s.algorithm, bucket=bucket, sparse_sync=s.sparse_sync)
+        strategy.sync[name] = replace(s, bucket=bucket)
 
     def _buckets(self, strategy):
         """(algorithm, bucket) -> allreduce variables in gradient-ready order."""
@@ -251,8 +254,7 @@ class StrategySpace:
         names = buckets[(algorithm, bucket)]
         new = 1 + max(x.bucket for x in strategy.sync.values() if x.method == "allreduce")
         for name in names[len(names) // 2:]:
-            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=new,
-                                          sparse_sync=strategy.sync[name].sparse_sync)
+            strategy.sync[name] = replace(strategy.sync[name], bucket=new)
 
     def _merge(self, strategy):
         buckets = self._buckets(strategy)
@@ -261,8 +263,7 @@ class StrategySpace:
             return
         (algorithm, bucket), other = self.rng.sample(keys, 2)
         for name in buckets[other]:
-            strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket,
-                                          sparse_sync=strategy.sync[name].sparse_sync)
+            strategy.sync[name] = replace(strategy.sync[name], algorithm=algorithm, bucket=bucket)
 
     def _group(self, strategy):
         unit = self.rng.choice(self.units)
@@ -286,7 +287,7 @@ class StrategySpace:
         for name in holders[::2]:
             s = strategy.sync[name]
             tasks = tuple(new if t == busiest else t for t in s.ps_tasks)
-            strategy.sync[name] = VarSync("ps", ps_tasks=tasks, axis=s.axis)
+            strategy.sync[name] = replace(s, ps_tasks=tasks)
 
     def _remove_last_ps(self, strategy):
         last = len(strategy.ps_devices) - 1
@@ -298,4 +299,4 @@ class StrategySpace:
             kept = [t for t in s.ps_tasks if t != last]
             if not kept:
                 kept = [self.rng.randrange(last)]
-            strategy.sync[name] = VarSync("ps", ps_tasks=tuple(kept), axis=s.axis)
+            strategy.sync[name] = replace(s, ps_tasks=tuple(kept))

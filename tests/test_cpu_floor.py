@@ -26,7 +26,7 @@ def _simulate(graph_item, preset, cost_model, baseline, tensor_cpu=None):
     problem = Problem(graph_item, load_cluster(preset=preset), cost_model)
     if tensor_cpu is not None:
         problem.comm.remote_step = dataclasses.replace(problem.comm.remote_step, tensor_cpu=tensor_cpu)
-    strategy = baselines.BASELINES[baseline](problem)
+    strategy = baselines.named(baseline).build(problem)
     return problem, strategy, Simulator(problem).simulate(strategy)
 
 
@@ -140,7 +140,7 @@ def test_grpc_cpu_beside_the_compute_of_one_core_replicas_delays_it(cnn_graph, c
             if free_cpu:  # a what-if on the real calibration: gRPC's tensors cost their ends no CPU
                 problem.comm.remote_step = dataclasses.replace(problem.comm.remote_step, tensor_cpu=0.0,
                                                                tensor_cpu_rate=float("inf"))
-            strategy = baselines.BASELINES["greedy-ps"](problem)
+            strategy = baselines.named("greedy-ps").build(problem)
             result = Simulator(problem).simulate(strategy)
             assert not result.cpu_bound
             steps.append(result.step_time)

@@ -54,9 +54,9 @@ def test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_grap
 def test_a_simulator_that_forgets_its_plans_still_equals_fresh_ones(mlp_graph, embedding_graph, cost_model,
                                                                     monkeypatch):
     """Past MAX_PLANS bucket and shard plans the Simulator drops them all and prices them again."""
-    import placement.simulator
+    import placement.simulator.run
 
-    monkeypatch.setattr(placement.simulator, "MAX_PLANS", 3)
+    monkeypatch.setattr(placement.simulator.run, "MAX_PLANS", 3)
     test_a_walk_of_accepted_and_rejected_moves_equals_fresh_simulations(mlp_graph, embedding_graph, cost_model,
                                                                           "cpu-2s-25g:4", "embedding", "greedy_ps")
 
@@ -69,11 +69,11 @@ def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_g
     comm = problem.comm
     sizes = sorted({int(1.37 ** k) for k in range(80)} | {0})
     for nbytes in sizes:
-        fitted = problem.allreduce_phases(devices, "ring", nbytes, collective_ops=True)
+        fitted = problem.prices.allreduce_phases(devices, "ring", nbytes, collective_ops=True)
         exact = comm.allreduce_phases(nbytes, list(devices), "ring", collective_ops=True)
         assert [p.links for p in fitted] == [p.links for p in exact]
         assert [p.seconds for p in fitted] == pytest.approx([p.seconds for p in exact], rel=1e-9, abs=0)
-    pieces = problem._affine_fits[("ar", devices, "ring", True)]
+    pieces = problem.prices._affine_fits[("ar", devices, "ring", True)]
     assert len(pieces) == 2  # the tree's and the ring's, not a price asked of the CommModel at every size
 
 
@@ -113,3 +113,48 @@ def test_memory_reused_across_micro_batches_of_one_part_size_equals_fresh(mlp_gr
     two = reused.simulate(strategy)
     assert_same(two, Simulator(Problem(mlp_graph, spec, cost_model)).simulate(strategy))
     assert all(two.memory[d] > one.memory[d] for d in one.memory)
+
+
+MOVES_PER_WALK = 100
+WALKS = 13  # per (model, cluster): 4 x 13 x 100 = 5,200 moves
+
+
+def _exactly(result):
+    return (result.step_time, result.compute_time, result.exposed_comm_time, result.client_time, result.cpu_bound,
+            result.memory)
+
+
+@pytest.mark.parametrize("model, preset", [("mlp", "dgx-h100:4"), ("embedding", "cpu-2s-25g:4"),
+                                           ("cnn", "p3.16xlarge:2"), ("embedding", "emu-1gbit:2")])
+def test_thousands_of_random_moves_evaluated_incrementally_equal_full_evaluations(
+        mlp_graph, embedding_graph, cnn_graph, cost_model, model, preset):
+    """Hypothesis walks of the search's moves (each candidate kept or dropped at random, as the annealer does):
+    the Simulator reused along the walk, with every cache a move can hit, gives exactly what a Simulator
+    that has seen nothing gives (over one Problem, whose prices are pure functions of their inputs)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    graph = {"mlp": mlp_graph, "embedding": embedding_graph, "cnn": cnn_graph}[model]
+    problem = Problem(graph, load_cluster(preset=preset), cost_model)
+    moves = []
+
+    @settings(max_examples=WALKS, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(seed=st.integers(0, 10**6), start=st.sampled_from(["greedy-ps", "ring", "parallax", "greedy-op-placer"]))
+    def walk(seed, start):
+        rng = random.Random(seed)
+        reused = Simulator(problem)
+        space = StrategySpace(problem, rng, compressions=COMPRESSIONS, allow_micro_batches=True)
+        current = (baselines.greedy_op_placer(problem) if start == "greedy-op-placer"
+                   else baselines.named(start).build(problem))
+        for step in range(MOVES_PER_WALK):
+            candidate = copy_strategy(current)
+            space.move(candidate)
+            moves.append(1)
+            assert _exactly(reused.simulate(candidate, trace=step % 25 == 0)) == _exactly(
+                Simulator(problem).simulate(candidate))
+            if rng.random() < 0.5:
+                current = candidate
+
+    walk()
+    assert len(moves) >= WALKS * MOVES_PER_WALK

@@ -35,7 +35,7 @@ def simulators(embedding_graph, mlp_graph, cost_model):
 def random_strategy(sim, seed, moves, model_parallel):
     rng = random.Random(seed)
     space = StrategySpace(sim.problem, rng)
-    build = baselines.greedy_op_placer if model_parallel else rng.choice(list(baselines.BASELINES.values()))
+    build = baselines.greedy_op_placer if model_parallel else rng.choice(baselines.BASELINES).build
     start = build(sim.problem)
     strategy = copy_strategy(start)
     for _ in range(moves):
@@ -80,7 +80,7 @@ def test_a_reused_simulator_equals_a_fresh_one_along_random_moves(simulators, ml
     spec = load_cluster(preset=preset)
     reused = simulators.get((preset, model)) or Simulator(Problem(graph, spec, cost_model))
     space = StrategySpace(reused.problem, random.Random(seed))
-    strategy = random.Random(seed).choice(list(baselines.BASELINES.values()))(reused.problem)
+    strategy = random.Random(seed).choice(baselines.BASELINES).build(reused.problem)
     for _ in range(moves):
         strategy = copy_strategy(strategy)
         space.move(strategy)
@@ -118,10 +118,10 @@ def reference_occupy(intervals, links, ready, seconds):
 def test_wide_phases_find_the_windows_links_find(requests):
     """The link queue's wide link sets (one interval list per collective) find the same windows as a queue that
     keeps every link's intervals, whatever mix of wide and narrow phases arrives."""
-    from placement.simulator import WIDE_PHASE, _LinkQueue
+    from placement.simulator.links import WIDE_PHASE, LinkQueue
 
     link_sets = [tuple(f"l{i}" for i in range(k * 5, k * 5 + WIDE_PHASE)) for k in range(3)]  # overlapping wide sets
-    queue, reference = _LinkQueue(), {}
+    queue, reference = LinkQueue(), {}
     for kind, first, ready, seconds in requests:
         links = link_sets[kind] if kind < 3 else (f"l{first}", f"l{(first * 7) % 41}")
         links = tuple(dict.fromkeys(links))

@@ -61,7 +61,7 @@ def test_search_drops_replicas_whose_allreduce_costs_more_than_they_compute(wide
     spec = load_cluster(preset=NETWORK_BOUND)
     result = optimize(wide_embedding_graph, spec, cost_model, seed=0, budget_s=0.3, allreduce_only=True)
     devices = len(spec.compute_devices())
-    everywhere = [c for c in result.candidates if c.name in baselines.BASELINES]
+    everywhere = [c for c in result.candidates if c.name in baselines.BASELINE_NAMES]
     assert everywhere and all(len(c.strategy.replicas) == devices for c in everywhere)
     assert len(result.strategy.replicas) < devices
     assert result.simulation.step_time < min(c.simulation.step_time for c in everywhere)
@@ -93,7 +93,7 @@ def test_no_scaled_baseline_joins_on_one_node(wide_embedding_graph, cost_model):
     for preset in ("dgx-h100:1", "cpu-2s-25g:1"):
         sim = Simulator(Problem(wide_embedding_graph, load_cluster(preset=preset), cost_model))
         assert baselines.node_scales(sim.problem.resource_spec) == [1]
-        assert {c.name for c in baselines.all_baselines(sim)} <= set(baselines.BASELINES) | {"greedy-op-placer"}
+        assert {c.name for c in baselines.all_baselines(sim)} <= set(baselines.BASELINE_NAMES) | {"greedy-op-placer"}
 
 
 def test_one_move_already_returns_one_replica_where_training_undistributed_is_fastest(wide_embedding_graph,

@@ -20,7 +20,7 @@ from autodist.resource_spec.presets import from_preset
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from cost_models import CostModel
 from placement import Problem, Simulator
-from placement.baselines import BASELINES
+from placement.baselines import named
 from tests.test_report import LONG_NUMBER
 
 EMBEDDING = "deep_embedding/embeddings"
@@ -31,7 +31,7 @@ def baseline_report(graph_item, preset, baseline, sparse_sync="gather"):
     sparse gradients travelling as ``sparse_sync`` says."""
     spec, cost_model = from_preset(preset), CostModel.default()
     simulator = Simulator(Problem(graph_item, spec, cost_model))
-    strategy = BASELINES[baseline](simulator.problem)
+    strategy = named(baseline).build(simulator.problem)
     for name in simulator.problem.sparse_gradients:
         if strategy.sync[name].method == "allreduce":
             strategy.sync[name] = dataclasses.replace(strategy.sync[name], sparse_sync=sparse_sync)
@@ -87,7 +87,7 @@ def test_latency_sentence_when_the_latency_terms_dominate(mlp_graph):
 
     def collectives(scale):
         return sum(phase.seconds for nbytes in buckets.values()
-                   for phase in simulator.problem.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
+                   for phase in simulator.problem.prices.allreduce_phases(devices, "ring", nbytes * scale, collective_ops=True))
 
     assert b["latency_share"] == pytest.approx(collectives(0) / collectives(1))
     assert b["latency_share"] > 0.5 and b["exposed_comm_fraction"] > 0.2

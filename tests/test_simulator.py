@@ -14,7 +14,8 @@ from cost_models.step_table import step_table
 from autodist.resource_spec import ResourceSpec, load_cluster
 from autodist.strategy import Strategy, VarSync
 from placement import Problem, Simulator, baselines, simulate
-from placement.simulator import _LinkQueue
+from autodist.report.timeline import chrome_trace
+from placement.simulator.links import LinkQueue
 from placement.space import StrategySpace, copy_strategy
 
 
@@ -182,7 +183,7 @@ def test_same_inputs_same_result(mlp_graph, ethernet, cost_model):
     a = simulate(mlp_graph, ethernet, strategy, cost_model)
     b = simulate(mlp_graph, ethernet, strategy, cost_model)
     assert json.dumps(a.to_dict()) == json.dumps(b.to_dict())
-    assert json.dumps(a.to_chrome_trace()) == json.dumps(b.to_chrome_trace())
+    assert json.dumps(chrome_trace(a)) == json.dumps(chrome_trace(b))
 
 
 def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, cost_model):
@@ -200,7 +201,7 @@ def test_cached_evaluation_equals_fresh_simulation(embedding_graph, ethernet, co
 def test_chrome_trace_has_compute_sync_and_update_events(mlp_graph, ethernet, cost_model):
     sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
     result = simulate(mlp_graph, ethernet, baselines.greedy_ps(sim.problem), cost_model)
-    trace = result.to_chrome_trace()
+    trace = chrome_trace(result)
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["cat"] for e in events} == {"client", "compute", "sync", "update"}  # a PS plan runs from one client
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in events)
@@ -220,7 +221,7 @@ def test_allreduce_fit_matches_the_comm_model(mlp_graph, cost_model):
                     direct = sim.problem.comm.allreduce_phases(nbytes, list(devices), algorithm, collective_ops=True)
                 else:
                     direct = sim.problem.comm.graph_allreduce_phases(nbytes, list(devices), algorithm)
-                fitted = sim.problem.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+                fitted = sim.problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops)
                 assert [p.links for p in fitted] == [p.links for p in direct]
                 for f, d in zip(fitted, direct):
                     assert f.seconds == pytest.approx(d.seconds, rel=1e-9, abs=1e-15)
@@ -237,7 +238,7 @@ def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
     (push,) = comm.ps_phases(worker, server, nbytes)
     (pull,) = comm.ps_phases(server, worker, nbytes)
     assert push.seconds == pytest.approx(pull.seconds)
-    queue = _LinkQueue()
+    queue = LinkQueue()
     push_start, push_end = queue.occupy(push.links, 0.0, push.seconds)
     pull_start, pull_end = queue.occupy(pull.links, 0.0, pull.seconds)
     assert push_start == pull_start == 0.0 and push_end == pytest.approx(pull_end)
@@ -249,7 +250,7 @@ def test_push_and_pull_on_one_nic_finish_together_and_fan_in_queues(cost_model):
 
 def test_a_transfer_takes_a_gap_its_links_leave():
     """A send that waits for a busy receiver does not hold the sender's link idle until then."""
-    queue = _LinkQueue()
+    queue = LinkQueue()
     assert queue.occupy(("a/tx", "b/rx"), 0.0, 10.0) == (0.0, 10.0)
     assert queue.occupy(("c/tx", "b/rx"), 0.0, 4.0) == (10.0, 14.0)  # b receives one at a time
     assert queue.occupy(("c/tx", "d/rx"), 0.0, 6.0) == (0.0, 6.0)  # c sends meanwhile
@@ -269,7 +270,7 @@ def test_local_aggregation_divides_ps_bytes_by_gpus_per_task(mlp_graph, cost_mod
     four = Strategy(replicas=[[d.name] for d in remote.gpus()], sync=sync, ps_devices=[server])
     one = Strategy(replicas=[[remote.gpus()[0].name]], sync=sync, ps_devices=[server])
     into, out_of = f"{spec.nodes[0].name}/nic0/rx", f"{spec.nodes[0].name}/nic0/tx"
-    per_gpu = sum(p.seconds - min(sim.problem.overhead, p.seconds) for name, nbytes in sim.problem.sparse_bytes.items()
+    per_gpu = sum(p.seconds - min(sim.problem.prices.overhead, p.seconds) for name, nbytes in sim.problem.sparse_bytes.items()
                   for p in sim.problem.comm.ps_phases(remote.gpus()[0].name, server, nbytes))
     by_four, by_one = sim.simulate(four), sim.simulate(one)
     assert by_one.link_busy[into] == pytest.approx(per_gpu)
@@ -366,7 +367,7 @@ def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_u
                                                                                 "gather")
     rows = share.sparse_bytes[embedding]
     assert rows * 10 < share.dense_bytes[embedding]
-    gather = share.phase_list(("ag", devices, rows), lambda: share.sparse_allgather_phases(devices, rows))
+    gather = share.prices.phase_list(("ag", devices, rows), lambda: share.prices.sparse_allgather_phases(devices, rows))
     assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(gather), rel=1e-6)
     # every replica applies both replicas' rows: the update of the whole batch's rows, more than of its own
     device = problem.resource_spec.device(devices[0])
@@ -382,8 +383,8 @@ def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_w
     problem, share, devices, embedding, strategy, result = _embedding_alone_in_bucket_1(
         embedding_adam_graph, cost_model, "dense")
     table = share.dense_bytes[embedding]
-    dense = share.phase_list(("ar", devices, "ring", table, True),
-                             lambda: share.allreduce_phases(devices, "ring", table, True))
+    dense = share.prices.phase_list(("ar", devices, "ring", table, True),
+                             lambda: share.prices.allreduce_phases(devices, "ring", table, True))
     assert sum(_bucket_1(result, "sync")) == pytest.approx(_occupancy(dense), rel=1e-6)
     assert share.slot_bytes[embedding] > 0  # Adam's two slots stream too
     captured = share.device_costs(problem.resource_spec.device(devices[0]))[1][embedding]

@@ -19,8 +19,10 @@ import signal
 import sys
 
 from autodist.errors import InputError, LaunchError
+from placement.baselines import BASELINE_NAMES
 
-STRATEGIES = ("plan", "ring", "hierarchical", "greedy-ps", "partitioned-ps", "parallax")
+# the searched plan, then every named baseline (placement.baselines.BASELINES)
+STRATEGIES = ("plan", *BASELINE_NAMES)
 DEFAULT_STEPS = 10
 MAX_STEPS = 100_000
 
@@ -91,16 +93,16 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
     A custom training loop runs only plans that allreduce every variable
     (as ``autodist run`` plans it), so its PS baselines are left out, with the reason.
     """
+    from autodist.api import plan_with_search
     from autodist.plan import Plan, job_name_for
-    from placement import optimize
 
-    result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, moves=moves,
-                      progress=progress)
+    searched, result = plan_with_search(graph_item, resource_spec, seed=seed, budget_s=budget_s, moves=moves,
+                                        progress=progress, cost_model=cost_model)
     candidates = {c.name: c for c in result.candidates}
     out = []
     for name in names:
         if name == "plan":
-            out.append((name, Plan.build(graph_item, resource_spec, result, cost_model.id, seed), ""))
+            out.append((name, searched, ""))
         elif name in candidates:
             c = candidates[name]
             plan = Plan.from_strategy(graph_item, resource_spec, c.strategy, c.simulation, cost_model.id, seed,

@@ -72,13 +72,11 @@ def check_plan_cluster(plan, spec, where):
 
 def _from_job(args):
     from cost_models.model import load_cost_model
-    from placement import optimize
 
-    from autodist.api import graph_of, with_job_options
+    from autodist.api import graph_of, plan_with_search, with_job_options
     from autodist.cli.job_options import job_options, search_allowances
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
-    from autodist.plan import Plan
     from autodist.resource_spec import cluster_from_args
 
     if not _cluster_given(args):
@@ -87,14 +85,14 @@ def _from_job(args):
     check_search_size(spec, prog="placement", **search_budget(args))
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = load_cost_model(args.cost_model)
-    result = optimize(graph_item, spec, cost_model, seed=args.seed, progress=SearchProgress(), **search_budget(args),
-                      **search_allowances(args))
-    plan = Plan.build(graph_item, spec, result, cost_model.id, args.seed)
+    plan, result = plan_with_search(graph_item, spec, seed=args.seed, progress=SearchProgress(), cost_model=cost_model,
+                                    **search_budget(args), **search_allowances(args))
     return plan, graph_item, result, cost_model
 
 
 def run(args):
     from autodist.io import check_output_file, write_json_atomic
+    from autodist.report.timeline import chrome_trace
     from autodist.plan import Plan
     from autodist.report import build_report, render
 
@@ -110,7 +108,7 @@ def run(args):
     budget_s = args.budget if result and args.moves is None else None
     doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s, cost_model=cost_model)
     if args.timeline:
-        write_json_atomic(args.timeline, result.simulation.to_chrome_trace())
+        write_json_atomic(args.timeline, chrome_trace(result.simulation))
     if args.format == "json":
         print(json.dumps(doc, indent=1))
     else:

@@ -131,10 +131,11 @@ def _variable_item(pricing, strategy, base, name):
 
 
 def _bucket_item(pricing, strategy, base, key, names):
-    algorithm, bucket, slot = key
+    algorithm, bucket, slot = key.algorithm, key.bucket, key.slot
     label, _, alt = _next_best(pricing, _bucket_alternatives(strategy, names))
     chosen = " ".join(str(getattr(strategy.sync[names[0]], f)) for f in BUCKET_CHOICES)
-    name = f"{algorithm} bucket {bucket}" + (f" (slot {slot})" if slot else "")
+    name = (f"{algorithm} bucket {bucket}" + (f" {key.compression}" if key.compression != "none" else "")
+            + (f" (slot {slot})" if slot else ""))
     dense = sum(pricing.dense_bytes[n] for n in names)
     delta = alt.step_time - base.step_time
     count = f"{len(names)} variable{'s' if len(names) > 1 else ''}"

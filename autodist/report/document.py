@@ -122,23 +122,27 @@ def _baselines(data, candidates, batch_size, spec, pricing):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
     With ``pricing``, each baseline is simulated again with its timeline, to
-    split its exposed time.  Returns the entries and each baseline's step
-    time (of the global batch, whatever its replica count).
+    split its exposed time, and every number of its row is that simulation's.
+    Returns the entries and each baseline's step time (of the global batch,
+    whatever its replica count).
     """
     if candidates:
+        # one simulation per row: with ``pricing``, the traced one that also splits its exposed time
+        simulated = [(c.name, pricing.simulate(c.strategy, trace=True) if pricing else c.simulation)
+                     for c in candidates]
         entries = [
             {
-                "name": c.name,
-                "step_time": c.simulation.step_time,
-                "samples_per_s": samples_per_second(batch_size, c.simulation.step_time),
-                "compute_time": c.simulation.compute_time,
-                "client_time": c.simulation.client_time,
-                **_exposed(pricing.simulate(c.strategy, trace=True) if pricing else None),
-                "memory": _memory(c.simulation.memory, spec),
+                "name": name,
+                "step_time": sim.step_time,
+                "samples_per_s": samples_per_second(batch_size, sim.step_time),
+                "compute_time": sim.compute_time,
+                "client_time": sim.client_time,
+                **_exposed(sim if pricing else None),
+                "memory": _memory(sim.memory, spec),
             }
-            for c in candidates
+            for name, sim in simulated
         ]
-        return entries, {c.name: c.simulation.step_time for c in candidates}
+        return entries, {name: sim.step_time for name, sim in simulated}
     stored = data["prediction"].get("baselines", {})
     entries = [
         {
@@ -243,11 +247,13 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     prediction = data["prediction"]
     batch = data["graph"]["batch_size"]
     replicas = len(plan.strategy.replicas)
-    step = prediction["step_time"]
     pricing = None
     if graph_item is not None and cost_model is not None:
         pricing = Pricing(graph_item, plan.resource_spec, cost_model, simulator=search.simulator if search else None)
-    simulation = pricing.simulate(plan.strategy, trace=True) if pricing else None
+    # one simulation for every number of the plan shown: the search's own traced one, else the plan simulated
+    simulation = search.simulation if search else pricing.simulate(plan.strategy, trace=True) if pricing else None
+    step = simulation.step_time if simulation else prediction["step_time"]
+    compute_time = simulation.compute_time if simulation else prediction["compute_time"]
     exposed = _exposed(simulation)
     split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
     latency_share = _latency_share(pricing, plan.strategy) if pricing else None
@@ -266,7 +272,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "file": plan_file,
             "step_time": step,
             "samples_per_s": samples_per_second(batch, step),
-            "compute_time": prediction["compute_time"],
+            "compute_time": compute_time,
             "client_time": client_time,
             **exposed,
             "replicas": replicas,

@@ -50,29 +50,27 @@ class Pricing:
         return strategy.group_slots.get(self._problem.var_unit[name], 0)
 
     def buckets(self, strategy):
-        """The fused collectives of ``strategy``: ``{(algorithm, bucket, slot): [variables]}``, as simulated."""
-        out = {}
-        for name, s in sorted(strategy.sync.items()):
-            if s.method == "allreduce":
-                out.setdefault((s.algorithm, s.bucket, self.slot_of(strategy, name)), []).append(name)
-        return out
+        """The fused collectives of ``strategy``: ``{CollectiveKey: [variables]}`` (Strategy.collectives), as
+        simulated."""
+        return strategy.collectives({name: self.slot_of(strategy, name) for name in strategy.sync})
 
     def transfer_terms(self, strategy):
         """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s
         synchronisation, split into the part a transfer pays at any size (link latency, per-tensor and
         per-collective overhead) and the part its bytes add."""
-        problem, comm = self._problem, self._problem.comm
+        problem = self._problem
         priced = []  # (phases at 0 bytes, phases at the real bytes)
         sparse_bytes = self.sparse_bytes(strategy)
         collective_ops = strategy.allreduces_everything()
-        for (algorithm, _, slot), names in sorted(self.buckets(strategy).items()):
-            devices = tuple(r[slot] for r in strategy.replicas)
+        for key, names in self.buckets(strategy).items():
+            algorithm, devices = key.algorithm, tuple(r[key.slot] for r in strategy.replicas)
             # as simulated: a sparse gradient's rows are all-gathered after the bucket's sum
             gathered = self._problem.gathered(strategy, names) if len(devices) > 1 else ()
-            nbytes = sum(self.dense_bytes[v] for v in names if v not in gathered)
+            wire = self.dense_bytes if key.compression == "none" else problem.compressed_bytes
+            nbytes = sum(wire[v] for v in names if v not in gathered)
             if len(gathered) < len(names):
-                priced.append([problem.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
-            priced += [[problem.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]
+                priced.append([problem.prices.allreduce_phases(devices, algorithm, n, collective_ops) for n in (0, nbytes)])
+            priced += [[problem.prices.sparse_allgather_phases(devices, n) for n in (0, sparse_bytes[v])] for v in gathered]
         for name, s in sorted(strategy.sync.items()):
             if s.method != "ps":
                 continue
@@ -86,8 +84,8 @@ class Pricing:
                 for devices in workers.values():
                     # A sparse gradient is summed by concatenating the task's replicas' rows.
                     pushed = nbytes * len(devices) if name in self.sparse_gradients else nbytes
-                    priced.append([comm.ps_phases(devices[0], ps, n) for n in (0, pushed)])
-                    priced.append([comm.ps_phases(ps, devices[0], n) for n in (0, nbytes)])
+                    priced.append([problem.prices.ps_phases(devices[0], ps, n) for n in (0, pushed)])
+                    priced.append([problem.prices.ps_phases(ps, devices[0], n) for n in (0, nbytes)])
         latency = sum(p.seconds for empty, _ in priced for p in empty)
         total = sum(p.seconds for _, full in priced for p in full)
         return latency, max(total - latency, 0.0)

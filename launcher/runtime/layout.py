@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autodist.strategy import CollectiveKey
+
 
 
 def canonical_device(device):
@@ -91,12 +93,14 @@ class RunLayout:
         )
 
     def buckets(self):
-        """Allreduce buckets in order: list of (bucket, algorithm, [variable names]), one per wire format."""
+        """The collectives in issue order: list of (bucket, algorithm, [variable names]), one per
+        autodist.strategy.CollectiveKey (the runtime holds every allreduced variable on its replica's first
+        device: slot 0)."""
         groups = {}
         for v in self.variables.values():
             if v.method == "allreduce":
-                groups.setdefault((v.bucket, v.algorithm, v.compression), []).append(v.name)
-        return [(b, alg, names) for (b, alg, _), names in sorted(groups.items())]
+                groups.setdefault(CollectiveKey.of(v), []).append(v.name)
+        return [(key.bucket, key.algorithm, names) for key, names in sorted(groups.items())]
 
     def ps_variables(self):
         return [v for v in self.variables.values() if v.method == "ps"]

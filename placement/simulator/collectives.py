@@ -1,0 +1,103 @@
+"""Allreduce accounting: a fused bucket as one collective (or ordinary ops over gRPC), then its updates."""
+
+from __future__ import annotations
+
+
+class CollectiveSync:
+    """The allreduce half of :class:`~placement.simulator.run.SyncRun` (which holds the state it reads)."""
+
+    # -- allreduce ---------------------------------------------------------
+    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none", gathered=()):
+        """One fused collective once the bucket's last gradient is ready, then the updates.
+
+        A compressed bucket moves its wire bytes; its cast before the
+        collective and back after runs on the slowest replica device.
+        ``gathered``: the sparse gradients among ``names`` whose rows are
+        all-gathered after the bucket's sum (every replica then updates the
+        rows of all: launcher.runtime.collective and the one-client
+        runtime); the others are summed as dense tensors.
+        What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
+        """
+        ready, phases, label, cast, updates, update_label, contention, cpu = self._cached(
+            (algorithm, bucket, slot, names, devices, compression, gathered, self.collective_ops),
+            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression, gathered))
+        self.charge(cpu)
+        self.engine.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
+                    # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
+                    # wait for each other.
+                    stream=devices if self.collective_ops else (devices, bucket), contention=contention)
+
+    def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression, gathered):
+        """``(ready, phases, label, cast seconds, updates, update label, compute contention, gRPC CPU)`` of one
+        bucket; ``updates``: per class, ``(class, device that applies them, seconds)``; the contention: what the
+        collective takes from the compute beside it (CommModel.compute_contention), None for ordinary ops; the
+        CPU: what ordinary ops' gRPC tensors cost their processes (Problem.grpc_cpu)."""
+        problem = self.problem
+        collective_ops = self.collective_ops
+        gathered = gathered if len(devices) > 1 else ()
+        summed = [v for v in names if v not in gathered]
+        dense = sum(problem.dense_bytes[v] for v in summed)
+        nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)
+        cast = problem.cast_seconds(devices, dense, nbytes)
+        ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        phases = problem.prices.phase_list(
+            ("ar", devices, algorithm, nbytes, collective_ops),
+            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops),
+        ) if summed else []
+        for v in gathered:
+            rows = problem.sparse_bytes[v]
+            phases = phases + problem.prices.phase_list(("ag", devices, rows),
+                                                 lambda: problem.prices.sparse_allgather_phases(devices, rows))
+        label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
+        updates = []
+        for c, (_, members) in enumerate(self.classes):
+            device = members[0][slot]
+            costs = problem.device_costs(problem.resource_spec.device(device))[1]
+            updates.append(((c, slot), device, sum(self._update_seconds(costs, v, device, gathered, len(devices))
+                                                   for v in names)))
+        contention, cpu = None, {}
+        if collective_ops and phases:
+            contention = problem.comm.compute_contention(devices, nbytes=nbytes,
+                                                         seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
+        elif phases and problem.core_pools:  # the one-client runtime's ops: a gRPC sum, every replica's rows to all
+            spec = problem.resource_spec
+            messages = problem.comm.graph_allreduce_messages(nbytes, devices, algorithm) if summed else []
+            messages += [(a, b, problem.sparse_bytes[v], 1) for v in gathered for a in devices for b in devices
+                         if spec.device(a).node != spec.device(b).node]
+            cpu = problem.grpc_cpu(messages)
+        return ready, phases, label, cast, updates, f"update bucket {bucket}", contention, cpu
+
+    def _update_seconds(self, costs, name, device, gathered, replicas):
+        """One replica's update of allreduced variable ``name`` (``costs``: its device's updates at one
+        replica's batch): the whole batch's rows where they were gathered; where a sparse gradient was summed
+        densely, at least the whole table streamed (the captured ops may already be dense: Keras' Adam
+        densifies its slots' update); else as captured."""
+        if name in gathered:
+            return self.problem.gathered_update_seconds(device, name)
+        if name in self.problem.sparse_gradients and replicas > 1:
+            return max(costs[name], self.problem.dense_update_seconds(device, name))
+        return costs[name]
+
+    def _apply(self, t, updates, label):
+        for key, device, seconds in updates:
+            start = max(t, self.upd_free[key])
+            stop = start + seconds
+            self.upd_free[key] = stop
+            self.upd_busy[key] = self.upd_busy.get(key, 0.0) + stop - start
+            self.finish.append(stop)
+            if not self.problem.is_gpu[device]:
+                self.cpu_updates.append((start, stop))
+            if self.trace:
+                self.events.append((label, "update", device, start, stop))
+
+    def update_contention(self):
+        """Seconds the step grows by where CPU collectives take their share of the cores that replica CPUs
+        apply updates on beside them (one bucket's update beside the next bucket's collective): the updates
+        lose that share of their time beside each collective, and the last of them ends that much later.  On
+        GPUs the update kernels are left as they are: the fitted NCCL contention is compute's."""
+        if not self.cpu_updates or not self.engine.collective_spans:
+            return 0.0
+        lost = sum(share * max(0.0, min(end, stop) - max(begin, start))
+                   for begin, end, share in self.engine.collective_spans for start, stop in self.cpu_updates)
+        return max(0.0, max(stop for _, stop in self.cpu_updates) + lost - self.end())
+

@@ -1,0 +1,53 @@
+"""One vocabulary: what makes one collective (autodist.strategy.CollectiveKey) is read the same way by the
+simulator's step graph, the plan, the report's pricing and the runtime's layout."""
+
+import pytest
+
+from autodist.plan import Plan
+from autodist.report.pricing import Pricing
+from autodist.resource_spec import load_cluster
+from autodist.strategy import CollectiveKey, Strategy, VarSync
+from launcher.runtime.layout import RunLayout
+from placement import Problem, Simulator
+
+
+@pytest.fixture(scope="module")
+def cost_model():
+    from cost_models import CostModel
+
+    return CostModel.default()
+
+
+def _mixed(graph_item, spec):
+    """Bucket 0 holds variables of two algorithms and two wire formats: three collectives, not one."""
+    names = sorted(v.name for v in graph_item.trainable_variables())
+    options = [("ring", "none"), ("hierarchical", "none"), ("ring", "fp16")]
+    sync = {name: VarSync("allreduce", algorithm=options[i % 3][0], bucket=0, compression=options[i % 3][1])
+            for i, name in enumerate(names)}
+    return Strategy(replicas=[[d.name] for d in spec.gpus()], sync=sync)
+
+
+def test_every_reader_groups_the_variables_of_one_bucket_by_its_collective_key(mlp_graph, cost_model):
+    spec = load_cluster(preset="dgx-h100:2")
+    strategy = _mixed(mlp_graph, spec)
+    expected = strategy.collectives()
+    assert len(expected) == 3 and {k.bucket for k in expected} == {0}
+    assert list(expected) == sorted(expected)  # issue order
+
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
+    graph = sim.lower(strategy)
+    assert [(c.key, list(c.variables)) for c in graph.collectives] == list(expected.items())
+    assert len([line for line in graph.lines() if line.startswith("allreduce")]) == 3
+
+    plan = Plan.from_strategy(mlp_graph, spec, strategy, sim.simulate(strategy), "cm", 0)
+    listed = {CollectiveKey(b["bucket"], 0, b.get("compression", "none"), b["algorithm"]): b["variables"]
+              for b in plan.collectives["buckets"]}
+    assert listed == expected
+    Plan.from_dict(plan.to_dict())  # its checks (autodist.plan_checks) accept the three collectives
+
+    pricing = Pricing(mlp_graph, spec, cost_model, simulator=sim)
+    assert pricing.buckets(strategy) == expected
+
+    layout = RunLayout.from_plan(plan)
+    assert [(b, algorithm, sorted(names)) for b, algorithm, names in layout.buckets()] == [
+        (k.bucket, k.algorithm, names) for k, names in expected.items()]
