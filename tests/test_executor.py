@@ -136,7 +136,7 @@ def test_learned_widths_a_large_matmul_uses_every_core_a_small_op_one():
     cm = CostModel.default()
     rows = read_timings(TIMINGS)
     rows = rows.subset(rows.origin == "micro")
-    widths = cm.op_widths(rows.raw, rows.peak_flops[0], rows.memory_bandwidth[0])
+    widths = cm._widths(rows.raw["op_type"], *cm._learned_kernels(rows.raw, rows.peak_flops[0], rows.memory_bandwidth[0]))
     large_matmul = (rows.raw["op_type"] == "MatMul") & (rows.raw["flops"] >= 1e9)
     small = rows.seconds < 20e-6
     assert large_matmul.sum() > 10 and small.sum() > 100
