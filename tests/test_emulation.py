@@ -25,7 +25,11 @@ from autodist.resource_spec.spec import ResourceSpec
 from launcher.emulation import EmulatedNetwork, node_address, run_namespaces
 from tests.test_run import SCRIPT, _children, _gone, _processes_naming, _strategies, small_job  # noqa: F401
 
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+# An unprivileged user (uid nobody) who can still read the checkout and its venv: a clone may sit in a folder only
+# root can read (root's home, mktemp -d), so the user keeps the one capability that reads files and nothing else:
+# it cannot write where root's files are, and its effective uid is not root's.
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+          "--inh-caps", "-all,+dac_read_search", "--ambient-caps", "+dac_read_search"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 EMULATED = """\
 network: {emulate: true}
