@@ -2,8 +2,8 @@
 
 import json
 
+from autodist.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from autodist.report.render import plural
-from autodist.resource_spec import add_cluster_arguments, cluster_from_args
 
 
 def register(subparsers):

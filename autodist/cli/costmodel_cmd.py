@@ -68,7 +68,7 @@ def run_fit_gpu(args):
 
 
 def _register_collective(sub):
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
 
     col = sub.add_parser("collective", help="predicted time, algbw and busbw of one collective (a virtual nccl-tests)",
                          description="Predict one collective on a cluster, as nccl-tests would report it: time, "
@@ -84,7 +84,7 @@ def _register_collective(sub):
 
 def run_collective(args):
     from autodist.errors import InputError
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
     from cost_models import CostModel
     from cost_models.comm import bus_factor
 

@@ -291,7 +291,7 @@ MACHINES = {
 }
 
 
-def _did_you_mean(name, choices):
+def did_you_mean(name, choices):
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -312,7 +312,7 @@ def device_model(name, field=None, source=None):
     if found is None:
         known = ", ".join(DEVICE_MODELS)
         raise InputError(
-            f"unknown device model {name!r}{_did_you_mean(name, DEVICE_MODELS)}; known: {known}",
+            f"unknown device model {name!r}{did_you_mean(name, DEVICE_MODELS)}; known: {known}",
             source=source,
             field=field,
         )
@@ -338,7 +338,7 @@ def link_preset(name, field=None, source=None):
         return LINK_PRESETS[name]
     except (KeyError, TypeError):
         raise InputError(
-            f"unknown link preset {name!r}{_did_you_mean(str(name), LINK_PRESETS)}; "
+            f"unknown link preset {name!r}{did_you_mean(str(name), LINK_PRESETS)}; "
             f"known: {', '.join(LINK_PRESETS)}",
             source=source,
             field=field,
@@ -351,7 +351,7 @@ def machine(name, field=None, source=None):
         return MACHINES[name]
     except (KeyError, TypeError):
         raise InputError(
-            f"unknown preset {name!r}{_did_you_mean(str(name), MACHINES)}; known: {', '.join(MACHINES)}",
+            f"unknown preset {name!r}{did_you_mean(str(name), MACHINES)}; known: {', '.join(MACHINES)}",
             source=source,
             field=field,
         ) from None
@@ -371,31 +371,3 @@ def parse_preset_name(text):
 def node_names(prefix, count):
     """Names of ``count`` identical nodes: ``prefix-0 .. prefix-(count-1)``."""
     return [f"{prefix}-{i}" for i in range(count)]
-
-
-def from_preset(text):
-    """The :class:`ResourceSpec` of preset ``"NAME[:N]"``, e.g. ``"dgx-h100:4"``.
-
-    ``local`` describes this machine as discovered (see
-    :func:`autodist.resource_spec.discovery.local_machine`); ``emu-100mbit``,
-    ``emu-1gbit`` and ``emu-10gbit`` are clusters emulated on it
-    (:mod:`autodist.resource_spec.emulated`).
-    """
-    name, count = parse_preset_name(text)
-    if name == "local":
-        if count != 1:
-            raise InputError(f"'local' is this one machine and takes no node count, got {text!r}", field="preset")
-        from autodist.resource_spec.discovery import local_machine
-
-        return local_machine()
-    from autodist.resource_spec.emulated import EMULATED_RATES, emulated_preset
-
-    if name in EMULATED_RATES:
-        return emulated_preset(name, count)
-    if name not in MACHINES:
-        known = [*MACHINES, *EMULATED_RATES]
-        raise InputError(f"unknown preset {name!r}{_did_you_mean(name, known)}; known: {', '.join(known)}",
-                         field="preset")
-    preset = machine(name, field="preset")
-    nodes = [preset.node(n) for n in node_names(preset.node_prefix, count)]
-    return ResourceSpec(nodes, name=f"{name}:{count}" if count > 1 else name)
