@@ -186,7 +186,7 @@ def _check_median_of_runs(rows, step):
     import dataclasses
 
     from autodist.errors import CostModelError
-    from cost_models.profiling import _median_of_runs
+    from cost_models.profiling.ops import _median_of_runs
 
     slower = rows.seconds * 3
     untimed = int(np.flatnonzero(np.isfinite(rows.seconds))[0])

@@ -401,7 +401,7 @@ def test_micro_benchmark_ids_range_over_their_whole_table():
     # A model's sparse updates touch rows all over a 1M-row table; ids drawn
     # below 1000 would stay in cache and time the update several times faster.
     from cost_models.micro import INT_INPUT_MAX, micro_cases
-    from cost_models.profiling import _micro_args
+    from cost_models.profiling.ops import _micro_args
 
     cases = micro_cases(np.random.default_rng(0))
     big = [c for c in cases if c.name.startswith("copyonread") and c.variables[0][0] >= 100_000][:2]

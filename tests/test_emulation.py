@@ -311,8 +311,8 @@ def test_a_100_mbit_link_carries_its_rate_through_tensorflow_grpc():
     The rate is the wire's (Ethernet, IP and TCP headers included), so TensorFlow's bytes see about 95% of it;
     ``autodist profile emulated-links`` measures the same way what the cost model prices.
     """
-    from cost_models.emulated_link import measure_emulated_link
+    from cost_models.profiling.emulated_link import measure_emulated_link
 
     nbytes = 16 * 2**20
-    transfer = measure_emulated_link("emu-100mbit", nbytes, [], repeats=3)["transfer"]
+    transfer = measure_emulated_link(EmulatedNetwork, "emu-100mbit", nbytes, [], repeats=3)["transfer"]
     assert nbytes / transfer["seconds"] == pytest.approx(100e6 / 8, rel=0.10)

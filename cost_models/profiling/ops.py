@@ -265,7 +265,7 @@ import contextlib, json, os, statistics, sys
 steps, grappler, cores, script, args = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 if cores:
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
-from cost_models.profiling import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
+from cost_models.profiling.ops import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
 with unfused_graphs() if grappler == "unfused" else contextlib.nullcontext():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
@@ -339,7 +339,7 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(1)
-from cost_models import profiling
+from cost_models.profiling import ops as profiling
 profiling.one_op_at_a_time()
 what, job = sys.argv[1], json.loads(sys.argv[2])
 device = profiling.host_device()
