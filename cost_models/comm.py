@@ -33,7 +33,7 @@ from autodist.resource_spec.spec import receive_link, send_link
 # achieve, by link kind.
 #  - nvlink, infiniband, roce (RDMA over Ethernet, EFA included): fitted on
 #    the nccl-tests allreduce rows of the calibration set
-#    (cost_models.collectives_published: nvlink on C1, C7, C11 and C4's ring,
+#    (cost_models.fitting.collectives_published: nvlink on C1, C7, C11 and C4's ring,
 #    infiniband on C7, C8, C9 and C15, roce on C14's three EFA rows), the
 #    median of what each row implies; tests/test_collective_cli.py checks
 #    these equal a fresh fit.
@@ -41,7 +41,7 @@ from autodist.resource_spec.spec import receive_link, send_link
 #    host-device copies, and GPUs peer to peer behind a PCIe switch.
 #  - pcie-cpu: GPUs that reach each other through the CPU's host bridge
 #    (a PCIe fabric with ``via_cpu``), staged in host memory; fitted on row
-#    C13's 3-GPU allreduce (cost_models.collectives_published).
+#    C13's 3-GPU allreduce (cost_models.fitting.collectives_published).
 #  - nvlink-bridge: the two GPUs of an NVLink-bridged pair (a node's
 #    ``bridge``); fitted on row C13's 2-GPU allreduce over an NV12 pair.
 #  - ethernet (TCP, no RDMA): 60-80% of line rate achieved (hardware.md); 0.7.
@@ -64,7 +64,7 @@ LINK_EFFICIENCY = {
 # C2 (8x H100, NVLS, 478.87 GB/s busbw at 8 GiB: algbw 273.6 GB/s) and C4
 # (NCCL maintainer: ~480 busbw, algbw ~275 GB/s) of
 # ../shared/reference/published-training-figures.md: algbw over NVLink's
-# 450 GB/s per direction (cost_models.collectives_published).
+# 450 GB/s per direction (cost_models.fitting.collectives_published).
 NVLS_EFFICIENCY = 0.609
 NVLS_ARCHITECTURES = ("hopper",)
 

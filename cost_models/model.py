@@ -437,7 +437,7 @@ DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "m
 def _model_in(folder, with_remote_step=True):
     """The cost model saved in ``folder``; what it lacks (op data, a calibration) is the shipped one.  Without
     its remote step calibration where ``with_remote_step`` is False."""
-    from cost_models.dataset import read_meta, read_timings
+    from cost_models.fitting.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
     calibration, collectives = _calibrations(folder)
@@ -519,7 +519,7 @@ def save_default(timings, meta, folder=DATA_DIR):
     -------
     CostModel
     """
-    from cost_models.dataset import write_meta, write_timings
+    from cost_models.fitting.dataset import write_meta, write_timings
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)

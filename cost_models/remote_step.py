@@ -14,7 +14,7 @@ Two kinds of loop drive a step, besides its ops and tensor transfers:
   script in every replica process: Keras' ``model.fit`` loop (its data
   iterator, callbacks and the call of its train function) or the script's
   own loop calling its ``tf.function`` step.  Each is timed on a trivial
-  job (cost_models.loop_probe: one Dense unit, whose ops take
+  job (cost_models.profiling.loop_probe: one Dense unit, whose ops take
   microseconds), and the cost model's price of that job's own ops
   (``local_ops``, the step captured from the same script and simulated as
   one process on ``cpu-local``) is taken off: ``fit_step`` and

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel
-from cost_models.dataset import read_meta, read_timings
+from cost_models.fitting.dataset import read_meta, read_timings
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.model import TIMINGS, TIMINGS_META, fit_executor, fit_executor_overhead, measured_step, profiled_cores
 

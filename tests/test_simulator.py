@@ -302,11 +302,11 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
 
 @pytest.mark.parametrize("loop", ["fit", "function"])
 def test_the_loop_cost_leaves_the_step_it_was_timed_on_at_its_measured_time(loop, cost_model):
-    """A replica's loop cost was timed on the trivial job of cost_models.loop_probe, whose ops the cost model also
+    """A replica's loop cost was timed on the trivial job of cost_models.profiling.loop_probe, whose ops the cost model also
     prices: that job's step, captured and simulated, comes out at the time measured for it, its ops counted once
     (fails where the op model is refitted without `autodist profile remote-steps`)."""
     from autodist.graph.capture import capture_script
-    from cost_models import loop_probe
+    from cost_models.profiling import loop_probe
 
     calibration = cost_model.remote_step
     probe = capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"])

@@ -41,7 +41,7 @@ def add_cost_model_argument(parser):
 
 
 def run_eval(args):
-    from cost_models.evaluation import evaluate, evaluate_section, format_report, section_lines
+    from cost_models.fitting.evaluation import evaluate, evaluate_section, format_report, section_lines
 
     if args.section:
         section = evaluate_section(args.section)
@@ -58,8 +58,8 @@ def run_eval(args):
 
 def run_fit_gpu(args):
     from autodist.io import write_json_atomic
-    from cost_models.gpu_calibration import fit, prepared
-    from cost_models.published import CALIBRATION_CSV, read_calibration
+    from cost_models.fitting.gpu_calibration import fit, prepared
+    from cost_models.fitting.published import CALIBRATION_CSV, read_calibration
 
     params = fit(prepared(read_calibration(args.calibration or CALIBRATION_CSV)))
     write_json_atomic(args.output, params.to_dict())

@@ -108,7 +108,7 @@ def _script(name):
 
 
 def run_ops(args):
-    from cost_models.calibration import machine_description
+    from cost_models.profiling.transfers import machine_description
     from cost_models.model import save_default
     from cost_models.executor import EXECUTOR_SETTLE_RUNS, SETTLE_SECONDS
     from cost_models.profiling.ops import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
@@ -168,7 +168,7 @@ def _added_to_earlier(rows, meta, folder, measured_micro):
     """
     import numpy as np
 
-    from cost_models.dataset import Timings, read_meta, read_timings
+    from cost_models.fitting.dataset import Timings, read_meta, read_timings
     from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META, in_folder
 
     earlier = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
@@ -188,7 +188,7 @@ def _added_to_earlier(rows, meta, folder, measured_micro):
 
 
 def run_transfers(args):
-    from cost_models.calibration import calibrate
+    from cost_models.profiling.transfers import calibrate
     from cost_models.model import CALIBRATION
 
     if args.sessions < 1:
@@ -197,7 +197,7 @@ def run_transfers(args):
 
 
 def run_collectives(args):
-    from cost_models.collectives import calibrate_collectives
+    from cost_models.profiling.collectives import calibrate_collectives
     from cost_models.model import COLLECTIVES
 
     return _calibrate(args, calibrate_collectives, COLLECTIVES)
@@ -212,11 +212,11 @@ print(json.dumps(price_local_steps(sys.argv[1] or None)))
 
 def price_local_steps(folder=None):
     """Seconds the cost model of ``folder`` (cost_models.model.load_cost_model) gives the ops of the trivial job's
-    step under each loop: the step captured from cost_models.loop_probe and simulated as one process on
+    step under each loop: the step captured from cost_models.profiling.loop_probe and simulated as one process on
     ``cpu-local``, without a loop cost (what the remote-step harness takes off the loops it measures)."""
     from autodist.graph.capture import capture_script
     from autodist.resource_spec import load_cluster
-    from cost_models import loop_probe
+    from cost_models.profiling import loop_probe
     from cost_models.model import load_cost_model
     from placement.baselines import data_parallel
     from placement.problem import Problem
@@ -232,7 +232,7 @@ def price_local_steps(folder=None):
 
 
 def run_remote_steps(args):
-    from cost_models.fresh_process import run_json
+    from cost_models.profiling.fresh_process import run_json
     from cost_models.model import REMOTE_STEP
     from cost_models.profiling.remote_step import calibrate_remote_steps
 

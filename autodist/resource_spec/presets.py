@@ -31,7 +31,9 @@ class DeviceModel:
     """Figures of one device model (FLOP/s per dtype, bytes, bytes/s).
 
     ``fabric`` and ``host_link`` name the link presets GPUs of this model
-    use between each other and to their host, when a machine does not say.
+    use between each other and to their host, when a machine does not say;
+    ``architecture`` is a GPU's (``"volta"``, ``"ampere"``, ...: the GPU
+    kernel model's parameters are per architecture), "" for a CPU.
     """
 
     kind: str
@@ -41,6 +43,7 @@ class DeviceModel:
     fabric: str = ""
     host_link: str = ""
     aliases: tuple = ()
+    architecture: str = ""
 
     def device(self, model, node, index):
         """A :class:`DeviceSpec` of this model, ``index``-th of its kind on ``node``."""
@@ -78,6 +81,7 @@ DEVICE_MODELS = {
         fabric="nvlink-v100",
         host_link="pcie-gen3",
         aliases=("tesla-v100-sxm2-16gb", "v100", "tesla-v100"),
+        architecture="volta",
     ),
     "V100-32GB": DeviceModel(
         "GPU",
@@ -87,6 +91,7 @@ DEVICE_MODELS = {
         fabric="nvlink-v100",
         host_link="pcie-gen3",
         aliases=("tesla-v100-sxm2-32gb",),
+        architecture="volta",
     ),
     # NVIDIA A100 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/
     # pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): A100 40GB SXM,
@@ -99,6 +104,7 @@ DEVICE_MODELS = {
         fabric="nvlink-a100",
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-40gb", "a100-sxm4-40gb", "a100"),
+        architecture="ampere",
     ),
     # hw.md "A100 SXM 80GB": 19.5 FP32 (TF32 156), 312 tensor TFLOP/s, 80 GB, 2.0 TB/s.
     "A100-80GB": DeviceModel(
@@ -109,6 +115,7 @@ DEVICE_MODELS = {
         fabric="nvlink-a100",
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-80gb", "a100-sxm4-80gb", "nvidia-a100-80gb-hbm2e"),
+        architecture="ampere",
     ),
     # hw.md "H100 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 80 GB, 3.35 TB/s.  TF32 tensor:
     # 989 TFLOP/s with 2:4 sparsity, half of it dense (NVIDIA H100 datasheet,
@@ -121,6 +128,7 @@ DEVICE_MODELS = {
         fabric="nvlink-h100",
         host_link="pcie-gen5",
         aliases=("nvidia-h100-80gb-hbm3", "h100-sxm5-80gb", "nvidia-h100-sxm5-80gb", "h100"),
+        architecture="hopper",
     ),
     # hw.md "H200 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 141 GB, 4.8 TB/s; TF32 as the H100.
     "H200-SXM": DeviceModel(
@@ -131,6 +139,7 @@ DEVICE_MODELS = {
         fabric="nvlink-h100",
         host_link="pcie-gen5",
         aliases=("nvidia-h200", "nvidia-h200-141gb-hbm3e", "h200"),
+        architecture="hopper",
     ),
     # hw.md "T4": 8.1 FP32, 65 FP16 tensor TFLOP/s, 16 GB, 0.32 TB/s, PCIe only
     # (Turing has no bfloat16 tensor cores: FP32 rate).
@@ -142,6 +151,7 @@ DEVICE_MODELS = {
         fabric="pcie-gen3",
         host_link="pcie-gen3",
         aliases=("tesla-t4", "nvidia-t4"),
+        architecture="turing",
     ),
     # CPU hosts.  Peaks are cores x base clock x FLOP/cycle (upper bounds: AVX-512
     # clocks run lower); memory bandwidth is channels x transfer rate x 8 bytes.

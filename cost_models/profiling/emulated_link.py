@@ -5,23 +5,23 @@ from __future__ import annotations
 
 import os
 
-from cost_models.calibration import SIZES, machine_description, ps_server
 from cost_models.emulated_link import EmulatedLinkCalibration
-from cost_models.fresh_process import run_json
+from cost_models.profiling.fresh_process import run_json
+from cost_models.profiling.transfers import SIZES, machine_description, ps_server
 
 PRESETS = ("emu-100mbit", "emu-1gbit", "emu-10gbit")
 LINK_SECONDS = 1.5  # the largest size measured moves in about this long at the link's rate (at most 64 MiB)
 
 _TRANSFERS = """
 import json, sys
-from cost_models.calibration import time_transfers
+from cost_models.profiling.transfers import time_transfers
 worker, ps, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print(json.dumps(time_transfers(worker, ps, [int(s) for s in sys.argv[4:]], repeats)))
 """
 
 
 def sizes_for(rate_bytes):
-    """The calibration sizes (``cost_models.calibration.SIZES``) a link of ``rate_bytes`` moves in LINK_SECONDS."""
+    """The calibration sizes (``cost_models.profiling.transfers.SIZES``) a link of ``rate_bytes`` moves in LINK_SECONDS."""
     return [s for s in SIZES if s <= rate_bytes * LINK_SECONDS]
 
 
@@ -33,7 +33,7 @@ def measure_emulated_link(network_of, preset, transfer_bytes, allreduce_sizes, r
     (launcher.emulation.EmulatedNetwork: the caller passes it, the cost model depends on no launcher).
     """
     from autodist.resource_spec import load_cluster
-    from cost_models.collectives import measure_collectives
+    from cost_models.profiling.collectives import measure_collectives
 
     spec = load_cluster(preset=f"{preset}:2")
     first, second = (node.name for node in spec.nodes)

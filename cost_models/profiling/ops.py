@@ -27,9 +27,9 @@ import numpy as np
 
 from autodist.errors import AutoDistError, CaptureError, CostModelError
 from autodist.graph.item import GraphItem, JobInfo
-from cost_models.dataset import Timings, make_rows
+from cost_models.fitting.dataset import Timings, make_rows
 from cost_models.executor import op_predecessors, settling_runs
-from cost_models.fresh_process import run_json
+from cost_models.profiling.fresh_process import run_json
 from cost_models.features import device_peak, op_raw_features
 
 # Grappler passes that fuse or rename ops; off while profiling.
@@ -485,7 +485,7 @@ def profile_micro(device, seed=0, time_limit_s=300.0, scale=MICRO_SCALE, rounds=
     import tensorflow as tf
 
     from autodist.graph.tfgraph import op_infos
-    from cost_models.micro import micro_cases
+    from cost_models.profiling.micro import micro_cases
 
     deadline = time.monotonic() + time_limit_s / rounds
     traced = []  # (case, tf.function, GraphItem, per-pass seconds)

@@ -2,7 +2,7 @@
 
 Every measurement runs in fresh processes: a chief connected to K
 ``tf.distribute.Server`` tasks, two tasks reading each other's tensors, and
-the trivial job of cost_models.loop_probe under each loop.
+the trivial job of cost_models.profiling.loop_probe under each loop.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import time
 import numpy as np
 
 from autodist.errors import CostModelError
-from cost_models.calibration import _free_port, fit_line, machine_description
-from cost_models.fresh_process import run_json
+from cost_models.calibration import fit_line
+from cost_models.profiling.fresh_process import run_json
+from cost_models.profiling.transfers import free_port, machine_description
 from cost_models.remote_step import RemoteStepCalibration
 
 TASKS = (1, 2, 3)
@@ -56,8 +57,8 @@ def _connected_tasks(tasks, cores=None):
     client as the runtime connects; yields their processes."""
     import tensorflow as tf
 
-    chief = f"localhost:{_free_port()}"
-    workers = [f"localhost:{_free_port()}" for _ in range(tasks)]
+    chief = f"localhost:{free_port()}"
+    workers = [f"localhost:{free_port()}" for _ in range(tasks)]
     pin = (lambda i: ["taskset", "-c", str(cores[i])]) if cores else (lambda i: [])
     procs = [subprocess.Popen([*pin(i), sys.executable, "-c", _TASK_SCRIPT, chief, ",".join(workers), str(i)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for i in range(tasks)]
@@ -150,14 +151,14 @@ def measure_tensor_cpu(sizes=TENSOR_SIZES, tensors=TENSORS_PER_STEP, cpu_seconds
 
 
 def measure_local_steps(repeats=200, warmup=120):
-    """Median seconds of one step of the trivial job (cost_models.loop_probe) driven by ``model.fit`` and by a
+    """Median seconds of one step of the trivial job (cost_models.profiling.loop_probe) driven by ``model.fit`` and by a
     loop calling a ``tf.function`` step, each after ``warmup`` steps (TensorFlow's executor settles within about
     100 runs).
 
     A fit step is timed from one batch's end to the next (callbacks see the
     same), a function step around the call and the read of its loss.
     """
-    from cost_models.loop_probe import fit_step_ends, function_step_seconds
+    from cost_models.profiling.loop_probe import fit_step_ends, function_step_seconds
 
     steps = warmup + repeats
     return {"fit_step": statistics.median(np.diff(fit_step_ends(steps)[warmup:])),
@@ -187,7 +188,7 @@ def calibrate_remote_steps(price_local_ops, tasks=TASKS, repeats=40, sessions=3,
     """Measure every task count in ``sessions`` fresh processes (medians over sessions) and fit its lines (wall
     seconds, the client's CPU), the tensor ends' CPU (medians over ``sessions`` processes) and the local loops,
     less the trivial job's ops as ``price_local_ops()`` prices them (``{"fit_step": seconds, "function_step":
-    seconds}``, the ops of cost_models.loop_probe's step under each loop; the caller prices them, with the
+    seconds}``, the ops of cost_models.profiling.loop_probe's step under each loop; the caller prices them, with the
     simulator, so that nothing here depends on it).
 
     The machine's load average before and after goes into the machine record: on a busy machine every step
