@@ -37,13 +37,13 @@ from dataclasses import replace
 from autodist.errors import InputError
 from autodist.io import check_document, read_json, write_json_atomic
 from autodist.plan_checks import plan_problems
+from autodist.plan_layout import JOBS, device_assignments, task_device_strings
 from autodist.resource_spec.spec import ResourceSpec
 from autodist.strategy import Strategy
 
 FORMAT = "autodist.plan"
 VERSION = 1
 
-JOBS = ("chief", "worker", "ps")
 DEFAULT_PORT = 2222  # the TF operator's default port for a TFJob's "tfjob-port"
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas", "plan.schema.json")
@@ -113,28 +113,6 @@ def layout_tasks(strategy, resource_spec):
     if any(s.method == "ps" for s in strategy.sync.values()):
         return [_task("chief", 0, tasks[0]["node"], [])] + tasks + ps
     return tasks + ps
-
-
-def task_device_strings(task, resource_spec):
-    """Logical device -> TensorFlow device string, for the devices of one task.
-
-    Devices of one kind are numbered from 0 in the order the task lists them.
-    """
-    out, seen = {}, {}
-    for dev in task["devices"]:
-        kind = resource_spec.device(dev).kind
-        out[dev] = f"/job:{task['job']}/task:{task['index']}/device:{kind}:{seen.get(kind, 0)}"
-        seen[kind] = seen.get(kind, 0) + 1
-    return out
-
-
-def device_assignments(tasks, resource_spec):
-    """One entry per device of every task: its job, task index and TensorFlow device string."""
-    return [
-        {"device": dev, "job": t["job"], "task": t["index"], "tf_device": tf}
-        for t in tasks
-        for dev, tf in task_device_strings(t, resource_spec).items()
-    ]
 
 
 def _variable_entries(graph_item, strategy, tasks, resource_spec):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from autodist.plan_layout import JOBS, device_assignments
+
 
 def plan_problems(data, resource_spec, strategy):
     """``(field, message)`` for every broken invariant of a plan document, first to last.
@@ -41,8 +43,6 @@ def plan_problems(data, resource_spec, strategy):
 
 
 def _task_problems(tasks, resource_spec, devices):
-    from autodist.plan import JOBS
-
     nodes = {n.name for n in resource_spec.nodes}
     owner = {}
     for i, task in enumerate(tasks):
@@ -69,8 +69,6 @@ def _task_problems(tasks, resource_spec, devices):
 
 def _placement_problems(data, resource_spec, strategy):
     """Replicas on worker tasks, PS devices on PS tasks, assignments and op groups as the tasks say."""
-    from autodist.plan import device_assignments
-
     worker_devices = {d for t in data["tasks"] if t["job"] == "worker" for d in t["devices"]}
     for r, replica in enumerate(strategy.replicas):
         for j, dev in enumerate(replica):

@@ -20,9 +20,9 @@ import sys
 import time
 
 from autodist.io import write_json_atomic
-from cost_models.calibration import machine_description
-from cost_models.dataset import read_meta, read_timings
-from cost_models.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out, meets,
+from cost_models.profiling.transfers import machine_description
+from cost_models.fitting.dataset import read_meta, read_timings
+from cost_models.fitting.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out, meets,
                                    op_holdout, section_lines, step_target)
 from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
 

@@ -15,7 +15,7 @@ import shlex
 import sys
 
 from autodist.io import write_json_atomic
-from cost_models.calibration import SIZES, machine_description, measure_sessions
+from cost_models.profiling.transfers import SIZES, machine_description, measure_sessions
 from cost_models.model import CostModel
 
 TARGET = 0.20

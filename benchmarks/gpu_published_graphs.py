@@ -6,7 +6,7 @@ of ResNet-50, ResNeXt-101 32x4d and BERT-base/large at several sequence
 lengths, in FP32 and in mixed precision.  This script captures the zoo's
 equivalent Keras models (``--mixed-precision`` for the AMP runs; NVIDIA's
 TensorFlow 1 BERT with the tanh GELU, its AMP runs with
-``--amp-graph-rewrite``, see cost_models.published.CONFIGS) at two
+``--amp-graph-rewrite``, see cost_models.fitting.published.CONFIGS) at two
 small batch sizes in fresh processes, and writes each step's table
 (cost_models.step_table) at both sizes to
 ``cost_models/data/published/<config>.npz``; the tables scale to the
@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
-from cost_models.published import CONFIGS, DATA_DIR  # noqa: E402
+from cost_models.fitting.published import CONFIGS, DATA_DIR  # noqa: E402
 from cost_models.step_table import load_tables, save_tables  # noqa: E402
 
 BATCHES = (2, 4)

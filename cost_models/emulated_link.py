@@ -8,7 +8,7 @@ gRPC's copies and the ring's sums too.  This module measures, per preset,
 between two namespaces of ``launcher.emulation`` (each task pinned to its
 node's cores, as the runtime's are):
 
-- ``transfer``: one tensor of about ``LINK_SECONDS`` of the rate, read from
+- ``transfer``: one tensor of about ``LINK_SECONDS`` (cost_models.profiling.emulated_link) of the rate, read from
   a PS task on the other node, as ``cost_models.calibration`` times loopback
   (remote read minus local).  Its bytes per second over the rate are the
   link's ``efficiency``, at which the communication model prices every
@@ -25,36 +25,23 @@ node's cores, as the runtime's are):
   emulated nodes takes this measured curve
   (:meth:`EmulatedLinkCalibration.allreduce_seconds`).
 
-``cost_models/data/emulated_link_calibration.json`` holds the measurements.
-Measuring needs root.
+``cost_models/data/emulated_link_calibration.json`` holds the measurements;
+cost_models.profiling.emulated_link measures them (as root).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 from dataclasses import dataclass, field
 
 from sklearn.isotonic import isotonic_regression
 
 from autodist.errors import CostModelError
-from cost_models.calibration import (SIZES, TransferCalibration, VersionedRecord, fit_line, machine_description,
-                                     ps_server)
-from cost_models.fresh_process import run_json
+from cost_models.calibration import TransferCalibration, VersionedRecord, fit_line
 
 FORMAT = "autodist.emulated_link_calibration"
 VERSION = 2
-PRESETS = ("emu-100mbit", "emu-1gbit", "emu-10gbit")
-LINK_SECONDS = 1.5  # the largest size measured moves in about this long at the link's rate (at most 64 MiB)
-
-_TRANSFERS = """
-import json, sys
-from cost_models.calibration import time_transfers
-worker, ps, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
-print(json.dumps(time_transfers(worker, ps, [int(s) for s in sys.argv[4:]], repeats)))
-"""
-
 
 @dataclass
 class EmulatedLinkCalibration(VersionedRecord):
@@ -136,47 +123,3 @@ def _growing_curve(points):
     seconds = isotonic_regression([m["seconds"] for m in points], increasing=True)
     return TransferCalibration(*fit_line(sizes, seconds),
                                [{"bytes": b, "seconds": float(t)} for b, t in zip(sizes, seconds)])
-
-
-def sizes_for(rate_bytes):
-    """The calibration sizes (``cost_models.calibration.SIZES``) a link of ``rate_bytes`` moves in LINK_SECONDS."""
-    return [s for s in SIZES if s <= rate_bytes * LINK_SECONDS]
-
-
-def measure_emulated_link(preset, transfer_bytes, allreduce_sizes, repeats=5):
-    """``{"transfer", "allreduces"}``: median seconds of a transfer of ``transfer_bytes`` and of an allreduce of
-    each of ``allreduce_sizes`` between the two nodes of ``preset``:2 (no allreduces for none)."""
-    from autodist.resource_spec import load_cluster
-    from cost_models.collectives import measure_collectives
-    from launcher.emulation import EmulatedNetwork
-
-    spec = load_cluster(preset=f"{preset}:2")
-    first, second = (node.name for node in spec.nodes)
-    with EmulatedNetwork(spec) as network:
-        worker, ps = network.address(first), network.address(second)
-        with ps_server(worker, ps, prefix=network.command(second, [])):
-            [transfer] = run_json(_TRANSFERS, [worker, ps, repeats, transfer_bytes], f"the transfer over {preset}",
-                                  prefix=network.command(first, []))
-        allreduces = measure_collectives(allreduce_sizes, repeats, cluster={"worker": [worker, ps]},
-                                         prefixes=[network.command(first, []), network.command(second, [])]) \
-            if allreduce_sizes else []
-    return {"transfer": transfer, "allreduces": allreduces}
-
-
-def calibrate_emulated_links(presets=PRESETS, repeats=5, command=""):
-    """Measure each preset (:func:`measure_emulated_link`: the largest of :func:`sizes_for` its rate for the
-    transfer, all of them for the allreduces)."""
-    from autodist.resource_spec.emulated import EMULATED_RATES
-
-    load_before = os.getloadavg()[0]
-    points = []
-    for preset in presets:
-        rate = EMULATED_RATES[preset] / 8
-        sizes = sizes_for(rate)
-        measured = measure_emulated_link(preset, sizes[-1], sizes, repeats)
-        transfer = measured["transfer"]
-        points.append({"preset": preset, "rate_bytes": rate,
-                       "efficiency": transfer["bytes"] / transfer["seconds"] / rate, **measured})
-    machine = {**machine_description(), "load_average": {"before": round(load_before, 2),
-                                                           "after": round(os.getloadavg()[0], 2)}}
-    return EmulatedLinkCalibration(points, command, machine)

@@ -44,19 +44,13 @@ from itertools import chain
 
 import numpy as np
 
+from autodist.throughput import EXECUTOR_SETTLE_RUNS
+
 
 # Bytes per second no memory reaches: the cap on an op's streaming demand.
 _MAX_STREAMING = 1e18
 
 
-# TensorFlow's executor starts every kernel's cost estimate at 100M cycles and
-# moves it a tenth of the way to each run's cycles; a kernel whose estimate
-# falls below 8,000 cycles runs inline on the thread that readied it, with no
-# thread-pool hand-off and no profiler event (KernelStats in
-# tensorflow/core/common_runtime/executor.cc).  From 100M, a sub-8,000-cycle
-# kernel crosses after about 90 runs.  Measured here: mlp's profile traced
-# 205 kernels in its first 10 steps and 39 after 110 steps.
-EXECUTOR_SETTLE_RUNS = 100
 # A step is timed settled only where its settling runs take at most this long;
 # a larger model's steps are timed from its first runs.
 SETTLE_SECONDS = 20.0

@@ -7,7 +7,7 @@ input channels) and per byte moved (arithmetic intensity);
 device features add the device's peak FLOP/s and memory bandwidth and the
 roofline estimate ``max(FLOPs / peak, bytes / bandwidth)`` (a gather's bytes
 are the rows it gathers).  The same raw
-columns are stored with every measured timing (see cost_models.dataset), so
+columns are stored with every measured timing (see cost_models.fitting.dataset), so
 rows measured on any device, CPU or GPU, turn into the same design matrix.
 """
 

@@ -71,7 +71,7 @@ What a step costs on a GPU, as modelled:
 
 The efficiencies are per GPU architecture (Volta, Ampere, Hopper), as a
 shared value times an architecture factor; they are fitted on the published
-single-GPU figures only (:func:`fit`, cost_models.published).  A GPU of an
+single-GPU figures only (:func:`fit`, cost_models.fitting.published).  A GPU of an
 architecture the data does not cover gets the shared values, and its costs
 are marked assumed (``calibrated`` is False).  So are the kernels of a
 class and precision (:meth:`GpuStep.kernel_classes`, e.g. "conv_half") that
@@ -90,6 +90,7 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.resource_spec.presets import find_device_model
 from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
 from cost_models.step_table import fuses_elementwise, inside_elementwise_chains
@@ -101,8 +102,6 @@ MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "g
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
 # Device model name prefixes (autodist.resource_spec.presets and GPU product labels) -> architecture.
-ARCHITECTURE_OF = (("V100", "volta"), ("T4", "turing"), ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"),
-                   ("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"))
 COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
@@ -116,12 +115,10 @@ LAYOUTS = ("nhwc", "nchw")
 
 
 def architecture_of(device_model):
-    """The GPU architecture of a device model name ("" when unknown)."""
-    name = str(device_model).upper()
-    for prefix, arch in ARCHITECTURE_OF:
-        if name.startswith(prefix) or f"-{prefix}" in name:
-            return arch
-    return ""
+    """The GPU architecture of a device model (its ``DeviceModel.architecture`` in the preset catalogue, found by
+    name or alias), "" for a model the catalogue does not hold."""
+    found = find_device_model(str(device_model))
+    return found[1].architecture if found else ""
 
 
 def job_precision(graph_item):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -111,12 +110,6 @@ class CostModel:
         version is refitted from the shipped timings (a few seconds).
         """
         return _model_in(DATA_DIR)
-
-    def with_overlap(self, overlap):
-        """This model with ``overlap`` (a :class:`~cost_models.overlap.NcclOverlap`, or ``None``: not counted)."""
-        other = copy.copy(self)
-        other.overlap, other._id = overlap, None
-        return other
 
     @property
     def id(self):
@@ -286,15 +279,6 @@ class CostModel:
         shares = executor.schedule(seconds, widths, raw["input_bytes"] + raw["output_bytes"], predecessors)[1]
         return seconds, sources, shares
 
-    def op_widths(self, raw, peak_flops, memory_bandwidth):
-        """Per op on the learned CPU, the cores its kernel turns into speed (see cost_models.executor).
-
-        The predicted one-thread time over the predicted time, between 1
-        and the executor's cores, for ops both models know; every core
-        (no gain from running beside another op) for the rest.
-        """
-        return self._widths(raw["op_type"], *self._learned_kernels(raw, peak_flops, memory_bandwidth))
-
     def _learned_kernels(self, raw, peak_flops, memory_bandwidth):
         """The ops the op model knows (mask), their design matrix and their kernel seconds when a kernel runs."""
         learned = self.op_model.knows(raw["op_type"])
@@ -302,7 +286,13 @@ class CostModel:
         return learned, X, self.op_model.predict(X, ran_kernel=True)
 
     def _widths(self, op_types, learned, X, kernel):
-        """:meth:`op_widths` from :meth:`_learned_kernels`' results."""
+        """Per op on the learned CPU, the cores its kernel turns into speed (see cost_models.executor).
+
+        The predicted one-thread time over the predicted time, between 1
+        and the executor's cores, for ops both models know (from
+        :meth:`_learned_kernels`' results); every core (no gain from running
+        beside another op) for the rest.
+        """
         widths = np.full(len(op_types), self.executor.cores)
         if self.one_thread_model is None:
             return widths
@@ -447,7 +437,7 @@ DEFAULT_PARAMS = {"estimator": "hist", "max_iter": 400, "learning_rate": 0.1, "m
 def _model_in(folder, with_remote_step=True):
     """The cost model saved in ``folder``; what it lacks (op data, a calibration) is the shipped one.  Without
     its remote step calibration where ``with_remote_step`` is False."""
-    from cost_models.dataset import read_meta, read_timings
+    from cost_models.fitting.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
     calibration, collectives = _calibrations(folder)
@@ -529,7 +519,7 @@ def save_default(timings, meta, folder=DATA_DIR):
     -------
     CostModel
     """
-    from cost_models.dataset import write_meta, write_timings
+    from cost_models.fitting.dataset import write_meta, write_timings
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)

@@ -2,9 +2,9 @@
 
 Three constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
 set ``../shared/reference/published-training-figures.md`` by
-:func:`cost_models.cluster_published.fit` and shipped as
+:func:`cost_models.fitting.cluster_published.fit` and shipped as
 ``cost_models/data/nccl_overlap.json`` (refit with ``python -m
-cost_models.cluster_published --fit``):
+cost_models.fitting.cluster_published --fit``):
 
 - ``collective_seconds``: the fixed cost of one of Horovod's fused
   collectives on GPUs, on top of what the communication model prices its
@@ -21,7 +21,7 @@ cost_models.cluster_published --fit``):
   A property of NCCL on the GPU, so the product's simulator
   (``placement.simulator``, through :class:`cost_models.comm.CommModel`)
   prices it as the published-scaling evaluation
-  (``cost_models.cluster_published``) does, with the functions here.
+  (``cost_models.fitting.cluster_published``) does, with the functions here.
 - ``speed_spread``: the relative standard deviation of the speed of GPUs
   of one model across a job (boost clocks differ by chip, power and
   temperature; a chip keeps its pace from step to step).  Replicas that

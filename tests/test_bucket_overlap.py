@@ -6,6 +6,7 @@ group run one at a time on one stream: each pays its fixed latency after the one
 kernels take the fitted share of the compute they run beside (cost_models.overlap).
 """
 
+import copy
 from dataclasses import replace
 
 import pytest
@@ -69,7 +70,8 @@ def test_exposed_communication_rises_with_the_fitted_contention(setting):
     sim, base, order = setting
     fitted = sim.problem.cost_model.overlap
     assert 0 < fitted.contention <= 1 and fitted.collective_seconds > 0
-    free = sim.problem.cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread))
+    free = copy.copy(sim.problem.cost_model)
+    free.overlap = NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread)
     untouched = Simulator(Problem(sim.problem.graph_item, sim.problem.resource_spec, free))
     strategy = _bucketed(base, order, 4)
     with_contention, without = sim.simulate(strategy), untouched.simulate(strategy)

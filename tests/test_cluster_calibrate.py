@@ -21,7 +21,7 @@ from autodist.errors import InputError
 from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster, read_cluster_file
 from autodist.resource_spec.spec import ResourceSpec
 from cost_models import CostModel
-from cost_models.nccl_tests import busbw_errors, measured_devices, read_nccl_tests
+from cost_models.fitting.nccl_tests import busbw_errors, measured_devices, read_nccl_tests
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "nccl_tests")
 

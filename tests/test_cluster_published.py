@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from cost_models import cluster_published as cp
+from cost_models.fitting import cluster_published as cp
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap, lockstep_pace
-from cost_models.published import step_at
+from cost_models.fitting.published import step_at
 
 
 @pytest.fixture(scope="module")

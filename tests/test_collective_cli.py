@@ -88,7 +88,7 @@ def test_bad_input_is_one_line_and_exit_2(args, named):
 
 
 def test_shipped_efficiencies_are_the_fit_on_the_published_rows():
-    from cost_models.collectives_published import fit
+    from cost_models.fitting.collectives_published import fit
     from cost_models.comm import NVLS_EFFICIENCY
 
     fitted = fit()
@@ -99,7 +99,7 @@ def test_shipped_efficiencies_are_the_fit_on_the_published_rows():
 
 
 def test_collectives_published_is_scored_leave_one_system_out():
-    from cost_models.collectives_published import ROWS, evaluate, report_lines
+    from cost_models.fitting.collectives_published import ROWS, evaluate, report_lines
 
     report = evaluate()
     assert [r["row"] for r in report["rows"]] == [r.row for r in ROWS]

@@ -10,9 +10,10 @@ import pytest
 import numpy as np
 
 from autodist.errors import InputError
-from cost_models.calibration import SIZES, TransferCalibration
-from cost_models.dataset import read_meta, read_timings, write_meta, write_timings
+from cost_models.calibration import TransferCalibration
+from cost_models.fitting.dataset import read_meta, read_timings, write_meta, write_timings
 from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
+from cost_models.profiling.transfers import SIZES
 
 
 def _autodist(*args, timeout=600):
@@ -41,7 +42,7 @@ SMALL_GPU_ROWS = ("G1", "G2", "G3", "G4", "G11", "G12")
 def small_calibration(tmp_path_factory):
     """The published figures of ResNet-50 and BERT-large on one V100 (two models: one left out at a time; a subset
     whose fits converge in seconds)."""
-    from cost_models.published import CALIBRATION_CSV
+    from cost_models.fitting.published import CALIBRATION_CSV
 
     path = tmp_path_factory.mktemp("gpu") / "calibration.csv"
     with open(CALIBRATION_CSV) as f:
@@ -186,7 +187,7 @@ def _check_median_of_runs(rows, step):
     import dataclasses
 
     from autodist.errors import CostModelError
-    from cost_models.profiling import _median_of_runs
+    from cost_models.profiling.ops import _median_of_runs
 
     slower = rows.seconds * 3
     untimed = int(np.flatnonzero(np.isfinite(rows.seconds))[0])

@@ -17,9 +17,9 @@ from autodist.errors import CostModelError
 from autodist.graph.item import GraphItem
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel, OpCost, UnknownOpTypeWarning
-from cost_models.dataset import read_timings, write_timings
+from cost_models.fitting.dataset import read_timings, write_timings
 from cost_models.features import COPY_ON_READ, FEATURES, design_matrix, moved_bytes, op_raw_features
-from cost_models.dataset import read_meta
+from cost_models.fitting.dataset import read_meta
 from cost_models.model import MODEL_META, TIMINGS, TIMINGS_META, fit_cost_model, fit_executor_overhead
 from cost_models.op_model import OpTimeRegressor, load_model, save_model
 from cost_models.types import SOURCES
@@ -400,8 +400,8 @@ def test_vocabulary_wide_matmuls_are_learned_from_micro_benchmarks(shipped, with
 def test_micro_benchmark_ids_range_over_their_whole_table():
     # A model's sparse updates touch rows all over a 1M-row table; ids drawn
     # below 1000 would stay in cache and time the update several times faster.
-    from cost_models.micro import INT_INPUT_MAX, micro_cases
-    from cost_models.profiling import _micro_args
+    from cost_models.profiling.micro import INT_INPUT_MAX, micro_cases
+    from cost_models.profiling.ops import _micro_args
 
     cases = micro_cases(np.random.default_rng(0))
     big = [c for c in cases if c.name.startswith("copyonread") and c.variables[0][0] >= 100_000][:2]

@@ -25,7 +25,11 @@ from autodist.resource_spec.spec import ResourceSpec
 from launcher.emulation import EmulatedNetwork, node_address, run_namespaces
 from tests.test_run import SCRIPT, _children, _gone, _processes_naming, _strategies, small_job  # noqa: F401
 
-NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+# An unprivileged user (uid nobody) who can still read the checkout and its venv: a clone may sit in a folder only
+# root can read (root's home, mktemp -d), so the user keeps the one capability that reads files and nothing else:
+# it cannot write where root's files are, and its effective uid is not root's.
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+          "--inh-caps", "-all,+dac_read_search", "--ambient-caps", "+dac_read_search"]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
 EMULATED = """\
 network: {emulate: true}
@@ -307,8 +311,8 @@ def test_a_100_mbit_link_carries_its_rate_through_tensorflow_grpc():
     The rate is the wire's (Ethernet, IP and TCP headers included), so TensorFlow's bytes see about 95% of it;
     ``autodist profile emulated-links`` measures the same way what the cost model prices.
     """
-    from cost_models.emulated_link import measure_emulated_link
+    from cost_models.profiling.emulated_link import measure_emulated_link
 
     nbytes = 16 * 2**20
-    transfer = measure_emulated_link("emu-100mbit", nbytes, [], repeats=3)["transfer"]
+    transfer = measure_emulated_link(EmulatedNetwork, "emu-100mbit", nbytes, [], repeats=3)["transfer"]
     assert nbytes / transfer["seconds"] == pytest.approx(100e6 / 8, rel=0.10)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from autodist.resource_spec import load_cluster
 from cost_models import CostModel
-from cost_models.dataset import read_meta, read_timings
+from cost_models.fitting.dataset import read_meta, read_timings
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.model import TIMINGS, TIMINGS_META, fit_executor, fit_executor_overhead, measured_step, profiled_cores
 
@@ -136,7 +136,7 @@ def test_learned_widths_a_large_matmul_uses_every_core_a_small_op_one():
     cm = CostModel.default()
     rows = read_timings(TIMINGS)
     rows = rows.subset(rows.origin == "micro")
-    widths = cm.op_widths(rows.raw, rows.peak_flops[0], rows.memory_bandwidth[0])
+    widths = cm._widths(rows.raw["op_type"], *cm._learned_kernels(rows.raw, rows.peak_flops[0], rows.memory_bandwidth[0]))
     large_matmul = (rows.raw["op_type"] == "MatMul") & (rows.raw["flops"] >= 1e9)
     small = rows.seconds < 20e-6
     assert large_matmul.sum() > 10 and small.sum() > 100

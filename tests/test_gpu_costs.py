@@ -18,11 +18,12 @@ from autodist.api import with_job_options
 from autodist.errors import AutoDistError, CostModelError, InputError
 from autodist.graph.item import GraphItem, JobInfo, OpInfo
 from autodist.resource_spec import load_cluster
+from autodist.resource_spec.presets import DEVICE_MODELS
 from cost_models import CostModel, gradient_bytes
 from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
-from cost_models.gpu_calibration import device_of
+from cost_models.fitting.gpu_calibration import device_of
 from cost_models.memory import live_peak
-from cost_models.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
+from cost_models.fitting.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
 from cost_models.step_table import step_table
 from placement import Problem, Simulator, baselines
 
@@ -244,7 +245,7 @@ def test_accumulation_keeps_a_gradient_buffer(mlp_graph):
 
 def test_published_configurations_fit_and_resnet50_fp32_at_256_does_not():
     runs = [r for r in read_calibration() if r.evaluated]
-    from cost_models.gpu_calibration import _must_not_fit, _published_peak
+    from cost_models.fitting.gpu_calibration import _must_not_fit, _published_peak
 
     for run in runs:
         table, scalars = published_step(run)
@@ -279,7 +280,7 @@ def test_fused_chains_cost_nothing_and_their_fuser_scales_the_kernels_left():
 def test_g20_without_xla_is_predicted_much_slower_than_with_it():
     """The published BERT-base AMP runs differ 2.3x by XLA alone (G20); the model must not flatten that: it keeps at
     least three quarters of the published ratio."""
-    from cost_models.gpu_calibration import prepared, throughput
+    from cost_models.fitting.gpu_calibration import prepared, throughput
 
     steps = {run.id: (run, step) for run, step in prepared(read_calibration()) if run.row == "G20"}
     params = GpuKernelParams.load()
@@ -396,8 +397,11 @@ def test_calibration_file_matches_the_reference_rows():
 
 
 def test_architecture_of_device_models():
-    assert [architecture_of(m) for m in ("V100-16GB", "A100-80GB", "H100-SXM", "T4", "Mystery-9")] == [
-        "volta", "ampere", "hopper", "turing", ""]
+    """A field of each GPU device model, found by name or alias; a name the catalogue lacks is not guessed."""
+    assert [architecture_of(m) for m in ("V100-16GB", "A100-80GB", "H100-SXM", "T4", "NVIDIA-H100-80GB-HBM3")] == [
+        "volta", "ampere", "hopper", "turing", "hopper"]
+    assert architecture_of("H800-SXM") == architecture_of("Mystery-9") == architecture_of("xeon-8480c-2s") == ""
+    assert all(m.architecture for m in DEVICE_MODELS.values() if m.kind == "GPU")
 
 
 def test_a_device_without_the_precision_the_job_needs_is_refused(mlp_graph):

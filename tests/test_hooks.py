@@ -96,7 +96,7 @@ def test_importing_autodist_capture_profiling_and_the_runtime_patches_nothing():
         import keras, tensorflow as tf
         from keras.src.optimizers.base_optimizer import BaseOptimizer
         before = (dict(vars(keras.Model)), BaseOptimizer.apply, type(tf.function(lambda: None)).__call__)
-        import autodist, autodist.hooks, autodist.graph.capture, autodist.api, cost_models.profiling
+        import autodist, autodist.hooks, autodist.graph.capture, autodist.api, cost_models.profiling.ops
         import launcher.runtime.client, launcher.runtime.worker, launcher.runtime.fit, launcher.runtime.trainer
         after = (dict(vars(keras.Model)), BaseOptimizer.apply, type(tf.function(lambda: None)).__call__)
         print(before == after)
@@ -110,7 +110,7 @@ def test_profiling_grabs_a_plain_tf_function_step_and_leaves_nothing_hooked():
     import keras
     import tensorflow as tf
 
-    from cost_models.profiling import zoo_step
+    from cost_models.profiling.ops import zoo_step
 
     step, args, name = zoo_step(os.path.join(ZOO, "custom_loop.py"), ["--batch-size", "8"])
     assert name == "custom_loop" and [tuple(a.shape) for a in args] == [(8, 16), (8, 1)]

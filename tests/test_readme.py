@@ -1,6 +1,7 @@
-"""Every command the README shows parses, and runs against small inputs.
+"""Every command the README and docs/ show parses, and runs against small inputs.
 
-The commands are read out of the README's shell blocks.  ``train.py`` is the
+The commands are read out of the shell blocks of the README, then of each
+docs/*.md it links (a command shown twice runs once, where it first appears).  ``train.py`` is the
 zoo's MLP, ``SCRIPT_ARGS`` a two-step run, and ``[--plan plan.json]`` gives
 both forms.  Each command runs in a scratch folder, in README order (later
 commands read what earlier ones wrote), except those that take minutes; they
@@ -21,6 +22,7 @@ import pytest
 from tests.conftest import REPO, ZOO
 
 README = os.path.join(REPO, "README.md")
+DOCS = os.path.join(REPO, "docs")
 TRAIN = os.path.join(ZOO, "mlp.py")
 SUBSTITUTIONS = {"train.py": TRAIN, "SCRIPT_ARGS": "--steps 2", "/etc/autodist/plan.json": "plan.json",
                  "~/.cache/autodist/cost-model": "cost-model"}
@@ -35,22 +37,38 @@ PARSED_ONLY_OPTIONS = {"--model"}
 KUBERNETES = ("--from-kubernetes", "--submit")
 
 
-def readme_commands():
-    """(argv, redirect target or None) of every autodist/placement command in the README's shell blocks."""
+def documents():
+    """The README, then the docs/*.md files it links, in the order it links them."""
     with open(README, encoding="utf-8") as fh:
-        text = fh.read()
+        linked = re.findall(r"\]\((docs/[\w.-]+\.md)\)", fh.read())
+    return [README, *(os.path.join(REPO, path) for path in dict.fromkeys(linked))]
+
+
+def readme_commands():
+    """(argv, redirect target or None) of every autodist/placement command in the shell blocks of documents()."""
     commands = []
-    for block in re.findall(r"^```\n(.*?)^```", text, re.S | re.M):
-        for line in block.splitlines():
-            line = line.split(" #")[0].strip()
-            line = line.split("&& ")[-1]  # the set-up line ends with the command it runs
-            if not line.startswith(("autodist ", "placement ")):
-                continue
-            for form in _forms(line):
-                command, _, target = form.partition(" > ")
-                argv = [SUBSTITUTIONS.get(word, word) for word in shlex.split(command)]
-                commands.append((_expand(argv), target.strip() or None))
+    for path in documents():
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        for block in re.findall(r"^```\n(.*?)^```", text, re.S | re.M):
+            for line in block.splitlines():
+                line = line.split(" #")[0].strip()
+                line = line.split("&& ")[-1]  # the set-up line ends with the command it runs
+                if not line.startswith(("autodist ", "placement ")):
+                    continue
+                for form in _forms(line):
+                    command, _, target = form.partition(" > ")
+                    argv = [SUBSTITUTIONS.get(word, word) for word in shlex.split(command)]
+                    entry = (_expand(argv), target.strip() or None)
+                    if entry not in commands:
+                        commands.append(entry)
     return commands
+
+
+def test_the_readme_links_every_doc_and_stays_short():
+    assert sorted(documents()[1:]) == sorted(os.path.join(DOCS, name) for name in os.listdir(DOCS)
+                                             if name.endswith(".md"))
+    assert os.path.getsize(README) < 8 * 1024
 
 
 def _forms(line):

@@ -16,7 +16,7 @@ import pytest
 from autodist.plan import Plan
 from autodist.report import build_report, render, schema
 from autodist.report.render import ms
-from autodist.resource_spec.presets import from_preset
+from autodist.resource_spec import from_preset
 from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
 from cost_models import CostModel
 from placement import Problem, Simulator

@@ -1,5 +1,6 @@
 """The step simulator on real captured graphs with the shipped cost model."""
 
+import copy
 import json
 import random
 import statistics
@@ -125,7 +126,8 @@ def test_gpu_replicas_compute_at_the_pace_of_the_slowest(mlp_graph, cost_model):
     compute takes lockstep_pace(8) times what it takes when every GPU runs at the typical speed."""
     spec = load_cluster(preset="p3.16xlarge:1")
     fitted = cost_model.overlap
-    level = cost_model.with_overlap(NcclOverlap(fitted.collective_seconds, fitted.contention, 0.0))
+    level = copy.copy(cost_model)
+    level.overlap = NcclOverlap(fitted.collective_seconds, fitted.contention, 0.0)
     paced_sim, level_sim = (Simulator(Problem(mlp_graph, spec, model)) for model in (cost_model, level))
     strategy = baselines.data_parallel(paced_sim.problem)
     assert len(strategy.replicas) == 8 and fitted.speed_spread > 0
@@ -301,11 +303,11 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
 
 @pytest.mark.parametrize("loop", ["fit", "function"])
 def test_the_loop_cost_leaves_the_step_it_was_timed_on_at_its_measured_time(loop, cost_model):
-    """A replica's loop cost was timed on the trivial job of cost_models.loop_probe, whose ops the cost model also
+    """A replica's loop cost was timed on the trivial job of cost_models.profiling.loop_probe, whose ops the cost model also
     prices: that job's step, captured and simulated, comes out at the time measured for it, its ops counted once
     (fails where the op model is refitted without `autodist profile remote-steps`)."""
     from autodist.graph.capture import capture_script
-    from cost_models import loop_probe
+    from cost_models.profiling import loop_probe
 
     calibration = cost_model.remote_step
     probe = capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"])

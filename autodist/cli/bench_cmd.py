@@ -45,7 +45,7 @@ def strategy_names(text):
 def _add_options(p):
     from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.cli.options import add_search_arguments, integer_between
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
     from launcher.runtime.joining import add_join_timeout
 
     add_cluster_arguments(p)
@@ -78,7 +78,7 @@ def _parse_rest(args):
 
 def _cluster(args):
     from autodist.cli.run_cmd import check_can_run
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
 
     if not (args.cluster or args.preset or args.from_kubernetes):
         raise InputError("give the cluster to run on: --preset NAME[:N] or --cluster FILE", field="cluster")

@@ -5,8 +5,8 @@
 
 import json
 
+from autodist.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from autodist.report.render import plural
-from autodist.resource_spec import add_cluster_arguments, cluster_from_args
 
 
 def register(subparsers):
@@ -60,7 +60,7 @@ def run_calibrate(args):
     from autodist.io import check_output_file, write_text_atomic
     from autodist.resource_spec.cluster_file import dump_cluster
     from cost_models import CostModel
-    from cost_models.nccl_tests import busbw_errors, calibrate, measured_devices, read_nccl_tests
+    from cost_models.fitting.nccl_tests import busbw_errors, calibrate, measured_devices, read_nccl_tests
 
     check_output_file(args.output, field="--output")
     runs = [read_nccl_tests(path, op=args.op) for path in args.nccl_tests]

@@ -41,7 +41,7 @@ def add_cost_model_argument(parser):
 
 
 def run_eval(args):
-    from cost_models.evaluation import evaluate, evaluate_section, format_report, section_lines
+    from cost_models.fitting.evaluation import evaluate, evaluate_section, format_report, section_lines
 
     if args.section:
         section = evaluate_section(args.section)
@@ -58,8 +58,8 @@ def run_eval(args):
 
 def run_fit_gpu(args):
     from autodist.io import write_json_atomic
-    from cost_models.gpu_calibration import fit, prepared
-    from cost_models.published import CALIBRATION_CSV, read_calibration
+    from cost_models.fitting.gpu_calibration import fit, prepared
+    from cost_models.fitting.published import CALIBRATION_CSV, read_calibration
 
     params = fit(prepared(read_calibration(args.calibration or CALIBRATION_CSV)))
     write_json_atomic(args.output, params.to_dict())
@@ -68,7 +68,7 @@ def run_fit_gpu(args):
 
 
 def _register_collective(sub):
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
 
     col = sub.add_parser("collective", help="predicted time, algbw and busbw of one collective (a virtual nccl-tests)",
                          description="Predict one collective on a cluster, as nccl-tests would report it: time, "
@@ -84,7 +84,7 @@ def _register_collective(sub):
 
 def run_collective(args):
     from autodist.errors import InputError
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
     from cost_models import CostModel
     from cost_models.comm import bus_factor
 

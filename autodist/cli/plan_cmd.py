@@ -18,7 +18,7 @@ def register(subparsers):
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
     from autodist.cli.script_args import pass_script_args
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
 
     p = subparsers.add_parser("plan", help="search the best placement and write plan.json",
                               usage="autodist plan SOURCE [options] [-- SCRIPT_ARGS ...]")
@@ -60,7 +60,7 @@ def run(args):
     from autodist.cli.job_options import job_options, search_allowances
     from autodist.cli.options import check_search_size, search_budget
     from autodist.io import check_output_file
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
     from cost_models.model import load_cost_model
 
     check_output_file(args.output, field="-o")

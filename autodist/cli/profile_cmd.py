@@ -108,10 +108,10 @@ def _script(name):
 
 
 def run_ops(args):
-    from cost_models.calibration import machine_description
+    from cost_models.profiling.transfers import machine_description
     from cost_models.model import save_default
     from cost_models.executor import EXECUTOR_SETTLE_RUNS, SETTLE_SECONDS
-    from cost_models.profiling import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
+    from cost_models.profiling.ops import MICRO_CALLS, MICRO_ROUNDS, MIN_TIMED_SECONDS, collect
 
     folder = _out_folder(args)
     if args.steps < 1:
@@ -168,7 +168,7 @@ def _added_to_earlier(rows, meta, folder, measured_micro):
     """
     import numpy as np
 
-    from cost_models.dataset import Timings, read_meta, read_timings
+    from cost_models.fitting.dataset import Timings, read_meta, read_timings
     from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META, in_folder
 
     earlier = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
@@ -188,7 +188,7 @@ def _added_to_earlier(rows, meta, folder, measured_micro):
 
 
 def run_transfers(args):
-    from cost_models.calibration import calibrate
+    from cost_models.profiling.transfers import calibrate
     from cost_models.model import CALIBRATION
 
     if args.sessions < 1:
@@ -197,15 +197,44 @@ def run_transfers(args):
 
 
 def run_collectives(args):
-    from cost_models.collectives import calibrate_collectives
+    from cost_models.profiling.collectives import calibrate_collectives
     from cost_models.model import COLLECTIVES
 
     return _calibrate(args, calibrate_collectives, COLLECTIVES)
 
 
+_PRICE_SCRIPT = """
+import json, sys
+from autodist.cli.profile_cmd import price_local_steps
+print(json.dumps(price_local_steps(sys.argv[1] or None)))
+"""
+
+
+def price_local_steps(folder=None):
+    """Seconds the cost model of ``folder`` (cost_models.model.load_cost_model) gives the ops of the trivial job's
+    step under each loop: the step captured from cost_models.profiling.loop_probe and simulated as one process on
+    ``cpu-local``, without a loop cost (what the remote-step harness takes off the loops it measures)."""
+    from autodist.graph.capture import capture_script
+    from autodist.resource_spec import load_cluster
+    from cost_models.profiling import loop_probe
+    from cost_models.model import load_cost_model
+    from placement.baselines import data_parallel
+    from placement.problem import Problem
+    from placement.simulator import Simulator
+
+    cost_model, spec = load_cost_model(folder, with_remote_step=False), load_cluster(preset="cpu-local:1")
+
+    def priced(loop):
+        problem = Problem(capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"]), spec, cost_model)
+        return Simulator(problem).simulate(data_parallel(problem)).step_time
+
+    return {f"{loop}_step": priced(loop) for loop in loop_probe.LOOPS}
+
+
 def run_remote_steps(args):
+    from cost_models.profiling.fresh_process import run_json
     from cost_models.model import REMOTE_STEP
-    from cost_models.remote_step import calibrate_remote_steps
+    from cost_models.profiling.remote_step import calibrate_remote_steps
 
     if args.repeats < 3:
         raise InputError("must be at least 3", field="--repeats")
@@ -215,8 +244,9 @@ def run_remote_steps(args):
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, os.path.basename(REMOTE_STEP))
     command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    calibration = calibrate_remote_steps(repeats=args.repeats, sessions=args.sessions, command=command,
-                                         folder=folder)
+    calibration = calibrate_remote_steps(
+        lambda: run_json(_PRICE_SCRIPT, [folder], "pricing the trivial job's ops"),
+        repeats=args.repeats, sessions=args.sessions, command=command)
     calibration.save(path)
     print(f"client step {calibration.base * 1e3:.2f} ms + {calibration.per_task * 1e3:.2f} ms per remote task "
           f"({len(calibration.measurements)} task counts); its CPU: client {calibration.client_cpu * 1e3:.2f} ms "
@@ -228,14 +258,15 @@ def run_remote_steps(args):
 
 
 def run_emulated_links(args):
-    from cost_models.emulated_link import calibrate_emulated_links
     from cost_models.model import EMULATED_LINK
+    from cost_models.profiling.emulated_link import calibrate_emulated_links
+    from launcher.emulation import EmulatedNetwork
 
     if args.repeats < 1:
         raise InputError("must be at least 1", field="--repeats")
     path = os.path.join(_out_folder(args), os.path.basename(EMULATED_LINK))
     command = "autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    calibration = calibrate_emulated_links(repeats=args.repeats, command=command)
+    calibration = calibrate_emulated_links(EmulatedNetwork, repeats=args.repeats, command=command)
     calibration.save(path)
     rates = ", ".join(f"{p['rate_bytes'] * 8 / 1e6:g} Mbit/s: {p['efficiency']:.0%}" for p in calibration.points)
     print(f"gRPC over emulated links achieves {rates} -> {path}")

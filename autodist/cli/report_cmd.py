@@ -12,7 +12,7 @@ def register(subparsers):
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
     from autodist.cli.script_args import pass_script_args
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
 
     p = subparsers.add_parser(
         "report",
@@ -50,7 +50,7 @@ def _cluster_given(args):
 
 def _from_plan_file(args):
     from autodist.plan import Plan
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
 
     plan = Plan.load(args.source)
     if args.timeline:
@@ -77,7 +77,7 @@ def _from_job(args):
     from autodist.cli.job_options import job_options, search_allowances
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
-    from autodist.resource_spec import cluster_from_args
+    from autodist.cli.cluster_args import cluster_from_args
 
     if not _cluster_given(args):
         raise InputError("give the cluster: --cluster FILE, --preset NAME[:N] or --from-kubernetes")

@@ -20,7 +20,7 @@ def _add_options(p):
     from autodist.cli.costmodel_cmd import add_cost_model_argument
     from autodist.cli.job_options import add_job_arguments
     from autodist.cli.options import add_search_arguments
-    from autodist.resource_spec import add_cluster_arguments
+    from autodist.cli.cluster_args import add_cluster_arguments
     from launcher.runtime.joining import add_join_timeout
 
     add_cluster_arguments(p)
@@ -63,11 +63,12 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     """Capture the script (unless ``graph_item``), search a plan for the cluster, save it to ``-o``."""
     from autodist.api import graph_of
     from autodist.api import make_plan
+    from autodist.cli.cluster_args import cluster_from_args
     from autodist.cli.job_options import search_allowances
     from autodist.cli.plan_cmd import summary, warn_if_unsearched
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
-    from autodist.resource_spec import cluster_from_args, load_cluster
+    from autodist.resource_spec import load_cluster
     from cost_models.model import load_cost_model
 
     given = args.cluster or args.preset or args.from_kubernetes
@@ -122,7 +123,7 @@ def run(args):
         check_can_run(plan.resource_spec)
         if args.cluster or args.preset or args.from_kubernetes:
             from autodist.cli.report_cmd import check_plan_cluster
-            from autodist.resource_spec import cluster_from_args
+            from autodist.cli.cluster_args import cluster_from_args
 
             check_plan_cluster(plan, cluster_from_args(args), args.plan)
         if args.micro_batches and args.micro_batches != plan.micro_batches:

@@ -20,6 +20,9 @@ import networkx as nx
 
 from autodist.errors import InputError
 
+# The phases of a training step an op may belong to (a GraphItem's ``OpInfo.phase``).
+PHASES = ("forward", "backward", "update", "other")
+
 # One op of 10^18 FLOPs takes over 15 minutes on an H100 at its 989 TFLOP/s
 # tensor peak: no training step of a real model holds such an op.
 MAX_OP_FLOPS = 10**18
@@ -153,8 +156,6 @@ def check_graph_document(data, where="<graph item>"):
 
 def _check_ops(check, ops):
     """Check ops alone; returns op name -> number of outputs."""
-    from autodist.graph.item import PHASES
-
     if not ops:
         check.fail("ops", "the graph has no ops")
     outputs = {}

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from autodist.graph.checks import check_graph_document
+from autodist.graph.checks import PHASES, check_graph_document
 from autodist.io import check_document, read_json, write_text_atomic
 
 FORMAT = "autodist.graph_item"
 VERSION = 1
-
-PHASES = ("forward", "backward", "update", "other")
 
 
 @dataclass

@@ -35,16 +35,6 @@ def _index(tensor):
     return int(tensor.rpartition(":")[2] or 0)
 
 
-def _batch_dim(shape, batch):
-    """Index of the first dimension that is a multiple of ``batch``, or None."""
-    if not shape:
-        return None
-    for i, d in enumerate(shape):
-        if d > 0 and d % batch == 0:
-            return i
-    return None
-
-
 def _constant_ops(graph_item):
     """Ops computed from constants only (no step input, no variable): folded shapes, fills, tiles."""
     constant = set()

@@ -1,12 +1,12 @@
 """The cluster model: nodes, devices and links (see spec.py for the names).
 
-Every CLI gets its cluster the same way: :func:`add_cluster_arguments` adds
-``--cluster FILE | --preset NAME[:N] | --from-kubernetes [--selector S]`` to a
-parser and :func:`cluster_from_args` turns the parsed arguments into a
-:class:`ResourceSpec` through :func:`load_cluster`.
+:func:`load_cluster` reads a cluster from exactly one source (a file,
+:func:`from_preset`, Kubernetes); the command line's cluster options are
+autodist.cli.cluster_args.
 """
 
 from autodist.errors import InputError
+from autodist.resource_spec.presets import MACHINES, did_you_mean, machine, node_names, parse_preset_name
 from autodist.resource_spec.spec import DeviceSpec, LinkSpec, NodeSpec, Path, ResourceSpec
 
 __all__ = [
@@ -15,8 +15,7 @@ __all__ = [
     "NodeSpec",
     "Path",
     "ResourceSpec",
-    "add_cluster_arguments",
-    "cluster_from_args",
+    "from_preset",
     "load_cluster",
 ]
 
@@ -53,69 +52,35 @@ def load_cluster(path=None, preset=None, from_kubernetes=False, label_selector=N
 
         return read_cluster_file(path)
     if preset:
-        from autodist.resource_spec.presets import from_preset
-
         return from_preset(preset)
     from autodist.resource_spec.discovery import from_kubernetes as discover
 
     return discover(label_selector=label_selector, kubeconfig=kubeconfig)
 
 
-def add_cluster_arguments(parser, positional=False):
-    """Add the cluster source options to an argparse parser.
+def from_preset(text):
+    """The :class:`ResourceSpec` of preset ``"NAME[:N]"``, e.g. ``"dgx-h100:4"``.
 
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    positional : bool
-        Also accept the cluster file as an optional positional argument
-        (``autodist cluster show cluster.yaml``).
+    ``local`` describes this machine as discovered (see
+    :func:`autodist.resource_spec.discovery.local_machine`); ``emu-100mbit``,
+    ``emu-1gbit`` and ``emu-10gbit`` are clusters emulated on it
+    (:mod:`autodist.resource_spec.emulated`).
     """
-    from autodist.resource_spec.emulated import EMULATED_RATES
-    from autodist.resource_spec.presets import MACHINES
+    name, count = parse_preset_name(text)
+    if name == "local":
+        if count != 1:
+            raise InputError(f"'local' is this one machine and takes no node count, got {text!r}", field="preset")
+        from autodist.resource_spec.discovery import local_machine
 
-    group = parser.add_argument_group("cluster (exactly one)")
-    sources = group.add_mutually_exclusive_group()
-    if positional:
-        sources.add_argument("cluster", nargs="?", metavar="CLUSTER_FILE", help="cluster.yaml")
-    else:
-        sources.add_argument("--cluster", metavar="FILE", help="cluster.yaml (or a resource spec JSON)")
-    sources.add_argument(
-        "--preset",
-        metavar="NAME[:N]",
-        help=f"N nodes of a machine preset ({', '.join(MACHINES)}), 'local' (this machine) or N nodes emulated on "
-             f"this machine ({', '.join(EMULATED_RATES)}), e.g. dgx-h100:4",
-    )
-    sources.add_argument(
-        "--from-kubernetes", action="store_true", help="read the nodes of the current Kubernetes context"
-    )
-    group.add_argument("--selector", metavar="S", help="Kubernetes label selector (with --from-kubernetes)")
-    group.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (with --from-kubernetes)")
+        return local_machine()
+    from autodist.resource_spec.emulated import EMULATED_RATES, emulated_preset
 
-
-def cluster_from_args(args, prog="autodist"):
-    """The :class:`ResourceSpec` named by arguments from :func:`add_cluster_arguments`.
-
-    Discovery warnings (guessed or unknown figures) go to stderr as one line
-    each, ``<prog>: warning: ...``.
-    """
-    import sys
-    import warnings
-
-    from autodist.resource_spec.discovery import DiscoveryWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DiscoveryWarning)
-        spec = load_cluster(
-            path=getattr(args, "cluster", None),
-            preset=getattr(args, "preset", None),
-            from_kubernetes=getattr(args, "from_kubernetes", False),
-            label_selector=getattr(args, "selector", None),
-            kubeconfig=getattr(args, "kubeconfig", None),
-        )
-    for warning in caught:
-        if issubclass(warning.category, DiscoveryWarning):
-            print(f"{prog}: warning: {warning.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
-    return spec
+    if name in EMULATED_RATES:
+        return emulated_preset(name, count)
+    if name not in MACHINES:
+        known = [*MACHINES, *EMULATED_RATES]
+        raise InputError(f"unknown preset {name!r}{did_you_mean(name, known)}; known: {', '.join(known)}",
+                         field="preset")
+    preset = machine(name, field="preset")
+    nodes = [preset.node(n) for n in node_names(preset.node_prefix, count)]
+    return ResourceSpec(nodes, name=f"{name}:{count}" if count > 1 else name)

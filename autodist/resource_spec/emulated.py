@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from autodist.resource_spec.presets import DEVICE_MODELS, LINK_PRESETS, node_names
 from autodist.resource_spec.spec import EmulatedNode, LinkSpec, NodeSpec, ResourceSpec
 
 # One-way latency of a veth pair through a bridge, as this machine's loopback (presets.LINK_PRESETS["loopback-local"]).
@@ -72,8 +73,6 @@ def _share_of(device, nodes):
     A memory a cluster file states (a written-out emulated cluster's, say)
     is taken as stated.
     """
-    from autodist.resource_spec.presets import DEVICE_MODELS
-
     whole = DEVICE_MODELS["cpu-local"].memory_bytes
     if device.kind == "CPU" and device.model == "cpu-local" and device.memory_bytes == whole:
         return replace(device, peak_flops=dict(device.peak_flops), memory_bytes=whole // nodes)
@@ -82,8 +81,6 @@ def _share_of(device, nodes):
 
 def emulated_preset(name, count):
     """The :class:`ResourceSpec` of ``emu-<rate>:count`` (``name`` is a key of EMULATED_RATES)."""
-    from autodist.resource_spec.presets import DEVICE_MODELS, LINK_PRESETS, node_names
-
     nodes = [NodeSpec(node, [DEVICE_MODELS["cpu-local"].device("cpu-local", node, 0)], LINK_PRESETS["loopback-local"],
                       nics=[emulated_link(EMULATED_RATES[name])])
              for node in node_names(NODE_PREFIX, count)]

@@ -31,7 +31,9 @@ class DeviceModel:
     """Figures of one device model (FLOP/s per dtype, bytes, bytes/s).
 
     ``fabric`` and ``host_link`` name the link presets GPUs of this model
-    use between each other and to their host, when a machine does not say.
+    use between each other and to their host, when a machine does not say;
+    ``architecture`` is a GPU's (``"volta"``, ``"ampere"``, ...: the GPU
+    kernel model's parameters are per architecture), "" for a CPU.
     ``cores``: a CPU model's cores (what its peak is priced on; 0 unknown).
     """
 
@@ -43,6 +45,7 @@ class DeviceModel:
     host_link: str = ""
     aliases: tuple = ()
     cores: int = 0
+    architecture: str = ""
 
     def device(self, model, node, index):
         """A :class:`DeviceSpec` of this model, ``index``-th of its kind on ``node``."""
@@ -80,6 +83,7 @@ DEVICE_MODELS = {
         fabric="nvlink-v100",
         host_link="pcie-gen3",
         aliases=("tesla-v100-sxm2-16gb", "v100", "tesla-v100"),
+        architecture="volta",
     ),
     "V100-32GB": DeviceModel(
         "GPU",
@@ -89,6 +93,7 @@ DEVICE_MODELS = {
         fabric="nvlink-v100",
         host_link="pcie-gen3",
         aliases=("tesla-v100-sxm2-32gb",),
+        architecture="volta",
     ),
     # NVIDIA A100 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/
     # pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): A100 40GB SXM,
@@ -101,6 +106,7 @@ DEVICE_MODELS = {
         fabric="nvlink-a100",
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-40gb", "a100-sxm4-40gb", "a100"),
+        architecture="ampere",
     ),
     # hw.md "A100 SXM 80GB": 19.5 FP32 (TF32 156), 312 tensor TFLOP/s, 80 GB, 2.0 TB/s.
     "A100-80GB": DeviceModel(
@@ -111,6 +117,7 @@ DEVICE_MODELS = {
         fabric="nvlink-a100",
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-80gb", "a100-sxm4-80gb", "nvidia-a100-80gb-hbm2e"),
+        architecture="ampere",
     ),
     # hw.md "H100 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 80 GB, 3.35 TB/s.  TF32 tensor:
     # 989 TFLOP/s with 2:4 sparsity, half of it dense (NVIDIA H100 datasheet,
@@ -123,6 +130,7 @@ DEVICE_MODELS = {
         fabric="nvlink-h100",
         host_link="pcie-gen5",
         aliases=("nvidia-h100-80gb-hbm3", "h100-sxm5-80gb", "nvidia-h100-sxm5-80gb", "h100"),
+        architecture="hopper",
     ),
     # hw.md "H200 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 141 GB, 4.8 TB/s; TF32 as the H100.
     "H200-SXM": DeviceModel(
@@ -133,6 +141,7 @@ DEVICE_MODELS = {
         fabric="nvlink-h100",
         host_link="pcie-gen5",
         aliases=("nvidia-h200", "nvidia-h200-141gb-hbm3e", "h200"),
+        architecture="hopper",
     ),
     # hw.md "T4": 8.1 FP32, 65 FP16 tensor TFLOP/s, 16 GB, 0.32 TB/s, PCIe only
     # (Turing has no bfloat16 tensor cores: FP32 rate).
@@ -144,6 +153,7 @@ DEVICE_MODELS = {
         fabric="pcie-gen3",
         host_link="pcie-gen3",
         aliases=("tesla-t4", "nvidia-t4"),
+        architecture="turing",
     ),
     # CPU hosts.  Peaks are cores x base clock x FLOP/cycle (upper bounds: AVX-512
     # clocks run lower); memory bandwidth is channels x transfer rate x 8 bytes.
@@ -293,7 +303,7 @@ MACHINES = {
 }
 
 
-def _did_you_mean(name, choices):
+def did_you_mean(name, choices):
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -314,7 +324,7 @@ def device_model(name, field=None, source=None):
     if found is None:
         known = ", ".join(DEVICE_MODELS)
         raise InputError(
-            f"unknown device model {name!r}{_did_you_mean(name, DEVICE_MODELS)}; known: {known}",
+            f"unknown device model {name!r}{did_you_mean(name, DEVICE_MODELS)}; known: {known}",
             source=source,
             field=field,
         )
@@ -340,7 +350,7 @@ def link_preset(name, field=None, source=None):
         return LINK_PRESETS[name]
     except (KeyError, TypeError):
         raise InputError(
-            f"unknown link preset {name!r}{_did_you_mean(str(name), LINK_PRESETS)}; "
+            f"unknown link preset {name!r}{did_you_mean(str(name), LINK_PRESETS)}; "
             f"known: {', '.join(LINK_PRESETS)}",
             source=source,
             field=field,
@@ -353,7 +363,7 @@ def machine(name, field=None, source=None):
         return MACHINES[name]
     except (KeyError, TypeError):
         raise InputError(
-            f"unknown preset {name!r}{_did_you_mean(str(name), MACHINES)}; known: {', '.join(MACHINES)}",
+            f"unknown preset {name!r}{did_you_mean(str(name), MACHINES)}; known: {', '.join(MACHINES)}",
             source=source,
             field=field,
         ) from None
@@ -373,31 +383,3 @@ def parse_preset_name(text):
 def node_names(prefix, count):
     """Names of ``count`` identical nodes: ``prefix-0 .. prefix-(count-1)``."""
     return [f"{prefix}-{i}" for i in range(count)]
-
-
-def from_preset(text):
-    """The :class:`ResourceSpec` of preset ``"NAME[:N]"``, e.g. ``"dgx-h100:4"``.
-
-    ``local`` describes this machine as discovered (see
-    :func:`autodist.resource_spec.discovery.local_machine`); ``emu-100mbit``,
-    ``emu-1gbit`` and ``emu-10gbit`` are clusters emulated on it
-    (:mod:`autodist.resource_spec.emulated`).
-    """
-    name, count = parse_preset_name(text)
-    if name == "local":
-        if count != 1:
-            raise InputError(f"'local' is this one machine and takes no node count, got {text!r}", field="preset")
-        from autodist.resource_spec.discovery import local_machine
-
-        return local_machine()
-    from autodist.resource_spec.emulated import EMULATED_RATES, emulated_preset
-
-    if name in EMULATED_RATES:
-        return emulated_preset(name, count)
-    if name not in MACHINES:
-        known = [*MACHINES, *EMULATED_RATES]
-        raise InputError(f"unknown preset {name!r}{_did_you_mean(name, known)}; known: {', '.join(known)}",
-                         field="preset")
-    preset = machine(name, field="preset")
-    nodes = [preset.node(n) for n in node_names(preset.node_prefix, count)]
-    return ResourceSpec(nodes, name=f"{name}:{count}" if count > 1 else name)

@@ -18,13 +18,12 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from autodist.errors import InputError
+from autodist.resource_spec.checks import LINK_KINDS, spec_problems
 from autodist.resource_spec.measured import MeasuredCollective
 
 FORMAT = "autodist.resource_spec"
 VERSION = 1
 
-LINK_KINDS = ("nvlink", "pcie", "loopback", "infiniband", "roce", "ethernet")
-DEVICE_KINDS = ("GPU", "CPU")
 DIRECTIONS = ("tx", "rx")
 
 
@@ -306,8 +305,6 @@ class ResourceSpec:
                 raise InputError(message, source=where, field=f"nodes[{i}]") from None
         if not nodes:
             raise InputError("no nodes", source=where, field="nodes")
-        from autodist.resource_spec.checks import spec_problems
-
         for field_name, message in spec_problems(nodes):
             raise InputError(message, source=where, field=field_name)
         name = data.get("name", "")

@@ -16,8 +16,7 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
-from autodist.throughput import samples_per_second
-from cost_models.executor import EXECUTOR_SETTLE_RUNS
+from autodist.throughput import EXECUTOR_SETTLE_RUNS, samples_per_second
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
 UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",

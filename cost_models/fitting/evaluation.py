@@ -16,15 +16,15 @@
 - Predicted allreduce bus bandwidth of the 8-GPU H100 and A100 node presets
   against the nccl-tests figures of ../shared/reference/hardware.md.
 - ``gpu_published``: the GPU kernel model against every published single-GPU
-  figure of the calibration set (cost_models.gpu_calibration): fitted on all
+  figure of the calibration set (cost_models.fitting.gpu_calibration): fitted on all
   rows, fitted without the row's model (the target), and the roofline prior
   alone; AMP over FP32 ratios; whether each configuration fits its GPU; and
   the held-out published figures of the validation file, never fitted on.
 - ``collectives_published``: allreduce busbw against the published nccl-tests
-  rows, leave one system out (cost_models.collectives_published).
+  rows, leave one system out (cost_models.fitting.collectives_published).
 - ``cluster_published``: multi-GPU throughput and scaling efficiency against
   the published multi-GPU rows, in sample and leave one system out
-  (cost_models.cluster_published).  :func:`evaluate_section` computes one of
+  (cost_models.fitting.cluster_published).  :func:`evaluate_section` computes one of
   these two alone.
 """
 
@@ -35,7 +35,7 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
-from cost_models.dataset import read_meta, read_timings
+from cost_models.fitting.dataset import read_meta, read_timings
 from cost_models.features import design_matrix
 from cost_models.model import (DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, fit_cost_model, fit_one_thread_model,
                                fit_op_model, measured_step, profiled_cores)
@@ -189,7 +189,7 @@ def bus_bandwidth(cost_model):
 
 def _published_sections():
     """The sections that need nothing but the shipped data: name -> (evaluate, report lines)."""
-    from cost_models import cluster_published, collectives_published, gpu_calibration
+    from cost_models.fitting import cluster_published, collectives_published, gpu_calibration
 
     return {"gpu_published": (gpu_calibration.evaluate, _gpu_lines),
             "collectives_published": (collectives_published.evaluate, collectives_published.report_lines),
@@ -215,8 +215,8 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
     ``gpu_calibration``: the published-figures file to judge the GPU model on
     (default: the shipped one).
     """
-    from cost_models import gpu_calibration as gpu
-    from cost_models.published import CALIBRATION_CSV, read_calibration
+    from cost_models.fitting import gpu_calibration as gpu
+    from cost_models.fitting.published import CALIBRATION_CSV, read_calibration
 
     timings_path = os.path.join(data_dir, os.path.basename(TIMINGS)) if data_dir else TIMINGS
     meta_path = os.path.join(data_dir, os.path.basename(TIMINGS_META)) if data_dir else TIMINGS_META
@@ -247,7 +247,7 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
 
 def meets(report):
     """Which targets an evaluation (:func:`evaluate`'s dict, its ``meets`` aside) meets."""
-    from cost_models import gpu_calibration as gpu
+    from cost_models.fitting import gpu_calibration as gpu
 
     ops, busbw, published = report["op_holdout"], report["allreduce_busbw"], report["gpu_published"]
     step = step_target(report["leave_one_model_out"])

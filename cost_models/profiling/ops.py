@@ -27,9 +27,9 @@ import numpy as np
 
 from autodist.errors import AutoDistError, CaptureError, CostModelError
 from autodist.graph.item import GraphItem, JobInfo
-from cost_models.dataset import Timings, make_rows
+from cost_models.fitting.dataset import Timings, make_rows
 from cost_models.executor import op_predecessors, settling_runs
-from cost_models.fresh_process import run_json
+from cost_models.profiling.fresh_process import run_json
 from cost_models.features import device_peak, op_raw_features
 
 # Grappler passes that fuse or rename ops; off while profiling.
@@ -265,7 +265,7 @@ import contextlib, json, os, statistics, sys
 steps, grappler, cores, script, args = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
 if cores:
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
-from cost_models.profiling import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
+from cost_models.profiling.ops import settle, step_wall_times, steps_spanning, unfused_graphs, zoo_step
 with unfused_graphs() if grappler == "unfused" else contextlib.nullcontext():
     fn, fn_args, _ = zoo_step(script, args)
     step_wall_times(fn, fn_args, 2)
@@ -339,7 +339,7 @@ import json, sys
 import numpy as np
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(1)
-from cost_models import profiling
+from cost_models.profiling import ops as profiling
 profiling.one_op_at_a_time()
 what, job = sys.argv[1], json.loads(sys.argv[2])
 device = profiling.host_device()
@@ -485,7 +485,7 @@ def profile_micro(device, seed=0, time_limit_s=300.0, scale=MICRO_SCALE, rounds=
     import tensorflow as tf
 
     from autodist.graph.tfgraph import op_infos
-    from cost_models.micro import micro_cases
+    from cost_models.profiling.micro import micro_cases
 
     deadline = time.monotonic() + time_limit_s / rounds
     traced = []  # (case, tf.function, GraphItem, per-pass seconds)

@@ -2,7 +2,7 @@
 
 :func:`fit` finds the :class:`~cost_models.gpu.GpuKernelParams` whose
 predicted single-GPU throughputs best match the evaluated rows of the
-calibration set (cost_models.published), by robust least squares on the log
+calibration set (cost_models.fitting.published), by robust least squares on the log
 of predicted over published throughput.  The architecture factors are held
 towards 1 (a ridge term), so that an architecture with few rows (Hopper)
 stays near the shared values, and the efficiencies, more loosely, towards
@@ -10,7 +10,7 @@ their starting values.  :func:`evaluate` prints every row with its
 prediction from the fit on all rows, from a fit that left its model out,
 and from the roofline prior alone; plus the AMP-over-FP32 ratios and the
 memory checks; and the held-out figures of the validation file
-(cost_models.published), priced by the fit on every calibration row.
+(cost_models.fitting.published), priced by the fit on every calibration row.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
 from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
-from cost_models.published import VALIDATION_CSV, published_step, read_calibration
+from cost_models.fitting.published import VALIDATION_CSV, published_step, read_calibration
 from cost_models.step_table import fuses_elementwise
 
 # Starting values and bounds of the fit (efficiencies are fractions of peak; their start is also their prior).

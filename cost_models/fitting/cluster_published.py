@@ -3,7 +3,7 @@
 The rows are Table 2 (M) of the calibration set,
 ``../shared/reference/published-training-figures.md``: data-parallel
 training with Horovod (NCCL allreduce) on 8 to 512 GPUs.  Each evaluated
-point names a captured step (cost_models.published: the Keras equivalent of
+point names a captured step (cost_models.fitting.published: the Keras equivalent of
 the published model, a step table at the published per-GPU batch), its GPU,
 precision, gradient accumulation and cluster; the rows we cannot rebuild
 are listed in :data:`SKIPPED` with the reason.
@@ -53,7 +53,7 @@ import numpy as np
 from cost_models.comm import CommModel
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay, lockstep_pace
 from cost_models.gpu import GpuKernelParams
-from cost_models.published import step_at
+from cost_models.fitting.published import step_at
 
 TARGETS = {"median_throughput_error": 0.15, "efficiency_points": 0.08}
 # Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB; horovod.readthedocs.io,
@@ -77,7 +77,7 @@ class ClusterRun:
     precision: str
     xla: bool | None
     framework: str
-    layout: str  # as cost_models.published.PublishedRun's
+    layout: str  # as cost_models.fitting.published.PublishedRun's
     batch: int
     micro_batches: int
     nodes: int
@@ -229,7 +229,7 @@ def _params():
 
 @lru_cache(maxsize=None)
 def _step(run):
-    from cost_models.gpu_calibration import published_gpu_step
+    from cost_models.fitting.gpu_calibration import published_gpu_step
 
     table, scalars = step_at(run.config, run.batch)
     step = published_gpu_step(run, table)
@@ -383,7 +383,7 @@ def _constants(overlap):
             "speed_spread": overlap.speed_spread, "fitted_on": overlap.fitted_on}
 
 
-def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.cluster_published --fit"):
+def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.fitting.cluster_published --fit"):
     """Fit on every row with a published efficiency and save the result as the shipped :class:`NcclOverlap`."""
     fitted = fit(ROWS)
     fitted.command = command
@@ -434,5 +434,5 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--fit"]:
-        sys.exit("usage: python -m cost_models.cluster_published --fit   (refit and write " + OVERLAP_FILE + ")")
+        sys.exit("usage: python -m cost_models.fitting.cluster_published --fit   (refit and write " + OVERLAP_FILE + ")")
     print(write_shipped())

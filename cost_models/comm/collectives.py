@@ -1,0 +1,309 @@
+"""Collectives as NCCL and TensorFlow's collective ops run them: allreduce by algorithm, nccl-tests' collectives,
+sparse all-gathers, and what a collective takes from compute beside it."""
+
+from __future__ import annotations
+
+import functools
+
+from autodist.errors import InputError
+from autodist.resource_spec.measured import COLLECTIVES
+from autodist.resource_spec.spec import receive_link, send_link
+from cost_models.comm.links import NVLS_ARCHITECTURES
+from cost_models.comm.phases import check_bytes, hops
+from cost_models.overlap import lockstep_pace
+from cost_models.types import Phase
+
+ALGORITHMS = ("ring", "hierarchical", "master")
+# nccl-tests' collectives (autodist.resource_spec.measured.COLLECTIVES) and their bus-bandwidth factor
+# busbw / algbw for n ranks (nccl-tests doc/PERFORMANCE.md): S is the whole buffer (allgather's output,
+# reducescatter's input).
+
+
+def bus_factor(op, n):
+    """busbw / algbw of collective ``op`` over ``n`` ranks, as nccl-tests reports it."""
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+class Collectives:
+    """Collective operations over devices of ``self.resource_spec`` (a part of :class:`CommModel`)."""
+
+    def allreduce_phases(self, nbytes, devices, algorithm="ring", collective_ops=False, horovod=False):
+        """Phases of one allreduce of ``nbytes`` over ``devices``.
+
+        A fused bucket is one allreduce of the bucket's summed bytes, so it
+        pays the per-collective latency terms once instead of once per tensor.
+        ``collective_ops``: the runtime sums it with TensorFlow's collective
+        ops (plans that allreduce everything) rather than with transfers
+        between the replicas' devices.  On GPUs those are NCCL's, with no
+        gRPC overhead.  A collective op runs its own algorithm whatever
+        ``algorithm`` names (``CollectiveReduceV2``: a ring on CPUs, NCCL's
+        ring, tree or NVLS on GPUs), so it is priced as that.  ``horovod``: the collective is one of Horovod's fused
+        buckets, which pays the fixed cost per collective fitted on the
+        published Horovod runs (``overlap``: its coordination between ranks);
+        TensorFlow's collective ops, which autodist's runtime runs, and
+        nccl-tests do not.  Collective ops between this machine's processes
+        cost what ``profile collectives`` measured over loopback; between
+        emulated nodes, what ``profile emulated-links`` measured on their
+        links (:meth:`_emulated_ring`).
+        """
+        nbytes = check_bytes(nbytes)
+        devices = list(dict.fromkeys(devices))
+        if algorithm not in ALGORITHMS:
+            raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
+        if collective_ops:
+            algorithm = "ring"
+        if len(devices) < 2:
+            return []
+        if collective_ops and self._ring_across_emulated_nodes(devices):
+            return [self._emulated_ring(nbytes, devices)]
+        on_this_machine = self._loopback_collective(nbytes, devices) if collective_ops else None
+        if on_this_machine is not None and self._all_loopback(devices):
+            _, _, links = self._ring_links(devices)
+            return [Phase(on_this_machine, links)]
+        groups = self._by_node(devices)
+        measured = self._measured("allreduce", nbytes, devices) if collective_ops else None
+        if measured is not None:
+            phases = [measured]
+        elif collective_ops and len(groups) == 1 and self._has_nvls(devices):
+            ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
+            phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
+        elif algorithm == "ring" or len(groups) == 1:
+            phases = self._ring(nbytes, devices)
+            if collective_ops and len(groups) > 1 and self._all_gpus(devices):
+                # NCCL takes its tree where that is faster: small messages (TensorFlow's CPU collectives: a ring)
+                tree = self._tree(nbytes, devices, groups)
+                if sum(p.seconds for p in tree) < sum(p.seconds for p in phases):
+                    phases = tree
+        elif algorithm == "hierarchical":
+            phases = self._hierarchical(nbytes, groups)
+        else:
+            phases = self._master(nbytes, groups)
+        fixed = self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        if self.compute_contention(devices, collective_ops) is not None:
+            fixed = self.overlap.collective_seconds if horovod else 0.0
+        if fixed:
+            phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
+        return [p for p in phases if p.seconds > 0 or p.links]
+
+    def _ring_across_emulated_nodes(self, devices):
+        """Whether every hop of the ring over ``devices`` goes between two emulated nodes."""
+        spec = self.resource_spec
+        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops(devices))
+
+    def _emulated_ring(self, nbytes, devices):
+        """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links
+        (cost_models.collectives.ring_allreduce_seconds over the 2-task allreduce measured at the ring's slowest
+        rate), plus its largest hop delay per step."""
+        from cost_models.collectives import ring_allreduce_seconds
+
+        paths = [self.resource_spec.path(a, b) for a, b in hops(devices)]
+        rate, n = min(p.bandwidth for p in paths), len(devices)
+        measured = functools.partial(self._emulated(devices[0]).allreduce_seconds, rate)
+        _, _, links = self._ring_links(devices)
+        return Phase(ring_allreduce_seconds(measured, nbytes, n) + 2 * (n - 1) * max(p.latency for p in paths), links)
+
+    def sparse_allgather_phases(self, nbytes, devices):
+        """Phases of one sparse gradient's all-gather, ``nbytes`` of rows per replica.
+
+        As launcher.runtime.collective runs it: the replicas' row counts are
+        summed (a tiny allreduce), then the indices and the values are
+        gathered, each a ring all-gather of every replica's part,
+        ``(n-1)/n * S/B + (n-1) a`` over the whole ``S = n * nbytes``
+        (hardware.md, "Cost formulas in common use"); each collective pays
+        the per-tensor overhead where it runs over gRPC.  The one-client
+        runtime copies every replica's rows to every other replica instead:
+        the same bytes through each device's link.
+        """
+        nbytes = check_bytes(nbytes)
+        devices = list(dict.fromkeys(devices))
+        n = len(devices)
+        if n < 2:
+            return []
+        counts = self.allreduce_phases(8 * n, devices, "ring", collective_ops=True)
+        bandwidth, latency, links = self._ring_links(devices)
+        fixed = 2 * self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        gather = (n - 1) * nbytes / bandwidth + 2 * (n - 1) * latency + fixed
+        return counts + [Phase(gather, links)]
+
+    def compute_contention(self, devices, collective_ops=True, nbytes=None, seconds=None):
+        """The fraction of its time beside compute that a training allreduce over ``devices`` takes from it.
+
+        The fitted NCCL contention for collective ops on GPUs (``overlap``).
+        Between CPU processes of this machine (loopback, or emulated nodes,
+        which have only their own cores), a collective op's copies, sums and
+        gRPC work run on the cores the replica computes on: given its
+        ``nbytes`` and the ``seconds`` it is priced at, it takes the share
+        that the same collective measured over loopback (where the CPU, not
+        a link, binds) is of those seconds.  ``None`` for anything else
+        (and without the measurements), which takes nothing from compute.
+        """
+        if not collective_ops:
+            return None
+        key = tuple(devices)
+        if key not in self._on_gpus:
+            self._on_gpus[key] = self._all_gpus(key)
+        if self._on_gpus[key]:
+            return None if self.overlap is None else self.overlap.contention
+        if nbytes is None or not seconds or not (self._all_loopback(list(key)) or self._all_emulated(key)):
+            return None
+        on_this_machine = self._loopback_collective(nbytes, key)
+        return None if on_this_machine is None else min(1.0, on_this_machine / seconds)
+
+    def lockstep_pace(self, replicas):
+        """How much longer ``replicas`` (lists of device names) that step together compute than one of them alone.
+
+        The expected slowest of that many GPUs (cost_models.overlap.lockstep_pace, with the fitted speed spread
+        of ``overlap``); 1 for a single replica, for replicas that are not all on GPUs and without ``overlap``.
+        """
+        if self.overlap is None or len(replicas) < 2 or not self._all_gpus([d for r in replicas for d in r]):
+            return 1.0
+        return lockstep_pace(len(replicas), self.overlap.speed_spread)
+
+    def allreduce_time(self, nbytes, devices, algorithm="ring"):
+        """Uncontended allreduce time: the sum of its phases."""
+        return sum(p.seconds for p in self.allreduce_phases(nbytes, devices, algorithm))
+
+    def bus_bandwidth(self, nbytes, devices, algorithm="ring"):
+        """nccl-tests bus bandwidth of the predicted allreduce, bytes/s.
+
+        busbw = algbw * 2(n-1)/n with algbw = nbytes / time.
+        """
+        n = len(devices)
+        return nbytes / self.allreduce_time(nbytes, devices, algorithm) * 2 * (n - 1) / n
+
+    def collective_phases(self, op, nbytes, devices):
+        """Phases of one nccl-tests collective ``op`` of ``nbytes`` over ``devices``, as NCCL runs it.
+
+        allreduce: :meth:`allreduce_phases` on collective ops (a ring, or
+        NVLS where faster); the others as one ring: allgather / reducescatter
+        ``(n-1)/n * S/B + (n-1) a``, broadcast pipelined down the ring,
+        ``S/B + (n-1) a`` (hardware.md, "Cost formulas in common use").
+        """
+        nbytes = check_bytes(nbytes)
+        if op not in COLLECTIVES:
+            raise InputError(f"unknown collective {op!r} (expected one of {', '.join(COLLECTIVES)})", field="--op")
+        devices = list(dict.fromkeys(devices))
+        if len(devices) < 2:
+            raise InputError(f"a collective needs at least two devices, got {len(devices)}", field="--devices")
+        for name in devices:
+            self.resource_spec.device(name)
+        if op == "allreduce":
+            return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+        measured = self._measured(op, nbytes, devices)
+        if measured is not None:
+            return [measured]
+        n = len(devices)
+        bandwidth, latency, links = self._ring_links(devices)
+        volume = nbytes if op == "broadcast" else (n - 1) / n * nbytes
+        return [Phase(volume / bandwidth + (n - 1) * latency, links)]
+
+    def _loopback_collective(self, nbytes, devices):
+        """Seconds of TensorFlow's collective allreduce of ``nbytes`` between ``devices``' processes over this
+        machine's loopback, as measured (cost_models.collectives); None without that measurement."""
+        if self.collectives is None:
+            return None
+        from cost_models.collectives import ring_allreduce_seconds
+
+        return ring_allreduce_seconds(self.collectives.predict, nbytes, len(devices))
+
+    def _ring(self, nbytes, devices):
+        # reduce-scatter then all-gather: each (n-1)/n * S/B + (n-1) a.
+        n = len(devices)
+        bandwidth, latency, links = self._ring_links(devices)
+        half = (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
+        return [Phase(half, links), Phase(half, links)]
+
+    def _tree(self, nbytes, devices, groups):
+        """NCCL's tree allreduce over several nodes: a chain through each node's GPUs and a binary tree
+        between the nodes; a pipelined reduce up it, then a pipelined broadcast down, each
+        ``S/B + (ceil(log2 N) + G - 1) a`` on the ring's links (``B``, ``a``: the ring's slowest achieved
+        bandwidth and largest hop latency; ``N`` nodes of at most ``G`` GPUs).  Its latency grows with the
+        depth of the tree, not the number of GPUs, and its bandwidth term is the ring's times ``n/(n-1)``:
+        faster than the ring for small messages, slower for large ones (NCCL's choice between them)."""
+        bandwidth, latency, links = self._ring_links(devices)
+        depth = (len(groups) - 1).bit_length() + max(len(g) for g in groups) - 1
+        half = nbytes / bandwidth + depth * latency
+        return [Phase(half, links), Phase(half, links)]
+
+    def _measured(self, op, nbytes, devices):
+        """The phase of collective ``op`` as measured on this cluster (``cluster calibrate``'s curves), on the
+        ring's links; None where no curve has its shape or its devices are not all GPUs."""
+        spec = self.resource_spec
+        if not spec.collectives or not self._all_gpus(devices):
+            return None
+        groups = self._by_node(devices)
+        for curve in spec.collectives:
+            if curve.applies_to(op, groups):
+                return Phase(curve.seconds_for(nbytes), self._ring_links(devices)[2])
+        return None
+
+    def _has_nvls(self, devices):
+        """Whether ``devices`` (of one node) are Hopper GPUs on an NVLink switch, where NCCL offers NVLS."""
+        from cost_models.gpu import architecture_of
+
+        spec = self.resource_spec
+        node = spec.node_of(devices[0])
+        return node.fabric.kind == "nvlink" and all(
+            spec.device(d).kind == "GPU" and architecture_of(spec.device(d).model) in NVLS_ARCHITECTURES
+            for d in devices)
+
+    def _nvls(self, nbytes, devices):
+        """One NVLS allreduce inside a node: every GPU sends and receives ``nbytes`` once through the switch."""
+        node = self.resource_spec.node_of(devices[0])
+        links = sorted(link for d in devices for link in (send_link(f"{d}/fabric"), receive_link(f"{d}/fabric")))
+        return Phase(nbytes / (node.fabric.bandwidth * self.efficiency["nvls"]) + 2 * node.fabric.latency,
+                     tuple(links))
+
+    def _hierarchical(self, nbytes, groups):
+        # reduce-scatter inside each node, allreduce of each GPU's 1/G share
+        # between nodes over its NIC share, all-gather inside each node.
+        g = max(len(group) for group in groups)
+        intra = self._intra_phase(nbytes, groups, scatter=True)
+        inter = self._inter_node_allreduce(nbytes / g, groups)
+        return [intra, inter, intra]
+
+    def _master(self, nbytes, groups):
+        # reduce to the first device of each node, allreduce among those
+        # masters over their NICs, broadcast inside each node.
+        intra = self._intra_phase(nbytes, groups, scatter=False)
+        inter = self._inter_node_allreduce(nbytes, [[group[0]] for group in groups])
+        return [intra, inter, intra]
+
+    def _intra_phase(self, nbytes, groups, scatter):
+        """Reduce-scatter / all-gather (``scatter``) or pipelined reduce /
+        broadcast inside every node at once; the slowest node sets the time."""
+        seconds, links = 0.0, set()
+        for group in groups:
+            n = len(group)
+            if n < 2:
+                continue
+            bandwidth, latency, ls = self._ring_links(group)
+            volume = (n - 1) / n * nbytes if scatter else nbytes
+            seconds = max(seconds, volume / bandwidth + (n - 1) * latency)
+            links.update(ls)
+        return Phase(seconds, tuple(sorted(links)))
+
+    def _inter_node_allreduce(self, share, groups):
+        """Ring allreduce of ``share`` bytes among the nodes, every device of a
+        group running its own ring over its NIC (NIC bandwidth split among the
+        group's devices that share it)."""
+        spec = self.resource_spec
+        n = len(groups)
+        bandwidth, latency, links = float("inf"), 0.0, set()
+        for group in groups:
+            node = spec.node_of(group[0])
+            users = {}
+            for name in group:
+                users.setdefault(node.nic_for(spec.device(name)), []).append(name)
+            for k, names in users.items():
+                nic = node.nics[k]
+                share_bw = nic.bandwidth * self.nic_efficiency(node, nic) / len(names)
+                bandwidth = min(bandwidth, share_bw)
+                latency = max(latency, 2 * nic.latency)
+                links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))
+        seconds = 2 * (n - 1) / n * share / bandwidth + 2 * (n - 1) * latency
+        return Phase(seconds, tuple(sorted(links)))
