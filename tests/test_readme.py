@@ -25,7 +25,8 @@ README = os.path.join(REPO, "README.md")
 DOCS = os.path.join(REPO, "docs")
 TRAIN = os.path.join(ZOO, "mlp.py")
 SUBSTITUTIONS = {"train.py": TRAIN, "SCRIPT_ARGS": "--steps 2", "/etc/autodist/plan.json": "plan.json",
-                 "~/.cache/autodist/cost-model": "cost-model"}
+                 "~/.cache/autodist/cost-model": "cost-model",
+                 "all_reduce.txt": os.path.join(REPO, "tests", "data", "nccl_tests", "dgx_h100_all_reduce.txt")}
 # Minutes each on this machine: parsed only (tests/test_cost_cli.py runs them with small counts).
 PARSED_ONLY = {("costmodel", "eval"), ("profile", "transfers"), ("profile", "collectives"), ("profile", "remote-steps"),
                ("profile", "emulated-links"), ("costmodel", "install")}
