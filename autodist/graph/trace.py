@@ -8,6 +8,7 @@ from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.naming import step_variable_names, variable_name
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
 
 
@@ -83,15 +84,10 @@ def _optimizer_name(objects, variables):
 
 
 def _model_weight_names(objects):
-    """Names of the ``tf.Variable``s behind the weights of the Keras models among ``objects``."""
+    """Names of the weights of the Keras models among ``objects``."""
     import keras
 
-    names = set()
-    for obj in objects:
-        if isinstance(obj, keras.Model):
-            for weight in obj.weights:
-                names.add(variable_facts(getattr(weight, "value", weight))["name"])
-    return names
+    return {variable_name(weight) for obj in objects if isinstance(obj, keras.Model) for weight in obj.weights}
 
 
 def _cell_full(cell):
@@ -130,10 +126,12 @@ def item_from_graph(concrete, variables, job, model_weights=None):
 
     graph = concrete.graph
     by_handle = {id(v.handle): v for v in variables}
+    names = step_variable_names(variables, job.source)
     handles = {}
     for external, internal in graph.captures:
         if internal.dtype == tf.resource and id(external) in by_handle:
-            facts = variable_facts(by_handle[id(external)])
+            var = by_handle[id(external)]
+            facts = variable_facts(var, names[id(var)])
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts

@@ -132,7 +132,7 @@ class CollectiveGroup:
         """
         import tensorflow as tf
 
-        from autodist.graph.tfgraph import variable_name
+        from autodist.graph.naming import variable_name
 
         names = [variable_name(v) for v in variables]
         unknown = [n for n in names if n not in self.bucket_of]
