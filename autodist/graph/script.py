@@ -151,7 +151,7 @@ class _ScriptCapture:
             raise CaptureError("model.fit was called on a model that is not compiled", source=self.source)
         data, names = first_batch(x, y, sample_weight, batch_size, source=self.source)
         specs = tf.nest.map_structure(spec_of, data)
-        shapes = {n: shapes_of(s) for n, s in zip(names, specs)}
+        shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
         traced = tf.function(model.train_step)
         with _without_loss_scaling(model):
             self.item = trace_step(
@@ -176,7 +176,8 @@ class _ScriptCapture:
     @contextlib.contextmanager
     def installed(self):
         """Send ``keras.Model.fit`` and the training step's calls here; undo both on exit."""
-        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step):
+        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step), \
+                hooks.single_replica_strategies():
             yield
 
 

@@ -202,7 +202,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     except AutoDistError:
         raise
     except Exception as exc:  # the user's step failed to trace: say how, in one line
-        raise CaptureError(f"tracing the step failed: {first_line(exc)}", source=source) from None
+        raise CaptureError(f"tracing the step failed{_trace_failure(exc)}", source=source) from None
     if input_shapes is None:
         input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
     variables = concrete.graph.variables
@@ -225,6 +225,21 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         collective_only=collective_only,
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
+
+
+def _trace_failure(exc):
+    """``": <error>"`` for a step that failed to trace; ``" at FILE:LINE: <cause>"`` for TensorFlow's
+    "in user code:" errors, which give the frames (the script's own first), then the cause on their last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines or lines[0] != "in user code:" or len(lines) < 2:
+        return f": {first_line(exc)}"
+    frames = [line.split('"') for line in lines if line.startswith('File "')]
+    own = [f for f in frames if len(f) > 2 and "-packages/" not in f[1]]
+    where = ""
+    if own:
+        line = own[0][2].split(",")[1].strip().removeprefix("line ") if "," in own[0][2] else ""
+        where = f" at {own[0][1]}:{line}" if line else f" at {own[0][1]}"
+    return f"{where}: {lines[-1]}"
 
 
 def _as_tf_function(fn):
