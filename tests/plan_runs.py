@@ -24,6 +24,18 @@ def save_plan(job, spec, strategy, path):
     return str(path)
 
 
+def captured(script, folder, script_args=()):
+    """``autodist capture`` of ``script`` in a fresh process (Keras' layer names, hence variable paths, are those
+    of the script run on its own), loaded back."""
+    from autodist.graph.item import GraphItem
+
+    graph = os.path.join(folder, "graph.json")
+    done = subprocess.run([sys.executable, "-m", "autodist", "capture", script, "-o", graph, "--", *script_args],
+                          capture_output=True, text=True, timeout=300, cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return GraphItem.load(graph)
+
+
 def ring_plan(job, path):
     """Every trainable variable of ``job`` allreduced by ring in one bucket, a replica on each node of cpu-local:2."""
     from autodist.resource_spec import load_cluster

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from tests.plan_runs import ring_plan
+from tests.plan_runs import captured, ring_plan
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "dict_inputs.py")
 
@@ -29,12 +29,11 @@ def test_dict_inputs_are_captured_checked_and_rebatched(tmp_path):
 
 
 def test_dict_inputs_are_reported_and_trained_on_two_replicas(tmp_path):
-    from autodist.graph.capture import capture_script
 
     report = subprocess.run(["placement", "report", SCRIPT, "--preset", "cpu-local:2", "--moves", "100"],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
-    plan = ring_plan(capture_script(SCRIPT), tmp_path / "plan.json")
+    plan = ring_plan(captured(SCRIPT, tmp_path), tmp_path / "plan.json")
     done = subprocess.run([sys.executable, "-m", "autodist", "run", SCRIPT, "--plan", plan],
                           capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
