@@ -58,6 +58,7 @@ class CollectiveRun:
         self._stack = contextlib.ExitStack()
         self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
         self._stack.enter_context(steps_run_by(self))
+        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard()))
         return self
 
     def __exit__(self, *exc):
