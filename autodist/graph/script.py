@@ -144,6 +144,12 @@ class _ScriptCapture:
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
 
+    def step_source(self):
+        """``script:line`` of the innermost line of the script on the stack (the call being captured)."""
+        target = os.path.abspath(self.source)
+        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
+        return f"{self.source}:{lines[-1]}" if lines else self.source
+
     def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
         import tensorflow as tf
 
@@ -159,7 +165,7 @@ class _ScriptCapture:
                 (specs,),
                 {},
                 self.model_name,
-                self.source,
+                self.step_source(),
                 optimizer=type(model.optimizer).__name__,
                 input_shapes=shapes,
                 step="fit",
@@ -169,7 +175,7 @@ class _ScriptCapture:
 
     def capture_step(self, step, args, kwargs):
         """The script's training step (an ``autodist.function`` or a ``tf.function``): trace it and stop."""
-        self.item = trace_step(step, args, kwargs, self.model_name, self.source,
+        self.item = trace_step(step, args, kwargs, self.model_name, self.step_source(),
                                xla=hooks.step_options(step).get("jit_compile") or False, collective_only=True)
         raise _StopScript
 
