@@ -136,6 +136,21 @@ def _without_loss_scaling(model):
         model.optimizer = wrapper
 
 
+def fit_step_item(model, x, y, batch_size, sample_weight, model_name, source):
+    """The GraphItem of the step ``model.fit(x, y, batch_size, sample_weight=...)`` would run (traced, not run)."""
+    import tensorflow as tf
+
+    if getattr(model, "optimizer", None) is None:
+        raise CaptureError("model.fit was called on a model that is not compiled", source=source)
+    data, names = first_batch(x, y, sample_weight, batch_size, source=source)
+    specs = tf.nest.map_structure(spec_of, data)
+    shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
+    traced = tf.function(model.train_step)
+    with _without_loss_scaling(model):
+        return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
+                          input_shapes=shapes, step="fit", xla=model.jit_compile)
+
+
 class _ScriptCapture:
     """State of one capture_script run and the hooks it installs."""
 
@@ -151,26 +166,7 @@ class _ScriptCapture:
         return f"{self.source}:{lines[-1]}" if lines else self.source
 
     def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
-        import tensorflow as tf
-
-        if getattr(model, "optimizer", None) is None:
-            raise CaptureError("model.fit was called on a model that is not compiled", source=self.source)
-        data, names = first_batch(x, y, sample_weight, batch_size, source=self.source)
-        specs = tf.nest.map_structure(spec_of, data)
-        shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
-        traced = tf.function(model.train_step)
-        with _without_loss_scaling(model):
-            self.item = trace_step(
-                traced,
-                (specs,),
-                {},
-                self.model_name,
-                self.step_source(),
-                optimizer=type(model.optimizer).__name__,
-                input_shapes=shapes,
-                step="fit",
-                xla=model.jit_compile,
-            )
+        self.item = fit_step_item(model, x, y, batch_size, sample_weight, self.model_name, self.step_source())
         raise _StopScript
 
     def capture_step(self, step, args, kwargs):

@@ -121,7 +121,7 @@ def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=Non
         group.barrier()
     print(f"autodist: replica {rank} of {group.size} serving at {cluster['worker'][rank]}", flush=True)
     seed_replica()
-    with CollectiveRun(group, plan_path) as run:
+    with CollectiveRun(group, plan_path, script=script) as run:
         run_script(script, args)
     run.finish(report_path)
 

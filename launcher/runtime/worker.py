@@ -12,12 +12,15 @@ progress; every one can write a JSON record of what it ran.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
+import traceback
 
 import numpy as np
 
 from autodist.errors import LaunchError
+from launcher.runtime import phases
 from launcher.runtime.fit import check_global_batch, global_batch_rows
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
@@ -38,11 +41,12 @@ class CollectiveRun:
         Shown in the final summary.
     """
 
-    def __init__(self, group, plan_path, out=None):
+    def __init__(self, group, plan_path, out=None, script=""):
         from launcher.runtime.fit import StepReporter
 
         self.group = group
         self.plan_path = plan_path
+        self.script = script
         self.first = group.rank == 0
         self.out = out or sys.stdout
         self.reporter = StepReporter(group.layout.predicted_step_time, None, self.out if self.first else _Discard())
@@ -96,6 +100,12 @@ class CollectiveRun:
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         rows = _fit_batch_rows(x, y, batch_size)
+        if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
+            layout, line = phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
+                                               self._call_site())
+            self.group.relayout(layout)
+            self.reporter.predicted = layout.predicted_step_time
+            print(line, file=self.out if self.first else _Discard(), flush=True)
         check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
@@ -108,6 +118,12 @@ class CollectiveRun:
         finally:
             del model.train_step
             model.train_function = None
+
+    def _call_site(self):
+        """``script:line`` of the innermost line of the script on the stack."""
+        target = os.path.abspath(self.script)
+        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
+        return f"{self.script}:{lines[-1]}" if lines else self.script
 
     # -- at the end ------------------------------------------------------------------
     def record(self):
