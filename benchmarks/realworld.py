@@ -17,6 +17,10 @@ line, no traceback), or ``failed`` (a traceback, a time-out, several error
 lines, or a capture whose counts differ from TensorFlow's), with the line
 that says so.  Results go to ``benchmarks/results/realworld.{json,md}``.
 
+The corpus' scripts also import pandas, matplotlib and pillow; put them on
+``PYTHONPATH`` (e.g. ``pip install --target DIR pandas matplotlib pillow``),
+as the corpus README says it was run; the path is recorded.
+
 Usage::
 
     python benchmarks/realworld.py [--corpus DIR] [--only NAME ...] [--stages capture plan report bench run]
@@ -144,23 +148,22 @@ def _capture_counts(folder):
             "tf_variables": counted.get("variables"), "tf_parameters": counted.get("parameters")}
 
 
-def run_script(name, corpus, stages, timeout):
-    """Every asked stage of one script, in a fresh folder; a stage that needs a graph is skipped without one."""
+def run_script(name, corpus, stages, timeout, folder, earlier=()):
+    """Every asked stage of one script in ``folder`` (kept between invocations), after ``earlier`` records of
+    it; a stage that needs a graph is skipped without a passing capture."""
     script = os.path.join(corpus, name)
-    records = []
-    with tempfile.TemporaryDirectory(prefix="realworld-") as folder:
-        commands = _commands(script, folder)
-        captured = False
-        for stage in stages:
-            if stage in NEEDS_GRAPH and not captured:
-                records.append({"stage": stage, "outcome": "skipped", "line": "no graph (capture did not pass)"})
-                continue
-            os.makedirs(os.path.join(folder, stage))
-            record = run_stage(stage, commands[stage], folder, timeout)
-            captured = captured or (stage == "capture" and record["outcome"] == "ok")
-            print(f"{name} {stage}: {record['outcome']} ({record['seconds']} s) {record['line']}", flush=True)
-            records.append(record)
-    return {"script": name, "stages": records}
+    by_stage = {r["stage"]: r for r in earlier}
+    commands = _commands(script, folder)
+    for stage in stages:
+        captured = by_stage.get("capture", {}).get("outcome") == "ok"
+        if stage in NEEDS_GRAPH and not captured:
+            by_stage[stage] = {"stage": stage, "outcome": "skipped", "line": "no graph (capture did not pass)"}
+            continue
+        os.makedirs(os.path.join(folder, stage), exist_ok=True)
+        record = run_stage(stage, commands[stage], folder, timeout)
+        print(f"{name} {stage}: {record['outcome']} ({record['seconds']} s) {record['line']}", flush=True)
+        by_stage[stage] = record
+    return {"script": name, "stages": [by_stage[s] for s in STAGES if s in by_stage]}
 
 
 def _markdown(results, stages):
@@ -187,28 +190,47 @@ def _totals(results, stages):
     return counts
 
 
+def _write(args, results, seconds):
+    """Write the results so far (every script's latest record of each stage) to ``args.out`` .json and .md."""
+    stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
+    record = {"preset": PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
+              "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
+              "seconds_this_invocation": round(seconds, 1), "totals": _totals(results, stages), "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(record, f, indent=1)
+    with open(args.out + ".md", "w") as f:
+        f.write(_markdown(results, stages))
+    return record
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=DEFAULT_CORPUS, help="folder of scripts (default ../shared/realworld)")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="only these scripts (file names, .py optional)")
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per stage (default 300)")
-    parser.add_argument("--out", default=os.path.join(RESULTS, "realworld"), help="results path without suffix")
+    parser.add_argument("--out", default=os.path.join(RESULTS, "realworld"),
+                        help="results path without suffix; stages recorded there before and not run again are kept")
+    parser.add_argument("--work", help="folder for each script's graph and plans, kept so that a later invocation "
+                                       "can plan what an earlier one captured (default: a new temporary folder)")
     args = parser.parse_args(argv)
     names = sorted(f for f in os.listdir(args.corpus) if f.endswith(".py"))
     if args.only:
         wanted = {n if n.endswith(".py") else f"{n}.py" for n in args.only}
         names = [n for n in names if n in wanted]
+    earlier = {}
+    if os.path.exists(args.out + ".json"):  # stages run before: kept unless run again
+        with open(args.out + ".json") as f:
+            earlier = {r["script"]: r for r in json.load(f)["results"]}
+    work = args.work or tempfile.mkdtemp(prefix="realworld-")
     started = time.perf_counter()
-    results = [run_script(name, os.path.abspath(args.corpus), args.stages, args.timeout) for name in names]
-    record = {"preset": PRESET, "stages": args.stages, "timeout_s": args.timeout, "machine": platform.processor()
-              or platform.machine(), "seconds": round(time.perf_counter() - started, 1),
-              "totals": _totals(results, args.stages), "results": results}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump(record, f, indent=1)
-    with open(args.out + ".md", "w") as f:
-        f.write(_markdown(results, args.stages))
+    for name in names:
+        folder = os.path.join(work, name[:-3])
+        os.makedirs(folder, exist_ok=True)
+        earlier[name] = run_script(name, os.path.abspath(args.corpus), args.stages, args.timeout, folder,
+                                   earlier.get(name, {}).get("stages", ()))
+        record = _write(args, [earlier[n] for n in sorted(earlier)], time.perf_counter() - started)
     print(json.dumps(record["totals"]))
     return 0
 

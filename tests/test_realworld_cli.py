@@ -26,3 +26,21 @@ def test_script_arguments_without_the_separator_suggest_it(command, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(err) == 1
     assert f"go after --: autodist {command} {script} -- --epochs 3" in err[0]
+
+
+def test_a_plan_on_fewer_nodes_than_the_cluster_says_why(tmp_path, capsys):
+    from autodist.cli.run_cmd import why_fewer_replicas
+    from autodist.plan import Plan
+
+    graph, plan_path = str(tmp_path / "g.json"), str(tmp_path / "plan.json")
+    for argv in (["capture", os.path.join(SCRIPTS, "canonical_custom_loop.py"), "-o", graph],
+                 ["plan", graph, "--preset", "cpu-local:2", "--moves", "200", "-o", plan_path]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 0
+    plan = Plan.load(plan_path)
+    assert len(plan.strategy.replicas) == 1  # this small step is predicted fastest on one node
+    ring = plan.prediction["baselines"]["ring"]
+    sentence = why_fewer_replicas(plan)
+    assert sentence.startswith("the plan uses 1 replica on 1 of the cluster's 2 nodes")
+    assert f"predicted at {ring * 1e3:.3f} ms per step" in sentence
