@@ -44,3 +44,15 @@ def test_a_plan_on_fewer_nodes_than_the_cluster_says_why(tmp_path, capsys):
     sentence = why_fewer_replicas(plan)
     assert sentence.startswith("the plan uses 1 replica on 1 of the cluster's 2 nodes")
     assert f"predicted at {ring * 1e3:.3f} ms per step" in sentence
+
+
+def test_the_scripts_own_help_is_shown_and_said_to_be_its_own(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\nparser = argparse.ArgumentParser(description='trains a thing')\n"
+                      "parser.add_argument('--epochs', type=int)\nparser.parse_args()\n")
+    with pytest.raises(SystemExit) as info:
+        main(["capture", str(script), "-o", str(tmp_path / "g.json"), "--", "--help"])
+    out = capsys.readouterr()
+    assert "trains a thing" in out.out and info.value.code == 2
+    assert out.err.strip().endswith("the script showed its own help (above) and exited before training; "
+                                    "nothing to capture")

@@ -240,6 +240,9 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
         line = _script_line(exc, path)
         where = f"{path}:{line}" if line else path
         raise CaptureError(f"script raised {first_line(exc)}", source=where) from None
+    if session.item is None and {"-h", "--help"} & set(map(str, args)):
+        raise CaptureError("the script showed its own help (above) and exited before training; nothing to capture",
+                           source=path)
     if session.item is None:
         raise CaptureError(
             "script finished without training (no model.fit call, and no tf.function step that calls "
