@@ -5,8 +5,9 @@ goes through, each stage in a fresh process and a fresh working directory,
 with a time limit per stage:
 
 - ``capture``: ``autodist capture SCRIPT -o graph.json``; its variables and
-  parameter count are compared with TensorFlow's own (the distinct trainable
-  variables the traced step captures, counted by TensorFlow);
+  parameter count are compared with TensorFlow's own (a fit's
+  ``model.trainable_variables``; for a custom loop the distinct trainable
+  ``tf.Variable``s its traced step captures);
 - ``plan``: ``autodist plan graph.json --preset cpu-local:2``;
 - ``report``: ``placement report graph.json --preset cpu-local:2``;
 - ``bench``: ``autodist bench SCRIPT --strategies ring --steps 10 --preset cpu-local:2``;
@@ -47,23 +48,30 @@ PRESET = "cpu-local:2"
 # Stages that need the captured graph.
 NEEDS_GRAPH = ("plan", "report")
 
-# Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of the
-# trainable variables the traced step captures.
+# Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of what the step
+# trains: a fit's model.trainable_variables (Keras' list), else the distinct trainable variables the traced step
+# captures.
 _CAPTURE_CHILD = r"""
 import json, sys
+import autodist.graph.script as script
 import autodist.graph.trace as trace
 from autodist.cli import main
 
 counted = {}
-original = trace.item_from_graph
+original_item, original_fit = trace.item_from_graph, script.fit_step_item
 
 def counting(concrete, variables, job, *args, **kwargs):
-    seen = {id(v): v for v in variables if v.trainable}
-    counted["variables"] = len(seen)
-    counted["parameters"] = int(sum(v.shape.num_elements() for v in seen.values()))
-    return original(concrete, variables, job, *args, **kwargs)
+    if "variables" not in counted:
+        seen = {id(v): v for v in variables if v.trainable}
+        counted.update(variables=len(seen), parameters=int(sum(v.shape.num_elements() for v in seen.values())))
+    return original_item(concrete, variables, job, *args, **kwargs)
 
-trace.item_from_graph = counting
+def counting_fit(model, *args, **kwargs):
+    weights = model.trainable_variables
+    counted.update(variables=len(weights), parameters=int(sum(w.numpy().size for w in weights)))
+    return original_fit(model, *args, **kwargs)
+
+trace.item_from_graph, script.fit_step_item = counting, counting_fit
 try:
     main(["capture", sys.argv[1], "-o", sys.argv[2]])
 finally:

@@ -30,6 +30,9 @@ EXPECTED = {
     "transformer_block": (18, 3 * 272 + 272 + 544 + 528 + 64 + 34),
     # tables 100x8, 200x8, 20x8; score 16x1 + 1
     "embedding_tables": (5, 800 + 1600 + 160 + 17),
+    # the head 32x1 + 1 only: the frozen base's weights are Keras' non-trainable ones (their tf.Variables say
+    # trainable)
+    "frozen_base": (2, 33),
 }
 
 

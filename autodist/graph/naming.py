@@ -26,8 +26,8 @@ def variable_name(var):
     return path if path is not None else _raw_name(var)
 
 
-def keras_paths(variables):
-    """``{id(tf.Variable): path}`` for those of ``variables`` that back a Keras 3 variable.
+def keras_variables(variables):
+    """``{id(tf.Variable): Keras variable}`` for those of ``variables`` that back a Keras 3 variable.
 
     The Keras variables are found among the program's live objects (a Keras
     variable holds its ``tf.Variable``; the reverse link does not exist).
@@ -35,27 +35,30 @@ def keras_paths(variables):
     import keras
 
     wanted = {id(v) for v in variables}
-    paths = {}
+    found = {}
     for obj in gc.get_objects():
         if isinstance(obj, keras.Variable):
             inner = vars(obj).get("_value")
             if inner is not None and id(inner) in wanted:
-                paths[id(inner)] = obj.path
-    return paths
+                found[id(inner)] = obj
+    return found
 
 
-def step_variable_names(variables, source=""):
-    """``{id(variable): name}`` for the variables a traced step captures, each name unique.
+def step_variables(variables, source=""):
+    """``{id(variable): (name, trainable)}`` for the variables a traced step captures, each name unique.
 
+    A Keras variable's ``trainable`` is Keras' (a frozen layer's weights
+    are not trainable, while their ``tf.Variable``s still say they are).
     Raises CaptureError naming the first name two variables share.
     """
-    paths = keras_paths(variables)
-    names, owner = {}, {}
+    keras_vars = keras_variables(variables)
+    out, owner = {}, {}
     for var in variables:
-        name = paths.get(id(var)) or _raw_name(var)
+        outer = keras_vars.get(id(var))
+        name = outer.path if outer is not None else _raw_name(var)
         if name in owner and owner[name] is not var:
             raise CaptureError(f"two variables of the step are both named {name!r}; give each tf.Variable its own "
                                "name (tf.Variable(..., name=...))", source=source)
         owner[name] = var
-        names[id(var)] = name
-    return names
+        out[id(var)] = (name, bool((outer if outer is not None else var).trainable))
+    return out

@@ -8,7 +8,7 @@ from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
-from autodist.graph.naming import step_variable_names, variable_name
+from autodist.graph.naming import step_variables, variable_name
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
 
 
@@ -126,12 +126,13 @@ def item_from_graph(concrete, variables, job, model_weights=None):
 
     graph = concrete.graph
     by_handle = {id(v.handle): v for v in variables}
-    names = step_variable_names(variables, job.source)
+    named = step_variables(variables, job.source)
     handles = {}
     for external, internal in graph.captures:
         if internal.dtype == tf.resource and id(external) in by_handle:
             var = by_handle[id(external)]
-            facts = variable_facts(var, names[id(var)])
+            name, trainable = named[id(var)]
+            facts = dict(variable_facts(var, name), trainable=trainable)
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts
