@@ -20,8 +20,7 @@ from autodist.throughput import samples_per_second
 from cost_models.executor import EXECUTOR_SETTLE_RUNS
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
-UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
-                        "validation_steps", "validation_batch_size", "validation_freq")
+UNSUPPORTED_FIT_ARGS = ("class_weight", "sample_weight", "steps_per_epoch")
 
 
 def _ms(seconds):
@@ -127,6 +126,7 @@ class PlacedFit:
         for arg in UNSUPPORTED_FIT_ARGS:
             if extra.get(arg) is not None:
                 raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
+        x, y, validation_data = _split_validation(x, y, extra)
         epoch_batches, steps_per_epoch = _epoch_batches(x, y, batch_size or 32, shuffle)
         self.fits += 1
         trainer = PlacedTrainer(model, self.layout)
@@ -156,7 +156,10 @@ class PlacedFit:
                 reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb))
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
-            hooks.on_epoch_end(epoch, {"loss": float(np.mean(losses))})  # the epoch's mean, as Keras logs it
+            logs = {"loss": float(np.mean(losses))}  # the epoch's mean, as Keras logs it
+            if validation_data is not None and (epoch + 1) % (extra.get("validation_freq") or 1) == 0:
+                logs.update(_validated(model, validation_data, extra, batch_size or 32))
+            hooks.on_epoch_end(epoch, logs)
             if getattr(model, "stop_training", False):
                 break
         hooks.on_train_end()
@@ -172,6 +175,29 @@ class PlacedFit:
                 "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],
             })
         return model.history
+
+
+def _split_validation(x, y, extra):
+    """``(x, y, validation data or None)``: ``validation_data``, or the last ``validation_split`` of the arrays
+    (taken before any shuffle, as Keras does)."""
+    split = extra.get("validation_split")
+    if not split:
+        return x, y, extra.get("validation_data")
+    if extra.get("validation_data") is not None:
+        return x, y, extra["validation_data"]  # Keras ignores the split when given validation_data
+    if not (hasattr(x, "shape") and hasattr(y, "shape")):
+        raise LaunchError("model.fit(validation_split=...) needs arrays x and y", field="validation_split")
+    cut = int(np.floor(len(x) * (1.0 - split)))
+    return x[:cut], y[:cut], (x[cut:], y[cut:])
+
+
+def _validated(model, data, extra, batch_size):
+    """``val_``-prefixed logs of Keras' own ``evaluate`` on the validation data (after the epoch's weights are
+    written back into the model)."""
+    vx, vy = (data[0], data[1]) if isinstance(data, tuple) and len(data) >= 2 else (data, None)
+    results = model.evaluate(vx, vy, batch_size=extra.get("validation_batch_size") or batch_size,
+                             steps=extra.get("validation_steps"), verbose=0, return_dict=True)
+    return {f"val_{k}": float(v) for k, v in results.items()}
 
 
 def _epoch_batches(x, y, batch_size, shuffle):
