@@ -13,7 +13,6 @@ planned, reported and run on two local replicas.
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
