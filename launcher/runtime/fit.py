@@ -58,8 +58,8 @@ class StepReporter:
         shown_loss = f"  loss {loss:.4f}" if loss is not None else ""
         rate = samples_per_second(samples, seconds)
         rate = f"  {rate:.0f} samples/s" if rate else ""
-        print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
-              file=self.out, flush=True)
+        predicted = f"  (predicted {_ms(self.predicted)})" if self.predicted > 0 else ""
+        print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}{predicted}", file=self.out, flush=True)
 
     def _measured(self):
         """The steps the measured step time is the median of: those after TensorFlow's executor settled (its first

@@ -4,9 +4,11 @@ The plan ``autodist run`` searched is for the script's first phase, the
 step it captured.  A later ``model.fit`` whose global batch or variables are
 not that plan's is captured where it is called (its step traced, not run)
 and planned for the same replicas: every trainable variable allreduced by
-ring in one bucket, priced by the simulator.  The replica group (its
-processes and collectives) stays as started, so every replica derives the
-same plan from the same step, without talking to the others.
+ring in one bucket.  The replica group (its processes and collectives)
+stays as started, so every replica derives the same plan from the same
+step, without talking to the others.  The launcher may import only
+autodist's core, so this plan is not priced (no simulator here): its
+predicted step time is unknown (0).
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
     from autodist.graph.script import fit_step_item
     from autodist.plan import Plan
     from autodist.strategy import Strategy, VarSync
-    from cost_models import CostModel
     from launcher.runtime.layout import RunLayout
-    from placement import simulate
 
     start = time.perf_counter()
     first = Plan.load(plan_path)
@@ -38,13 +38,12 @@ def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
     item = fit_step_item(model, x, y, batch_size, sample_weight, name, source)
     sync = {v.name: VarSync("allreduce", algorithm="ring", bucket=0) for v in item.trainable_variables()}
     strategy = Strategy(replicas=first.strategy.replicas, sync=sync, ps_devices=[])
-    cost_model = CostModel.default()
-    spec = first.resource_spec
-    plan = Plan.from_strategy(item, spec, strategy, simulate(item, spec, strategy, cost_model), cost_model.id, 0)
+    plan = Plan.from_strategy(item, first.resource_spec, strategy, {"step_time": 0.0}, first.provenance["cost_model_id"],
+                              0)
     layout = RunLayout.from_plan(plan)
     seconds = time.perf_counter() - start
     line = (f"autodist: a new training phase at {source} (global batch {item.job.batch_size}, "
             f"{len(sync)} trainable variables): planned in {seconds:.1f} s on the same "
             f"{len(strategy.replicas)} replica{'s' if len(strategy.replicas) != 1 else ''}, every variable "
-            f"allreduced by ring; predicted step {layout.predicted_step_time * 1e3:.3f} ms")
+            "allreduced by ring (not priced)")
     return layout, line
