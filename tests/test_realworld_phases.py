@@ -27,3 +27,14 @@ def test_a_second_fit_is_planned_where_it_starts(tmp_path):
     assert re.search(rf"at {re.escape(SCRIPT)}:13 \(global batch 32, 4 trainable variables\): planned in [0-9.]+ s "
                      r"on the same 2 replicas", lines[0]), lines[0]
     assert done.stdout.count("second phase trained") == 1
+
+
+def test_a_second_custom_loop_step_is_planned_where_it_is_first_called(tmp_path):
+    script = os.path.join(os.path.dirname(SCRIPT), "two_steps.py")
+    plan = ring_plan(captured(script, tmp_path), tmp_path / "plan.json")
+    done = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan],
+                          capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if "a new training phase" in line]
+    assert len(lines) == 1 and "(global batch 32, 4 trainable variables)" in lines[0], done.stdout
+    assert "second phase trained" in done.stdout

@@ -1,8 +1,8 @@
 """A later training phase of a script (another ``model.fit``: another model or batch), planned where it starts.
 
 The plan ``autodist run`` searched is for the script's first phase, the
-step it captured.  A later ``model.fit`` whose global batch or variables are
-not that plan's is captured where it is called (its step traced, not run)
+step it captured.  A later ``model.fit`` (or custom-loop step) whose global batch or
+variables are not that plan's is captured where it is called (its step traced, not run)
 and planned for the same replicas: every trainable variable allreduced by
 ring in one bucket.  The replica group (its processes and collectives)
 stays as started, so every replica derives the same plan from the same
@@ -28,22 +28,46 @@ def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
     """``(RunLayout, line)`` for a later ``model.fit``: its plan on the replicas of the plan at ``plan_path``, and one
     line saying what was planned and how long it took."""
     from autodist.graph.script import fit_step_item
+
+    start = time.perf_counter()
+    item = fit_step_item(model, x, y, batch_size, sample_weight, _name(source), source)
+    return _planned(plan_path, item, start)
+
+
+def step_layout(layout, plan_path, step, args, kwargs, source):
+    """``(RunLayout, line)`` for a later custom-loop step (a ``tf.function`` that applies gradients) whose batch or
+    variables are not ``layout``'s, as :func:`phase_layout`; None when ``layout`` already fits it."""
+    from autodist.graph.trace import trace_step
+    from autodist.hooks import step_options
+
+    start = time.perf_counter()
+    item = trace_step(step, args, kwargs, _name(source), source,
+                      xla=step_options(step).get("jit_compile") or False, collective_only=True)
+    names = [v.name for v in item.trainable_variables()]
+    if item.job.batch_size in (0, layout.batch_size) and all(n in layout.variables for n in names):
+        return None
+    return _planned(plan_path, item, start)
+
+
+def _name(source):
+    return os.path.splitext(os.path.basename(source.rpartition(":")[0] or source))[0]
+
+
+def _planned(plan_path, item, start):
+    """The plan of ``item`` on the replicas of the plan at ``plan_path`` (every variable allreduced by ring, not
+    priced), as a RunLayout, and its line."""
     from autodist.plan import Plan
     from autodist.strategy import Strategy, VarSync
     from launcher.runtime.layout import RunLayout
 
-    start = time.perf_counter()
     first = Plan.load(plan_path)
-    name = os.path.splitext(os.path.basename(source.rpartition(":")[0] or source))[0]
-    item = fit_step_item(model, x, y, batch_size, sample_weight, name, source)
     sync = {v.name: VarSync("allreduce", algorithm="ring", bucket=0) for v in item.trainable_variables()}
     strategy = Strategy(replicas=first.strategy.replicas, sync=sync, ps_devices=[])
     plan = Plan.from_strategy(item, first.resource_spec, strategy, {"step_time": 0.0}, first.provenance["cost_model_id"],
                               0)
-    layout = RunLayout.from_plan(plan)
     seconds = time.perf_counter() - start
-    line = (f"autodist: a new training phase at {source} (global batch {item.job.batch_size}, "
+    line = (f"autodist: a new training phase at {item.job.source} (global batch {item.job.batch_size}, "
             f"{len(sync)} trainable variables): planned in {seconds:.1f} s on the same "
             f"{len(strategy.replicas)} replica{'s' if len(strategy.replicas) != 1 else ''}, every variable "
             "allreduced by ring (not priced)")
-    return layout, line
+    return RunLayout.from_plan(plan), line

@@ -78,6 +78,9 @@ class CollectiveRun:
 
         traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
+            if self.steps:
+                self._plan_phase(phases.step_layout(self.group.layout, self.plan_path, step, args, kwargs,
+                                                    self._call_site()))
             check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
             traced = tf.function(self.group.replica_step(step.python_function), **step_options(step))
             traced.get_concrete_function(*args, **kwargs)
@@ -101,11 +104,8 @@ class CollectiveRun:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         rows = _fit_batch_rows(x, y, batch_size)
         if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
-            layout, line = phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
-                                               self._call_site())
-            self.group.relayout(layout)
-            self.reporter.predicted = layout.predicted_step_time
-            print(line, file=self.out if self.first else _Discard(), flush=True)
+            self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
+                                                 self._call_site()))
         check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
@@ -118,6 +118,15 @@ class CollectiveRun:
         finally:
             del model.train_step
             model.train_function = None
+
+    def _plan_phase(self, planned):
+        """Run from now on under ``planned`` (``(RunLayout, line)`` of a later phase; None: keep the plan)."""
+        if planned is None:
+            return
+        layout, line = planned
+        self.group.relayout(layout)
+        self.reporter.predicted = layout.predicted_step_time
+        print(line, file=self.out if self.first else _Discard(), flush=True)
 
     def _call_site(self):
         """``script:line`` of the innermost line of the script on the stack."""
