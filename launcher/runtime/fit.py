@@ -79,8 +79,9 @@ class StepReporter:
         skip, _ = self._measured()
         ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
         steps = f" (median of steps {skip + 1}-{len(self.times)})" if len(self.times) > skip else ""
-        print(f"autodist: measured step time {_ms(measured)}{steps} vs predicted {_ms(predicted)}{ratio}; "
-              f"plan {plan_path}", file=self.out, flush=True)
+        against = f"vs predicted {_ms(predicted)}{ratio}" if predicted > 0 else "(the last phase's plan is not priced)"
+        print(f"autodist: measured step time {_ms(measured)}{steps} {against}; plan {plan_path}", file=self.out,
+              flush=True)
 
 
 class PlacedFit:

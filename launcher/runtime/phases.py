@@ -18,10 +18,11 @@ import time
 
 
 def needs_plan(layout, model, rows):
-    """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for."""
+    """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for (a model
+    not built yet, whose variables fit creates, is not)."""
     if rows and layout.batch_size and rows != layout.batch_size:
         return True
-    return any(v.path not in layout.variables for v in model.trainable_variables)
+    return not model.built or any(v.path not in layout.variables for v in model.trainable_variables)
 
 
 def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
