@@ -16,6 +16,9 @@ patches nothing.
 - :func:`keras_take`: ``keras.ops.take`` (what ``Embedding`` looks rows up
   with) goes to a handler (the runtime gathers a PS variable's rows on its
   parameter servers);
+- :func:`single_replica_strategies`: ``MirroredStrategy`` and
+  ``MultiWorkerMirroredStrategy`` are TensorFlow's default strategy (one
+  replica, no-op scope), so that autodist's plan distributes the script;
 - :func:`run_script`: a script run as ``python script args`` would run it.
 """
 
@@ -110,6 +113,38 @@ def keras_take(handler):
         return handler(original, x, indices, axis)
 
     with patched(backend.numpy, "take", take) as original:
+        yield
+
+
+# The tf.distribute strategies that :func:`single_replica_strategies` makes TensorFlow's default strategy: the
+# data-parallel ones whose replicas autodist's plan replaces (subclasses included).
+REPLACED_STRATEGIES = ("MirroredStrategy", "MultiWorkerMirroredStrategy")
+
+
+@contextlib.contextmanager
+def single_replica_strategies(out=None):
+    """Inside: creating a :data:`REPLACED_STRATEGIES` strategy gives TensorFlow's default strategy.
+
+    Its ``scope()`` changes nothing, ``num_replicas_in_sync`` is 1, ``run``
+    calls the function and ``experimental_distribute_dataset`` returns the
+    dataset: the script runs as one replica, which autodist's plan
+    distributes.  The first creation prints one line saying so (to ``out``,
+    default stdout).
+    """
+    import tensorflow as tf
+
+    told = []
+
+    def new(cls, *args, **kwargs):
+        if not told:
+            told.append(cls)
+            print(f"autodist: the script's {cls.__name__} runs as one replica; autodist's plan distributes it",
+                  file=out or sys.stdout, flush=True)
+        return tf.distribute.get_strategy()
+
+    with contextlib.ExitStack() as stack:
+        for name in REPLACED_STRATEGIES:
+            stack.enter_context(patched(getattr(tf.distribute, name), "__new__", new))
         yield
 
 

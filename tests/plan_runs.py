@@ -24,6 +24,28 @@ def save_plan(job, spec, strategy, path):
     return str(path)
 
 
+def captured(script, folder, script_args=()):
+    """``autodist capture`` of ``script`` in a fresh process (Keras' layer names, hence variable paths, are those
+    of the script run on its own), loaded back."""
+    from autodist.graph.item import GraphItem
+
+    graph = os.path.join(folder, "graph.json")
+    done = subprocess.run([sys.executable, "-m", "autodist", "capture", script, "-o", graph, "--", *script_args],
+                          capture_output=True, text=True, timeout=300, cwd=folder)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return GraphItem.load(graph)
+
+
+def ring_plan(job, path):
+    """Every trainable variable of ``job`` allreduced by ring in one bucket, a replica on each node of cpu-local:2."""
+    from autodist.resource_spec import load_cluster
+    from autodist.strategy import Strategy, VarSync
+
+    sync = {v.name: VarSync("allreduce", algorithm="ring", bucket=0) for v in job.trainable_variables()}
+    strategy = Strategy(replicas=[["local-0/CPU:0"], ["local-1/CPU:0"]], sync=sync, ps_devices=[])
+    return save_plan(job, load_cluster(preset="cpu-local:2"), strategy, path)
+
+
 def run_plan(plan_path, folder, *options, script_args=()):
     """``autodist run --plan`` of the example for STEPS steps of BATCH rows: (the finished process, the run's record,
     the trained weights); the last two are None when the run failed."""

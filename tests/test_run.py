@@ -554,8 +554,8 @@ def test_unsupported_fit_arguments_are_named():
     from autodist.errors import LaunchError
 
     x, y = make_data(1, BATCH, seed=0)
-    with pytest.raises(LaunchError, match="validation_split"):
-        _fit_under_plan(build_model(0), x, y, validation_split=0.5)
+    with pytest.raises(LaunchError, match="class_weight"):
+        _fit_under_plan(build_model(0), x, y, class_weight={0: 1.0})
 
 
 def test_models_with_added_losses_are_refused():

@@ -42,5 +42,6 @@ def run(args):
             raise InputError("script arguments given, but the source is not a .py script", source=args.source)
         item = load_graph(args.source)
     item.save(args.output)
-    print(f"captured {item.describe()} -> {args.output}")
+    step = f" (the step at {item.job.source})" if args.source.endswith(SCRIPT_SUFFIX) else ""
+    print(f"captured {item.describe()}{step} -> {args.output}")
     return 0

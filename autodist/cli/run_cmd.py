@@ -86,7 +86,25 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     plan.save(args.output)
     warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}", flush=True)
+    fewer = why_fewer_replicas(plan)
+    if fewer:
+        print(f"autodist: {fewer}", flush=True)
     return plan, args.output
+
+
+def why_fewer_replicas(plan):
+    """A sentence on why ``plan`` leaves nodes unused (the all-node data-parallel baseline is predicted slower),
+    or None when it uses every node."""
+    step = plan.prediction.get("step_time") or 0.0
+    everywhere = (plan.prediction.get("baselines") or {}).get("ring")
+    replicas = len(plan.strategy.replicas)
+    nodes = {d.split("/")[0] for r in plan.strategy.replicas for d in r}
+    if everywhere is None or everywhere <= step or len(plan.resource_spec.nodes) <= len(nodes):
+        return None
+    return (f"the plan uses {replicas} replica{'s' if replicas != 1 else ''} on {len(nodes)} of the cluster's "
+            f"{len(plan.resource_spec.nodes)} nodes: data parallelism on every node (ring allreduce) is predicted at "
+            f"{everywhere * 1e3:.3f} ms per step, slower than this plan's {step * 1e3:.3f} ms (exchanging the "
+            "gradients costs more than the compute it would split)")
 
 
 def _replanned(args, plan):

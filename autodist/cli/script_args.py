@@ -41,5 +41,9 @@ def parse_after_script(args, add_options, prog):
     cut = rest.index("--") if "--" in rest else len(rest)
     parser = OneLineParser(prog=prog)
     add_options(parser)
-    parser.parse_args(rest[:cut], namespace=args)
+    _, unknown = parser.parse_known_args(rest[:cut], namespace=args)
+    if unknown:
+        script = getattr(args, "script", "SCRIPT")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}; the script's own arguments go after --: "
+                     f"{prog.split()[0]} {prog.split()[1]} {script} -- {' '.join(unknown)}")
     args.script_args = rest[cut + 1:]

@@ -14,7 +14,7 @@ def _rows(value, batch_size):
 
 
 def first_batch(x, y=None, sample_weight=None, batch_size=None, source=None):
-    """One batch in the structure ``train_step`` receives, and the names of its parts.
+    """One batch in the structure Keras' fit gives ``train_step``, and the names of its parts.
 
     Parameters
     ----------
@@ -27,8 +27,10 @@ def first_batch(x, y=None, sample_weight=None, batch_size=None, source=None):
 
     Returns
     -------
-    (tuple, list of str)
-        ``(x, y[, sample_weight])`` of one batch and the names of its parts.
+    (object, list of str)
+        ``(x, y[, sample_weight])`` of one batch and the names of its parts;
+        without targets, ``x`` alone (a tuple ``(x,)`` where ``x`` is a list
+        or tuple), as Keras packs it, named ``["x"]``.
     """
     import keras
     import tensorflow as tf
@@ -48,9 +50,11 @@ def first_batch(x, y=None, sample_weight=None, batch_size=None, source=None):
             parts.append(_rows(y, size))
             if sample_weight is not None:
                 parts.append(_rows(sample_weight, size))
+        if len(parts) == 1 and not isinstance(parts[0], (list, tuple)):
+            return parts[0], ["x"]
         return tuple(parts), ["x", "y", "sample_weight"][: len(parts)]
     if element is None:
         raise CaptureError("model.fit was given an empty dataset", source=source)
     if not isinstance(element, tuple):
-        element = (element,)
+        return element, ["x"]
     return element, ["x", "y", "sample_weight"][: len(element)]

@@ -40,6 +40,16 @@ def _is_shape(value):
     return value is None or (isinstance(value, list) and all(_is_int(d) for d in value))
 
 
+def _is_input_shapes(value):
+    """A shape (a list of integers), or an object or list of them, nested as the step's inputs are."""
+    if isinstance(value, dict):
+        return all(_is_input_shapes(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_is_int(d) for d in value) or all(isinstance(v, (list, dict)) and _is_input_shapes(v)
+                                                      for v in value)
+    return False
+
+
 def _list_of(test):
     return lambda value: isinstance(value, list) and all(test(v) for v in value)
 
@@ -86,8 +96,8 @@ VARIABLE_FIELDS = {
 JOB_FIELDS = {
     "model_name": _STRING,
     "batch_size": _INT,
-    "input_shapes": (lambda v: isinstance(v, dict) and all(_is_shape(s) and s is not None for s in v.values()),
-                     "an object of shapes (lists of integers)"),
+    "input_shapes": (lambda v: isinstance(v, dict) and _is_input_shapes(v),
+                     "an object of shapes (lists of integers), or of objects and lists of them"),
     "optimizer": _STRING,
     "tf_version": _STRING,
     "source": _STRING,

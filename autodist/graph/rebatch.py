@@ -145,6 +145,15 @@ def _rescaled_bytes(nbytes, old_shape, new_shape):
     return nbytes * math.prod(new_shape) // old if old > 0 else nbytes
 
 
+def _rebatched_inputs(shapes, batch, new_batch):
+    """Input shapes (a shape, or a dict or list of them, nested) with a leading ``batch`` made ``new_batch``."""
+    if isinstance(shapes, dict):
+        return {k: _rebatched_inputs(v, batch, new_batch) for k, v in shapes.items()}
+    if shapes and all(isinstance(d, int) for d in shapes):
+        return [new_batch, *shapes[1:]] if shapes[0] == batch else list(shapes)
+    return [_rebatched_inputs(v, batch, new_batch) for v in shapes]
+
+
 def at_batch(graph_item, new_batch):
     """``graph_item`` as if captured at ``new_batch`` samples (itself when the batch is unchanged).
 
@@ -181,6 +190,5 @@ def at_batch(graph_item, new_batch):
         variables.append(VariableInfo(**record))
     job = _plain(graph_item.job)
     job["batch_size"] = new_batch
-    job["input_shapes"] = {k: ([new_batch] + list(v[1:]) if v and v[0] == batch else v)
-                           for k, v in graph_item.job.input_shapes.items()}
+    job["input_shapes"] = _rebatched_inputs(graph_item.job.input_shapes, batch, new_batch)
     return GraphItem(ops, variables, type(graph_item.job)(**job))

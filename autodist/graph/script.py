@@ -136,6 +136,21 @@ def _without_loss_scaling(model):
         model.optimizer = wrapper
 
 
+def fit_step_item(model, x, y, batch_size, sample_weight, model_name, source):
+    """The GraphItem of the step ``model.fit(x, y, batch_size, sample_weight=...)`` would run (traced, not run)."""
+    import tensorflow as tf
+
+    if getattr(model, "optimizer", None) is None:
+        raise CaptureError("model.fit was called on a model that is not compiled", source=source)
+    data, names = first_batch(x, y, sample_weight, batch_size, source=source)
+    specs = tf.nest.map_structure(spec_of, data)
+    shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
+    traced = tf.function(model.train_step)
+    with _without_loss_scaling(model):
+        return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
+                          input_shapes=shapes, step="fit", xla=model.jit_compile)
+
+
 class _ScriptCapture:
     """State of one capture_script run and the hooks it installs."""
 
@@ -144,39 +159,27 @@ class _ScriptCapture:
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
 
-    def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
-        import tensorflow as tf
+    def step_source(self):
+        """``script:line`` of the innermost line of the script on the stack (the call being captured)."""
+        target = os.path.abspath(self.source)
+        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
+        return f"{self.source}:{lines[-1]}" if lines else self.source
 
-        if getattr(model, "optimizer", None) is None:
-            raise CaptureError("model.fit was called on a model that is not compiled", source=self.source)
-        data, names = first_batch(x, y, sample_weight, batch_size, source=self.source)
-        specs = tf.nest.map_structure(spec_of, data)
-        shapes = {n: shapes_of(s) for n, s in zip(names, specs)}
-        traced = tf.function(model.train_step)
-        with _without_loss_scaling(model):
-            self.item = trace_step(
-                traced,
-                (specs,),
-                {},
-                self.model_name,
-                self.source,
-                optimizer=type(model.optimizer).__name__,
-                input_shapes=shapes,
-                step="fit",
-                xla=model.jit_compile,
-            )
+    def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+        self.item = fit_step_item(model, x, y, batch_size, sample_weight, self.model_name, self.step_source())
         raise _StopScript
 
     def capture_step(self, step, args, kwargs):
         """The script's training step (an ``autodist.function`` or a ``tf.function``): trace it and stop."""
-        self.item = trace_step(step, args, kwargs, self.model_name, self.source,
+        self.item = trace_step(step, args, kwargs, self.model_name, self.step_source(),
                                xla=hooks.step_options(step).get("jit_compile") or False, collective_only=True)
         raise _StopScript
 
     @contextlib.contextmanager
     def installed(self):
         """Send ``keras.Model.fit`` and the training step's calls here; undo both on exit."""
-        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step):
+        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step), \
+                hooks.single_replica_strategies():
             yield
 
 
@@ -237,6 +240,9 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
         line = _script_line(exc, path)
         where = f"{path}:{line}" if line else path
         raise CaptureError(f"script raised {first_line(exc)}", source=where) from None
+    if session.item is None and {"-h", "--help"} & set(map(str, args)):
+        raise CaptureError("the script showed its own help (above) and exited before training; nothing to capture",
+                           source=path)
     if session.item is None:
         raise CaptureError(
             "script finished without training (no model.fit call, and no tf.function step that calls "

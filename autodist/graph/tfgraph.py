@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from autodist.graph.flops import op_flops
 from autodist.graph.item import OpInfo
+from autodist.graph.naming import variable_name
 
 # Ops that call a function of the graph's library (a nested tf.function, a SavedModel body).
 CALL_TYPES = ("PartitionedCall", "StatefulPartitionedCall")
@@ -100,22 +101,15 @@ def op_infos(graph):
     return infos
 
 
-def variable_name(var):
-    """The name a GraphItem and a plan give a live variable: a Keras variable's path, a ``tf.Variable``'s name."""
-    path = getattr(var, "path", None)
-    if path is not None:
-        return path
-    return var.name[:-2] if var.name.endswith(":0") else var.name
-
-
-def variable_facts(var):
-    """Name, shape, dtype, bytes and trainable flag of a live ``tf.Variable``."""
+def variable_facts(var, name=None):
+    """Name (``name``, else :func:`~autodist.graph.naming.variable_name`), shape, dtype, bytes and trainable flag
+    of a live ``tf.Variable``."""
     shape = var.shape.as_list()
     n = 1
     for d in shape:
         n *= d
     return {
-        "name": variable_name(var),
+        "name": name or variable_name(var),
         "shape": shape,
         "dtype": var.dtype.name,
         "bytes": n * var.dtype.size,

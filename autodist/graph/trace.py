@@ -8,6 +8,7 @@ from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.naming import step_variables, variable_name
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
 
 
@@ -83,15 +84,10 @@ def _optimizer_name(objects, variables):
 
 
 def _model_weight_names(objects):
-    """Names of the ``tf.Variable``s behind the weights of the Keras models among ``objects``."""
+    """Names of the weights of the Keras models among ``objects``."""
     import keras
 
-    names = set()
-    for obj in objects:
-        if isinstance(obj, keras.Model):
-            for weight in obj.weights:
-                names.add(variable_facts(getattr(weight, "value", weight))["name"])
-    return names
+    return {variable_name(weight) for obj in objects if isinstance(obj, keras.Model) for weight in obj.weights}
 
 
 def _cell_full(cell):
@@ -130,10 +126,13 @@ def item_from_graph(concrete, variables, job, model_weights=None):
 
     graph = concrete.graph
     by_handle = {id(v.handle): v for v in variables}
+    named = step_variables(variables, job.source)
     handles = {}
     for external, internal in graph.captures:
         if internal.dtype == tf.resource and id(external) in by_handle:
-            facts = variable_facts(by_handle[id(external)])
+            var = by_handle[id(external)]
+            name, trainable = named[id(var)]
+            facts = dict(variable_facts(var, name), trainable=trainable)
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts
@@ -204,7 +203,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     except AutoDistError:
         raise
     except Exception as exc:  # the user's step failed to trace: say how, in one line
-        raise CaptureError(f"tracing the step failed: {first_line(exc)}", source=source) from None
+        raise CaptureError(f"tracing the step failed{_trace_failure(exc)}", source=source) from None
     if input_shapes is None:
         input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
     variables = concrete.graph.variables
@@ -227,6 +226,21 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         collective_only=collective_only,
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
+
+
+def _trace_failure(exc):
+    """``": <error>"`` for a step that failed to trace; ``" at FILE:LINE: <cause>"`` for TensorFlow's
+    "in user code:" errors, which give the frames (the script's own first), then the cause on their last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines or lines[0] != "in user code:" or len(lines) < 2:
+        return f": {first_line(exc)}"
+    frames = [line.split('"') for line in lines if line.startswith('File "')]
+    own = [f for f in frames if len(f) > 2 and "-packages/" not in f[1]]
+    where = ""
+    if own:
+        line = own[0][2].split(",")[1].strip().removeprefix("line ") if "," in own[0][2] else ""
+        where = f" at {own[0][1]}:{line}" if line else f" at {own[0][1]}"
+    return f"{where}: {lines[-1]}"
 
 
 def _as_tf_function(fn):

@@ -52,6 +52,21 @@ def connect(cluster, job, index, cpus=1, join_timeout=JOIN_TIMEOUT_S):
                         tf.identity(0).numpy()
 
 
+# The seed every replica gives Python's, NumPy's, TensorFlow's and Keras' random generators before the script runs
+# (this variable, else 0), so that what a script leaves unseeded (model.fit's default shuffle=True, a tf.data
+# shuffle, random data) draws the same in every replica and the replicas build one global batch.
+SEED_ENV = "AUTODIST_SEED"
+
+
+def seed_replica():
+    """Seed every random generator alike in this replica (see :data:`SEED_ENV`); returns the seed."""
+    import keras
+
+    seed = int(os.environ.get(SEED_ENV, "0"))
+    keras.utils.set_random_seed(seed)
+    return seed
+
+
 def run_script(script, args=()):
     """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would."""
     from autodist import hooks
@@ -79,6 +94,7 @@ class RefusedSteps:
 def run_single_client(plan, plan_path, cluster, job, index, script, args=(), report_path=None,
                       join_timeout=JOIN_TIMEOUT_S):
     """Connect, then run the script with ``model.fit`` routed through the plan."""
+    from autodist import hooks
     from autodist.graph.script import steps_run_by
     from launcher.runtime.fit import PlacedFit
     from launcher.runtime.layout import RunLayout
@@ -86,7 +102,8 @@ def run_single_client(plan, plan_path, cluster, job, index, script, args=(), rep
     layout = RunLayout.from_plan(plan)
     connect(cluster, job, index, task_cpu_devices(plan, job, index), join_timeout)
     refused = RefusedSteps(why_not_collective(plan))
-    with PlacedFit(layout, plan_path, report_path=report_path) as placed, steps_run_by(refused):
+    with PlacedFit(layout, plan_path, report_path=report_path) as placed, steps_run_by(refused), \
+            hooks.single_replica_strategies():
         run_script(script, args)
     if not placed.fits:
         raise LaunchError("the script ended without calling model.fit, so nothing ran with the plan", source=script)
@@ -103,7 +120,8 @@ def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=Non
         join(cluster, rank, group.device_type)
         group.barrier()
     print(f"autodist: replica {rank} of {group.size} serving at {cluster['worker'][rank]}", flush=True)
-    with CollectiveRun(group, plan_path) as run:
+    seed_replica()
+    with CollectiveRun(group, plan_path, script=script) as run:
         run_script(script, args)
     run.finish(report_path)
 

@@ -91,11 +91,19 @@ class CollectiveGroup:
         self.rank = rank
         self.size = len(layout.replica_devices)
         self.device_type = tf.DeviceSpec.from_string(layout.replica_devices[rank]).device_type or "CPU"
-        self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
+        self.relayout(layout)
         self._next_key = 1
         self.collectives = []  # what the traced steps built: one record per collective
         self.micro_batches_per_step = 1  # the traced step's calls of the script's step (applies deferred + 1)
         self.variables = {}  # path -> variable, every variable whose gradient went through a collective
+
+    def relayout(self, layout):
+        """From now on, sum gradients as ``layout`` says (a later phase's plan, on the same replicas)."""
+        if len(layout.replica_devices) != self.size:
+            raise LaunchError(f"a plan of {len(layout.replica_devices)} replicas cannot run on a group of {self.size}",
+                              field="strategy.replicas")
+        self.layout = layout
+        self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
 
     @property
     def hint(self):
@@ -132,7 +140,7 @@ class CollectiveGroup:
         """
         import tensorflow as tf
 
-        from autodist.graph.tfgraph import variable_name
+        from autodist.graph.naming import variable_name
 
         names = [variable_name(v) for v in variables]
         unknown = [n for n in names if n not in self.bucket_of]

@@ -19,8 +19,7 @@ from autodist.io import write_json_atomic
 from autodist.throughput import EXECUTOR_SETTLE_RUNS, samples_per_second
 
 # fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
-UNSUPPORTED_FIT_ARGS = ("validation_split", "validation_data", "class_weight", "sample_weight", "steps_per_epoch",
-                        "validation_steps", "validation_batch_size", "validation_freq")
+UNSUPPORTED_FIT_ARGS = ("class_weight", "sample_weight", "steps_per_epoch")
 
 
 def _ms(seconds):
@@ -58,8 +57,8 @@ class StepReporter:
         shown_loss = f"  loss {loss:.4f}" if loss is not None else ""
         rate = samples_per_second(samples, seconds)
         rate = f"  {rate:.0f} samples/s" if rate else ""
-        print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}  (predicted {_ms(self.predicted)})",
-              file=self.out, flush=True)
+        predicted = f"  (predicted {_ms(self.predicted)})" if self.predicted > 0 else ""
+        print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}{predicted}", file=self.out, flush=True)
 
     def _measured(self):
         """The steps the measured step time is the median of: those after TensorFlow's executor settled (its first
@@ -79,8 +78,9 @@ class StepReporter:
         skip, _ = self._measured()
         ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
         steps = f" (median of steps {skip + 1}-{len(self.times)})" if len(self.times) > skip else ""
-        print(f"autodist: measured step time {_ms(measured)}{steps} vs predicted {_ms(predicted)}{ratio}; "
-              f"plan {plan_path}", file=self.out, flush=True)
+        against = f"vs predicted {_ms(predicted)}{ratio}" if predicted > 0 else "(the last phase's plan is not priced)"
+        print(f"autodist: measured step time {_ms(measured)}{steps} {against}; plan {plan_path}", file=self.out,
+              flush=True)
 
 
 class PlacedFit:
@@ -126,6 +126,7 @@ class PlacedFit:
         for arg in UNSUPPORTED_FIT_ARGS:
             if extra.get(arg) is not None:
                 raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
+        x, y, validation_data = _split_validation(x, y, extra)
         epoch_batches, steps_per_epoch = _epoch_batches(x, y, batch_size or 32, shuffle)
         self.fits += 1
         trainer = PlacedTrainer(model, self.layout)
@@ -155,7 +156,10 @@ class PlacedFit:
                 reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb))
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
-            hooks.on_epoch_end(epoch, {"loss": float(np.mean(losses))})  # the epoch's mean, as Keras logs it
+            logs = {"loss": float(np.mean(losses))}  # the epoch's mean, as Keras logs it
+            if validation_data is not None and (epoch + 1) % (extra.get("validation_freq") or 1) == 0:
+                logs.update(_validated(model, validation_data, extra, batch_size or 32))
+            hooks.on_epoch_end(epoch, logs)
             if getattr(model, "stop_training", False):
                 break
         hooks.on_train_end()
@@ -171,6 +175,29 @@ class PlacedFit:
                 "transfers": [list(t) for t in trainer.transfers(*first_batch)] if first_batch else [],
             })
         return model.history
+
+
+def _split_validation(x, y, extra):
+    """``(x, y, validation data or None)``: ``validation_data``, or the last ``validation_split`` of the arrays
+    (taken before any shuffle, as Keras does)."""
+    split = extra.get("validation_split")
+    if not split:
+        return x, y, extra.get("validation_data")
+    if extra.get("validation_data") is not None:
+        return x, y, extra["validation_data"]  # Keras ignores the split when given validation_data
+    if not (hasattr(x, "shape") and hasattr(y, "shape")):
+        raise LaunchError("model.fit(validation_split=...) needs arrays x and y", field="validation_split")
+    cut = int(np.floor(len(x) * (1.0 - split)))
+    return x[:cut], y[:cut], (x[cut:], y[cut:])
+
+
+def _validated(model, data, extra, batch_size):
+    """``val_``-prefixed logs of Keras' own ``evaluate`` on the validation data (after the epoch's weights are
+    written back into the model)."""
+    vx, vy = (data[0], data[1]) if isinstance(data, tuple) and len(data) >= 2 else (data, None)
+    results = model.evaluate(vx, vy, batch_size=extra.get("validation_batch_size") or batch_size,
+                             steps=extra.get("validation_steps"), verbose=0, return_dict=True)
+    return {f"val_{k}": float(v) for k, v in results.items()}
 
 
 def _epoch_batches(x, y, batch_size, shuffle):

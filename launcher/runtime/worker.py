@@ -12,12 +12,15 @@ progress; every one can write a JSON record of what it ran.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
+import traceback
 
 import numpy as np
 
 from autodist.errors import LaunchError
+from launcher.runtime import phases
 from launcher.runtime.fit import check_global_batch, global_batch_rows
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
@@ -38,11 +41,12 @@ class CollectiveRun:
         Shown in the final summary.
     """
 
-    def __init__(self, group, plan_path, out=None):
+    def __init__(self, group, plan_path, out=None, script=""):
         from launcher.runtime.fit import StepReporter
 
         self.group = group
         self.plan_path = plan_path
+        self.script = script
         self.first = group.rank == 0
         self.out = out or sys.stdout
         self.reporter = StepReporter(group.layout.predicted_step_time, None, self.out if self.first else _Discard())
@@ -58,6 +62,7 @@ class CollectiveRun:
         self._stack = contextlib.ExitStack()
         self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
         self._stack.enter_context(steps_run_by(self))
+        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard()))
         return self
 
     def __exit__(self, *exc):
@@ -73,6 +78,9 @@ class CollectiveRun:
 
         traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
+            if self.steps:
+                self._plan_phase(phases.step_layout(self.group.layout, self.plan_path, step, args, kwargs,
+                                                    self._call_site()))
             check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
             traced = tf.function(self.group.replica_step(step.python_function), **step_options(step))
             traced.get_concrete_function(*args, **kwargs)
@@ -95,6 +103,9 @@ class CollectiveRun:
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         rows = _fit_batch_rows(x, y, batch_size)
+        if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
+            self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
+                                                 self._call_site()))
         check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
@@ -107,6 +118,21 @@ class CollectiveRun:
         finally:
             del model.train_step
             model.train_function = None
+
+    def _plan_phase(self, planned):
+        """Run from now on under ``planned`` (``(RunLayout, line)`` of a later phase; None: keep the plan)."""
+        if planned is None:
+            return
+        layout, line = planned
+        self.group.relayout(layout)
+        self.reporter.predicted = layout.predicted_step_time
+        print(line, file=self.out if self.first else _Discard(), flush=True)
+
+    def _call_site(self):
+        """``script:line`` of the innermost line of the script on the stack."""
+        target = os.path.abspath(self.script)
+        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
+        return f"{self.script}:{lines[-1]}" if lines else self.script
 
     # -- at the end ------------------------------------------------------------------
     def record(self):

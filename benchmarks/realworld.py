@@ -1,0 +1,247 @@
+"""Run public TensorFlow 2 / Keras scripts, unchanged, through every autodist stage.
+
+Each script of the corpus (default ``../shared/realworld``, see its README)
+goes through, each stage in a fresh process and a fresh working directory,
+with a time limit per stage:
+
+- ``capture``: ``autodist capture SCRIPT -o graph.json``; its variables and
+  parameter count are compared with TensorFlow's own (a fit's
+  ``model.trainable_variables``; for a custom loop the distinct trainable
+  ``tf.Variable``s its traced step captures);
+- ``plan``: ``autodist plan graph.json --preset cpu-local:2``;
+- ``report``: ``placement report graph.json --preset cpu-local:2``;
+- ``bench``: ``autodist bench SCRIPT --strategies ring --steps 10 --preset cpu-local:2``;
+- ``run``: ``autodist run SCRIPT --preset cpu-local:2``.
+
+A stage is ``ok`` (exit 0), ``refused`` (non-zero exit whose error is one
+line, no traceback), or ``failed`` (a traceback, a time-out, several error
+lines, or a capture whose counts differ from TensorFlow's), with the line
+that says so.  Results go to ``benchmarks/results/realworld.{json,md}``.
+
+The corpus' scripts also import pandas, matplotlib and pillow; put them on
+``PYTHONPATH`` (e.g. ``pip install --target DIR pandas matplotlib pillow``),
+as the corpus README says it was run; the path is recorded.
+
+Usage::
+
+    python benchmarks/realworld.py [--corpus DIR] [--only NAME ...] [--stages capture plan report bench run]
+                                   [--timeout SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_CORPUS = os.path.normpath(os.path.join(ROOT, "..", "shared", "realworld"))
+RESULTS = os.path.join(HERE, "results")
+STAGES = ("capture", "plan", "report", "bench", "run")
+PRESET = "cpu-local:2"
+# Stages that need the captured graph.
+NEEDS_GRAPH = ("plan", "report")
+
+# Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of what the step
+# trains: a fit's model.trainable_variables (Keras' list), else the distinct trainable variables the traced step
+# captures.
+_CAPTURE_CHILD = r"""
+import json, sys
+import autodist.graph.script as script
+import autodist.graph.trace as trace
+from autodist.cli import main
+
+counted = {}
+original_item, original_fit = trace.item_from_graph, script.fit_step_item
+
+def counting(concrete, variables, job, *args, **kwargs):
+    if "variables" not in counted:
+        seen = {id(v): v for v in variables if v.trainable}
+        counted.update(variables=len(seen), parameters=int(sum(v.shape.num_elements() for v in seen.values())))
+    return original_item(concrete, variables, job, *args, **kwargs)
+
+def counting_fit(model, *args, **kwargs):
+    weights = model.trainable_variables
+    counted.update(variables=len(weights), parameters=int(sum(w.numpy().size for w in weights)))
+    return original_fit(model, *args, **kwargs)
+
+trace.item_from_graph, script.fit_step_item = counting, counting_fit
+try:
+    main(["capture", sys.argv[1], "-o", sys.argv[2]])
+finally:
+    with open(sys.argv[3], "w") as f:
+        json.dump(counted, f)
+"""
+
+
+def _autodist(*args):
+    return [sys.executable, "-m", "autodist", *args]
+
+
+def _commands(script, folder):
+    graph = os.path.join(folder, "graph.json")
+    return {
+        "capture": [sys.executable, "-c", _CAPTURE_CHILD, script, graph, os.path.join(folder, "tf_count.json")],
+        "plan": _autodist("plan", graph, "--preset", PRESET, "-o", os.path.join(folder, "plan.json")),
+        "report": [sys.executable, "-c", "import sys; from autodist.cli import placement_main; "
+                   "sys.exit(placement_main(sys.argv[1:]))", "report", graph, "--preset", PRESET],
+        "bench": _autodist("bench", script, "--strategies", "ring", "--steps", "10", "--preset", PRESET,
+                           "-o", os.path.join(folder, "bench-plans")),
+        "run": _autodist("run", script, "--preset", PRESET, "-o", os.path.join(folder, "run-plan.json")),
+    }
+
+
+def _error_lines(text):
+    """The lines of ``text`` where autodist says it stops (``autodist: error: ...``, ``placement: error: ...``)."""
+    return [line for line in text.splitlines() if line.startswith(("autodist: error:", "placement: error:"))]
+
+
+# The line of a passing stage's standard output shown for it: the first holding this text, else the last.
+OK_LINES = {"capture": "captured ", "plan": "predicted step", "report": "predicted", "bench": "ring", "run": "measured step time"}
+
+
+def verdict(stage, returncode, stdout, output, timed_out):
+    """``(outcome, line)`` of one stage from its exit status, its standard output and all its output."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if timed_out:
+        return "failed", "timed out"
+    if "Traceback (most recent call last)" in output:
+        return "failed", (lines[-1] if lines else "traceback")
+    if returncode == 0:
+        shown = [line for line in stdout.splitlines() if line.strip()]
+        wanted = [line for line in shown if OK_LINES[stage] in line]
+        return "ok", (wanted or shown or [""])[0 if wanted else -1].strip()
+    errors = _error_lines(output)
+    if len(errors) == 1:
+        return "refused", errors[0].strip()
+    return "failed", (errors[0] if errors else (lines[-1] if lines else f"exit {returncode}")).strip()
+
+
+def run_stage(stage, command, folder, timeout):
+    """One stage's record: outcome, line, exit status, seconds; the stage runs in ``folder/stage``."""
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, cwd=os.path.join(folder, stage), env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, output, code, timed_out = done.stdout, done.stdout + done.stderr, done.returncode, False
+    except subprocess.TimeoutExpired:
+        stdout, output, code, timed_out = "", "", None, True
+    outcome, line = verdict(stage, code, stdout, output, timed_out)
+    record = {"stage": stage, "outcome": outcome, "line": line[:400], "exit": code,
+              "seconds": round(time.perf_counter() - start, 1)}
+    if stage == "capture" and outcome == "ok":
+        record.update(_capture_counts(folder))
+        if record.get("variables") != record.get("tf_variables") or record.get("parameters") != record.get(
+                "tf_parameters"):
+            record["outcome"] = "failed"
+            record["line"] = (f"captured {record.get('variables')} trainable variables / {record.get('parameters')} "
+                              f"parameters, TensorFlow counts {record.get('tf_variables')} / "
+                              f"{record.get('tf_parameters')}")
+    return record
+
+
+def _capture_counts(folder):
+    from autodist.graph.item import GraphItem
+
+    item = GraphItem.load(os.path.join(folder, "graph.json"))
+    with open(os.path.join(folder, "tf_count.json")) as f:
+        counted = json.load(f)
+    return {"variables": len(item.trainable_variables()), "parameters": item.parameter_count(),
+            "tf_variables": counted.get("variables"), "tf_parameters": counted.get("parameters")}
+
+
+def run_script(name, corpus, stages, timeout, folder, earlier=()):
+    """Every asked stage of one script in ``folder`` (kept between invocations), after ``earlier`` records of
+    it; a stage that needs a graph is skipped without a passing capture."""
+    script = os.path.join(corpus, name)
+    by_stage = {r["stage"]: r for r in earlier}
+    commands = _commands(script, folder)
+    for stage in stages:
+        captured = by_stage.get("capture", {}).get("outcome") == "ok"
+        if stage in NEEDS_GRAPH and not captured:
+            by_stage[stage] = {"stage": stage, "outcome": "skipped", "line": "no graph (capture did not pass)"}
+            continue
+        os.makedirs(os.path.join(folder, stage), exist_ok=True)
+        record = run_stage(stage, commands[stage], folder, timeout)
+        print(f"{name} {stage}: {record['outcome']} ({record['seconds']} s) {record['line']}", flush=True)
+        by_stage[stage] = record
+    return {"script": name, "stages": [by_stage[s] for s in STAGES if s in by_stage]}
+
+
+def _markdown(results, stages):
+    head = "| script | " + " | ".join(stages) + " |\n|---|" + "---|" * len(stages) + "\n"
+    rows = []
+    for r in results:
+        by_stage = {s["stage"]: s for s in r["stages"]}
+        cells = []
+        for stage in stages:
+            s = by_stage.get(stage)
+            cells.append("" if s is None else f"{s['outcome']}: {s['line']}".replace("|", "\\|")[:160])
+        rows.append(f"| {r['script']} | " + " | ".join(cells) + " |")
+    counts = _totals(results, stages)
+    total = "\n".join(f"- {stage}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[stage].items()))
+                      for stage in stages)
+    return f"# Real-world scripts through autodist ({PRESET})\n\n{total}\n\n{head}" + "\n".join(rows) + "\n"
+
+
+def _totals(results, stages):
+    counts = {stage: {} for stage in stages}
+    for r in results:
+        for s in r["stages"]:
+            counts[s["stage"]][s["outcome"]] = counts[s["stage"]].get(s["outcome"], 0) + 1
+    return counts
+
+
+def _write(args, results, seconds):
+    """Write the results so far (every script's latest record of each stage) to ``args.out`` .json and .md."""
+    stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
+    record = {"preset": PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
+              "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
+              "seconds_this_invocation": round(seconds, 1), "totals": _totals(results, stages), "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".json", "w") as f:
+        json.dump(record, f, indent=1)
+    with open(args.out + ".md", "w") as f:
+        f.write(_markdown(results, stages))
+    return record
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=DEFAULT_CORPUS, help="folder of scripts (default ../shared/realworld)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="only these scripts (file names, .py optional)")
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per stage (default 300)")
+    parser.add_argument("--out", default=os.path.join(RESULTS, "realworld"),
+                        help="results path without suffix; stages recorded there before and not run again are kept")
+    parser.add_argument("--work", help="folder for each script's graph and plans, kept so that a later invocation "
+                                       "can plan what an earlier one captured (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    names = sorted(f for f in os.listdir(args.corpus) if f.endswith(".py"))
+    if args.only:
+        wanted = {n if n.endswith(".py") else f"{n}.py" for n in args.only}
+        names = [n for n in names if n in wanted]
+    earlier = {}
+    if os.path.exists(args.out + ".json"):  # stages run before: kept unless run again
+        with open(args.out + ".json") as f:
+            earlier = {r["script"]: r for r in json.load(f)["results"]}
+    work = args.work or tempfile.mkdtemp(prefix="realworld-")
+    started = time.perf_counter()
+    for name in names:
+        folder = os.path.join(work, name[:-3])
+        os.makedirs(folder, exist_ok=True)
+        earlier[name] = run_script(name, os.path.abspath(args.corpus), args.stages, args.timeout, folder,
+                                   earlier.get(name, {}).get("stages", ()))
+        record = _write(args, [earlier[n] for n in sorted(earlier)], time.perf_counter() - started)
+    print(json.dumps(record["totals"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
