@@ -7,9 +7,11 @@ are imported only when the CLI starts, so importing autodist stays cheap.
 """
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+import warnings
 
 from autodist.errors import AutoDistError
 
@@ -53,11 +55,36 @@ def _build_parser(prog, modules):
     return parser
 
 
+# Packages whose warnings a command prints as one line of its own (no source line), each text once.
+OWN_PACKAGES = ("autodist", "cost_models", "placement", "launcher")
+
+
+@contextlib.contextmanager
+def _one_line_warnings(prog):
+    """While a command runs, autodist's own warnings print as ``<prog>: warning: ...``, each text once;
+    anything else's as Python prints it."""
+    shown, python_shows = set(), warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category.__module__.split(".")[0] not in OWN_PACKAGES:
+            python_shows(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"{prog}: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = python_shows
+
+
 def _run(prog, modules, argv):
     parser = _build_parser(prog, modules)
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _one_line_warnings(prog):
+            return int(args.func(args) or 0)
     except AutoDistError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
