@@ -231,3 +231,18 @@ def test_report_on_resnet50_every_preset(capsys, tmp_path, resnet50_graph):
         doc = json.loads(out)
         jsonschema.validate(doc, schema())
         assert doc["plan"]["step_time"] >= doc["lower_bound"] * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("preset, gpu, runs_as", [("p3.16xlarge:1", "V100-16GB", "fp32"),
+                                                  ("dgx-h100:1", "H100-SXM", "tf32")])
+def test_a_tf32_job_is_reported_at_the_precision_each_gpu_runs_it(capsys, mlp_file, preset, gpu, runs_as):
+    """TensorFlow allows TF32 by default, so a captured float32 job says tf32; a V100 has no TF32 and runs it in
+    float32 (as the GPU kernel model prices it), which the report says rather than 'tf32'."""
+    status, out, _ = placement(capsys, "report", mlp_file, "--preset", preset, "--budget", BUDGET, "--format", "json")
+    assert status == 0
+    costs = json.loads(out)["costs"]
+    assert costs["precision"] == "tf32"
+    assert next(d for d in costs["devices"] if d["model"] == gpu)["precision"] == runs_as
+    status, out, _ = placement(capsys, "report", mlp_file, "--preset", preset, "--budget", BUDGET)
+    row = next(line for line in out.splitlines() if line.startswith("precision"))
+    assert ("runs as fp32 on V100-16GB" in row) == (runs_as == "fp32") and "xeon" not in row

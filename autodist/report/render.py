@@ -93,8 +93,12 @@ def _job(doc, md):
     ]
     costs = doc["costs"]
     accumulation = costs["micro_batches"]
-    rows.append(["precision", costs["precision"] + (f", {accumulation} micro-batches per step" if accumulation > 1
-                                                    else "")])
+    compute = "GPU" if any(d["kind"] == "GPU" for d in costs["devices"]) else "CPU"  # where replicas run
+    other = sorted({(d["precision"], d["model"]) for d in costs["devices"]
+                    if d["kind"] == compute and d.get("precision", costs["precision"]) != costs["precision"]})
+    runs_as = "; ".join(f"{p} on {', '.join(m for q, m in other if q == p)}" for p in dict.fromkeys(q for q, _ in other))
+    rows.append(["precision", costs["precision"] + (f" (runs as {runs_as}: no TF32 there)" if runs_as else "")
+                 + (f", {accumulation} micro-batches per step" if accumulation > 1 else "")])
     rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
     return table(["job", ""], rows, md)
 
