@@ -59,6 +59,7 @@ def run_calibrate(args):
 
     from autodist.io import check_output_file, write_text_atomic
     from autodist.resource_spec.cluster_file import dump_cluster
+    from autodist.resource_spec.spec import ResourceSpec
     from cost_models import CostModel
     from cost_models.fitting.nccl_tests import busbw_errors, calibrate, measured_devices, read_nccl_tests
 
@@ -69,7 +70,7 @@ def run_calibrate(args):
         measured_devices(spec, run, run.source)  # a run the cluster cannot hold is refused before any fitting
     cost_model = CostModel.default()
     fitted, records = calibrate(spec, runs, cost_model.comm_model)
-    links_only = cost_model.comm_model(type(fitted)(fitted.nodes, fitted.name))
+    links_only = cost_model.comm_model(ResourceSpec(fitted.nodes, fitted.name))  # the fitted links, no curves
     with_curves = cost_model.comm_model(fitted)
     for record in records:
         print(f"{record['tier']}-node {record['link']}: bandwidth {record['was']['bandwidth'] / 1e9:.4g} -> "

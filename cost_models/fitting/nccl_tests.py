@@ -211,33 +211,35 @@ def calibrate(spec, runs, comm_model_of):
 
 
 def busbw_errors(comm, run, devices):
-    """Relative error of the priced busbw of ``run``'s every size against the file's (a list, size order)."""
-    errors = []
-    for size, seconds in zip(run.sizes, run.seconds):
-        errors.append(seconds / _priced(comm, run, size, devices) - 1.0)  # busbw is bytes / time times a constant
-    return errors
+    """Relative error of the priced busbw of ``run``'s every size against the file's (a list, size order): busbw is
+    bytes over time times a constant, so it is the measured time over the priced one, less 1."""
+    return [seconds / _priced(comm, run, size, devices) - 1.0 for size, seconds in zip(run.sizes, run.seconds)]
 
 
 def _priced(comm, run, nbytes, devices):
     return sum(p.seconds for p in comm.collective_phases(run.op, nbytes, devices))
 
 
-def _tier_link(spec, run, tier):
-    node = spec.nodes[0]
+def _tier_field(node, run, tier):
+    """The field of ``node`` holding the links ``run`` crossed: ``nics`` across nodes; in one node its NVLink
+    ``bridge`` for a bridged pair, else its ``fabric``."""
     if tier == "inter":
-        return node.nics[0]
-    return node.bridge if node.bridge is not None and run.ranks_per_node == 2 else node.fabric
+        return "nics"
+    return "bridge" if node.bridge is not None and run.ranks_per_node == 2 else "fabric"
+
+
+def _tier_link(spec, run, tier):
+    link = getattr(spec.nodes[0], _tier_field(spec.nodes[0], run, tier))
+    return link[0] if isinstance(link, list) else link
 
 
 def _with_tier_link(spec, run, tier, bandwidth, latency):
-    """``spec`` with the links of ``tier`` (every NIC, or every fabric / bridge) at ``bandwidth`` and ``latency``."""
+    """``spec`` with the links of ``tier`` on every node at ``bandwidth`` and ``latency``."""
     nodes = []
     for node in spec.nodes:
-        if tier == "inter":
-            node = replace(node, nics=[replace(n, bandwidth=bandwidth, latency=latency) for n in node.nics])
-        elif node.bridge is not None and run.ranks_per_node == 2:
-            node = replace(node, bridge=replace(node.bridge, bandwidth=bandwidth, latency=latency))
-        else:
-            node = replace(node, fabric=replace(node.fabric, bandwidth=bandwidth, latency=latency))
-        nodes.append(node)
+        name = _tier_field(node, run, tier)
+        link = getattr(node, name)
+        links = [replace(n, bandwidth=bandwidth, latency=latency) for n in link] if isinstance(link, list) \
+            else replace(link, bandwidth=bandwidth, latency=latency)
+        nodes.append(replace(node, **{name: links}))
     return ResourceSpec(nodes, spec.name)
