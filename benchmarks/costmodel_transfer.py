@@ -28,7 +28,7 @@ def main(argv=None):
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(HERE, "results", "costmodel_transfer.json"))
     args = parser.parse_args(argv)
-    calibration = CostModel.default().calibration
+    calibration = CostModel.default().comm.transfers
     fresh = measure_sessions(SIZES, args.repeats, args.sessions)
     rows = []
     for point in fresh:

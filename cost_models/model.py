@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -47,6 +47,34 @@ class StaleModelWarning(UserWarning):
     """The shipped op model was pickled by another scikit-learn version and was refitted from its data."""
 
 
+@dataclass(frozen=True)
+class CommRecords:
+    """The measured and fitted records the communication model reads (each ``None`` where missing).
+
+    ``transfers``: TensorFlow transfers over loopback gRPC
+    (cost_models.calibration.TransferCalibration); ``collectives``: the CPU
+    collective calibration (see :class:`~cost_models.comm.CommModel`);
+    ``remote_step``: the fixed cost of a step one client drives on remote
+    tasks (cost_models.remote_step); ``emulated_link``: what TensorFlow
+    achieves over this machine's emulated links (without it, emulated
+    clusters cannot be priced); ``overlap``: the fixed cost per collective
+    and compute contention of NCCL collectives on GPUs, fitted on published
+    scaling (cost_models.overlap).
+    """
+
+    transfers: TransferCalibration | None = None
+    collectives: TransferCalibration | None = None
+    remote_step: RemoteStepCalibration | None = None
+    emulated_link: EmulatedLinkCalibration | None = None
+    overlap: NcclOverlap | None = None
+
+    def comm_model(self, resource_spec):
+        """The :class:`~cost_models.comm.CommModel` of ``resource_spec`` on these records."""
+        return CommModel(resource_spec, self.transfers, self.collectives, remote_step=self.remote_step,
+                         emulated_link=self.emulated_link, overlap=self.overlap)
+
+
+
 class CostModel:
     """Predicts op times and builds communication models.
 
@@ -57,9 +85,8 @@ class CostModel:
     learned_devices : iterable of str
         Device models (``DeviceSpec.model``) the op model was trained on; on
         any other device the prior is used.
-    calibration : cost_models.calibration.TransferCalibration or None
-    collectives : cost_models.calibration.TransferCalibration or None
-        The CPU collective calibration (see :class:`~cost_models.comm.CommModel`).
+    comm : CommRecords
+        What the communication model reads (default: no records).
     executor_overhead : float
         Seconds TensorFlow's executor spends on every op of a step besides
         its kernel, on the learned devices (see :func:`fit_executor_overhead`).
@@ -72,33 +99,20 @@ class CostModel:
     gpu : cost_models.gpu.GpuKernelParams or None
         The GPU kernel model's parameters, fitted on published figures (see
         cost_models.gpu); without them, GPU devices cannot be priced.
-    remote_step : cost_models.remote_step.RemoteStepCalibration or None
-        The measured fixed cost of a step one client drives on remote tasks.
-    emulated_link : cost_models.emulated_link.EmulatedLinkCalibration or None
-        What TensorFlow's gRPC achieves over this machine's emulated links;
-        without it, emulated clusters cannot be priced.
-    overlap : cost_models.overlap.NcclOverlap or None
-        The fixed cost per collective and compute contention of NCCL
-        collectives on GPUs, fitted on published scaling (see cost_models.overlap).
     measured_steps : iterable of cost_models.measured_steps.MeasuredStep
         Profiled steps timed whole: a CPU step of the same structure is
         scaled to their measured time (see cost_models.measured_steps).
     """
 
-    def __init__(self, op_model=None, learned_devices=(), calibration=None, collectives=None, executor_overhead=0.0,
-                 executor=None, one_thread_model=None, gpu=None, remote_step=None, emulated_link=None,
-                 overlap=None, measured_steps=()):
+    def __init__(self, op_model=None, learned_devices=(), comm=CommRecords(), executor_overhead=0.0, executor=None,
+                 one_thread_model=None, gpu=None, measured_steps=()):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
-        self.calibration = calibration
-        self.collectives = collectives
+        self.comm = comm
         self.executor_overhead = float(executor_overhead)
         self.executor = executor
         self.one_thread_model = one_thread_model
         self.gpu = gpu
-        self.remote_step = remote_step
-        self.emulated_link = emulated_link
-        self.overlap = overlap
         self.measured_steps = {(m.structure, m.device_model): m for m in measured_steps}
         self._id = None
 
@@ -131,12 +145,8 @@ class CostModel:
             for model in (self.op_model, self.one_thread_model):
                 if model is not None:
                     h.update(np.asarray(model.estimator_.predict(_probe_matrix(model))).tobytes())
-        if self.calibration is not None:
-            h.update(json.dumps(self.calibration.to_dict(), sort_keys=True).encode())
-
-        if self.collectives is not None:
-            h.update(json.dumps(self.collectives.to_dict(), sort_keys=True).encode())
-        for part in (self.gpu, self.remote_step, self.emulated_link, self.overlap):
+        comm = self.comm
+        for part in (comm.transfers, comm.collectives, self.gpu, comm.remote_step, comm.emulated_link, comm.overlap):
             if part is not None:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
@@ -303,8 +313,7 @@ class CostModel:
 
     def comm_model(self, resource_spec):
         """The :class:`~cost_models.comm.CommModel` of ``resource_spec``."""
-        return CommModel(resource_spec, self.calibration, self.collectives, remote_step=self.remote_step,
-                         emulated_link=self.emulated_link, overlap=self.overlap)
+        return self.comm.comm_model(resource_spec)
 
 
 def _probe_matrix(op_model):
@@ -410,20 +419,17 @@ def fit_executor(timings, steps, overhead, cores):
     return ExecutorModel(int(cores), float(cores), bandwidth, serial)
 
 
-def fit_cost_model(timings, steps=None, cores=None, params=None, calibration=None, collectives=None, gpu=None,
-                   remote_step=None, emulated_link=None, overlap=None):
+def fit_cost_model(timings, steps=None, cores=None, params=None, comm=CommRecords(), gpu=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``gpu`` the GPU kernel model's parameters, ``remote_step`` the client step cost, ``emulated_link`` the
-    emulated links' achieved rates and ``overlap`` the NCCL overlap constants, passed through.
+    ``comm`` (the communication records) and ``gpu`` (the GPU kernel model's parameters) are passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
-    return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), calibration,
-                     collectives, overhead, fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, remote_step, emulated_link, overlap,
-                     measured_steps_of(steps))
+    return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), comm, overhead,
+                     fit_executor(timings, steps or {}, overhead, cores) if cores else None,
+                     fit_one_thread_model(timings, params), gpu, measured_steps_of(steps))
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -440,11 +446,11 @@ def _model_in(folder, with_remote_step=True):
     from cost_models.fitting.dataset import read_meta, read_timings
     from cost_models.op_model import load_model
 
-    calibration, collectives = _calibrations(folder)
-    remote_step = _record(folder, REMOTE_STEP, RemoteStepCalibration) if with_remote_step else None
-    emulated_link = _record(folder, EMULATED_LINK, EmulatedLinkCalibration)
+    transfers, collectives = _calibrations(folder)
+    comm = CommRecords(transfers, collectives,
+                       _record(folder, REMOTE_STEP, RemoteStepCalibration) if with_remote_step else None,
+                       _record(folder, EMULATED_LINK, EmulatedLinkCalibration), NcclOverlap.load(OVERLAP_FILE))
     gpu = GpuKernelParams.load(GPU_MODEL)
-    overlap = NcclOverlap.load(OVERLAP_FILE)
     ops = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(in_folder(ops, TIMINGS)):
         raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=in_folder(ops, TIMINGS))
@@ -456,16 +462,14 @@ def _model_in(folder, with_remote_step=True):
             one_thread_model, _ = load_model(in_folder(ops, ONE_THREAD_PICKLE), in_folder(ops, ONE_THREAD_META))
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
-        return CostModel(op_model, data["devices"], calibration, collectives, data["executor_overhead_seconds"],
-                         executor, one_thread_model, gpu, remote_step, emulated_link, overlap,
-                         [MeasuredStep.from_dict(m) for m in data.get("measured_steps", [])])
+        return CostModel(op_model, data["devices"], comm, data["executor_overhead_seconds"], executor,
+                         one_thread_model, gpu, [MeasuredStep.from_dict(m) for m in data.get("measured_steps", [])])
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(in_folder(ops, TIMINGS_META))
         return fit_cost_model(read_timings(in_folder(ops, TIMINGS)), timings_meta.get("steps"),
-                              profiled_cores(timings_meta), calibration=calibration, collectives=collectives, gpu=gpu,
-                              remote_step=remote_step, emulated_link=emulated_link, overlap=overlap)
+                              profiled_cores(timings_meta), comm=comm, gpu=gpu)
 
 
 def in_folder(folder, shipped_path):
@@ -523,9 +527,7 @@ def save_default(timings, meta, folder=DATA_DIR):
     from cost_models.op_model import save_model
 
     os.makedirs(folder, exist_ok=True)
-    calibration, collectives = _calibrations(folder)
-    model = fit_cost_model(timings, meta.get("steps"), profiled_cores(meta), calibration=calibration,
-                           collectives=collectives)
+    model = fit_cost_model(timings, meta.get("steps"), profiled_cores(meta), comm=CommRecords(*_calibrations(folder)))
     timed = timings.timed()
     description = {
         "rows": len(timings),

@@ -68,10 +68,10 @@ def test_collectives_of_one_group_run_one_after_another(setting):
 def test_exposed_communication_rises_with_the_fitted_contention(setting):
     """Four buckets during the backward pass: with the shipped contention compute runs slower beside them."""
     sim, base, order = setting
-    fitted = sim.problem.cost_model.overlap
+    fitted = sim.problem.cost_model.comm.overlap
     assert 0 < fitted.contention <= 1 and fitted.collective_seconds > 0
     free = copy.copy(sim.problem.cost_model)
-    free.overlap = NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread)
+    free.comm = replace(free.comm, overlap=NcclOverlap(fitted.collective_seconds, 0.0, fitted.speed_spread))
     untouched = Simulator(Problem(sim.problem.graph_item, sim.problem.resource_spec, free))
     strategy = _bucketed(base, order, 4)
     with_contention, without = sim.simulate(strategy), untouched.simulate(strategy)

@@ -40,15 +40,16 @@ def test_collective_curve_applies_only_to_loopback_rings():
 def test_simulator_prices_all_allreduce_plans_with_the_collective_curve(mlp_graph):
     from autodist.strategy import Strategy, VarSync
     from cost_models import CostModel
+    from cost_models.model import CommRecords
     from placement import simulate
 
     spec = load_cluster(preset="cpu-local:2")
     base = CostModel.default()
-    curve = CostModel(base.op_model, base.learned_devices, base.calibration, CURVE)
+    curve = CostModel(base.op_model, base.learned_devices, CommRecords(base.comm.transfers, CURVE))
     replicas = [[d.name] for d in spec.devices()]
     everything = Strategy(replicas=replicas, sync={v.name: VarSync("allreduce") for v in mlp_graph.trainable_variables()})
     assert everything.allreduces_everything()
-    plain = simulate(mlp_graph, spec, everything, CostModel(base.op_model, base.learned_devices, base.calibration))
+    plain = simulate(mlp_graph, spec, everything, CostModel(base.op_model, base.learned_devices, CommRecords(base.comm.transfers)))
     priced = simulate(mlp_graph, spec, everything, curve)
     assert priced.step_time > plain.step_time  # the measured collectives are slower than transfers
 

@@ -157,7 +157,7 @@ def test_loopback_transfers_follow_the_calibration():
     a, b = (d.name for d in spec.devices("CPU"))
     for nbytes in (4096, 2**20, 64 * 2**20):
         (phase,) = comm.transfer_phases(a, b, nbytes)
-        assert phase.seconds >= cm.calibration.predict(nbytes)
+        assert phase.seconds >= cm.comm.transfers.predict(nbytes)
 
 
 def test_a_ps_on_the_workers_own_device_is_still_another_task_over_loopback():
@@ -169,7 +169,7 @@ def test_a_ps_on_the_workers_own_device_is_still_another_task_over_loopback():
     (device,) = (d.name for d in spec.devices("CPU"))
     for nbytes in (4096, 2**20, 64 * 2**20):
         (phase,) = comm.ps_phases(device, device, nbytes)
-        assert phase.seconds >= cm.calibration.predict(nbytes)
+        assert phase.seconds >= cm.comm.transfers.predict(nbytes)
         assert set(phase.links) == {f"{device}/fabric/tx", f"{device}/fabric/rx"}
     assert comm.transfer_phases(device, device, 2**20) == []  # within one process nothing moves
 
@@ -187,7 +187,7 @@ def test_collectives_between_emulated_nodes_cost_what_was_measured_on_their_link
         over_links = sum(p.seconds for p in comm.allreduce_phases(2**21, devices))
         on_collective_ops = sum(p.seconds for p in comm.allreduce_phases(2**21, devices, collective_ops=True))
         latency = comm.effective_path(*devices)[1]
-        assert on_collective_ops == pytest.approx(2 * latency + cm.emulated_link.allreduce_seconds(rate, 2**21))
+        assert on_collective_ops == pytest.approx(2 * latency + cm.comm.emulated_link.allreduce_seconds(rate, 2**21))
         assert (on_collective_ops > 1.5 * over_links) == (binds == "cores"), preset
 
 
@@ -216,7 +216,7 @@ def test_a_cpu_collective_takes_its_loopback_work_from_the_compute_beside_it():
 
     cm = CostModel.default()
     nbytes = 2**22
-    loopback = ring_allreduce_seconds(cm.collectives.predict, nbytes, 2)
+    loopback = ring_allreduce_seconds(cm.comm.collectives.predict, nbytes, 2)
     shares = {}
     for preset in ("emu-10gbit:2", "emu-100mbit:2"):
         spec = load_cluster(preset=preset)
@@ -228,7 +228,7 @@ def test_a_cpu_collective_takes_its_loopback_work_from_the_compute_beside_it():
         assert comm.compute_contention(devices, collective_ops=False, nbytes=nbytes, seconds=seconds) is None
     assert shares["emu-10gbit:2"] > 0.9 and shares["emu-100mbit:2"] < 0.2
     gpus = load_cluster(preset="dgx-h100:2")
-    assert cm.comm_model(gpus).compute_contention(_gpus(gpus), nbytes=nbytes, seconds=1.0) == cm.overlap.contention
+    assert cm.comm_model(gpus).compute_contention(_gpus(gpus), nbytes=nbytes, seconds=1.0) == cm.comm.overlap.contention
 
 
 def test_ps_fan_in_more_workers_on_one_server_take_longer():

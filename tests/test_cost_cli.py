@@ -258,7 +258,7 @@ def test_profile_ops_writes_the_user_folder_and_leaves_the_package_data_byte_ide
     assert f"to {folder}" in done.stdout and (folder / "op_timings.csv.gz").exists()
     measured = load_cost_model(str(folder))
     assert measured.id != CostModel.default().id
-    assert measured.calibration.to_dict() == CostModel.default().calibration.to_dict()  # not measured: shipped
+    assert measured.comm.transfers.to_dict() == CostModel.default().comm.transfers.to_dict()  # not measured: shipped
     monkeypatch.setenv("AUTODIST_COST_MODEL", str(folder))
     assert load_cost_model().id == measured.id
     monkeypatch.delenv("AUTODIST_COST_MODEL")

@@ -80,11 +80,11 @@ def test_emulated_links_are_priced_from_what_was_measured_for_their_rate():
     spec = load_cluster(preset="emu-100mbit:2")
     comm = cost_model.comm_model(spec)
     bandwidth, latency, _ = comm.effective_path("emu-0/CPU:0", "emu-1/CPU:0")
-    assert bandwidth == pytest.approx(12.5e6 * cost_model.emulated_link.efficiency(12.5e6))
+    assert bandwidth == pytest.approx(12.5e6 * cost_model.comm.emulated_link.efficiency(12.5e6))
     [push] = comm.ps_phases("emu-0/CPU:0", "emu-1/CPU:0", 2**20)
     assert push.seconds == pytest.approx(latency + comm.per_tensor_overhead + 2**20 / bandwidth)
     [ring] = comm.allreduce_phases(2**22, ["emu-0/CPU:0", "emu-1/CPU:0"], collective_ops=True)
-    assert ring.seconds == pytest.approx(2 * latency + cost_model.emulated_link.allreduce_seconds(12.5e6, 2**22))
+    assert ring.seconds == pytest.approx(2 * latency + cost_model.comm.emulated_link.allreduce_seconds(12.5e6, 2**22))
     assert ring.seconds > 2**22 / 12.5e6  # the whole tensor each way, at most the rate
     with pytest.raises(CostModelError, match="emulated-links"):
         CommModel(spec).effective_path("emu-0/CPU:0", "emu-1/CPU:0")

@@ -1,6 +1,7 @@
 """The step simulator on real captured graphs with the shipped cost model."""
 
 import copy
+from dataclasses import replace
 import json
 import random
 import statistics
@@ -125,9 +126,9 @@ def test_gpu_replicas_compute_at_the_pace_of_the_slowest(mlp_graph, cost_model):
     """Eight GPUs that step together wait for the slowest of them: with the fitted spread of GPU speed their
     compute takes lockstep_pace(8) times what it takes when every GPU runs at the typical speed."""
     spec = load_cluster(preset="p3.16xlarge:1")
-    fitted = cost_model.overlap
+    fitted = cost_model.comm.overlap
     level = copy.copy(cost_model)
-    level.overlap = NcclOverlap(fitted.collective_seconds, fitted.contention, 0.0)
+    level.comm = replace(level.comm, overlap=NcclOverlap(fitted.collective_seconds, fitted.contention, 0.0))
     paced_sim, level_sim = (Simulator(Problem(mlp_graph, spec, model)) for model in (cost_model, level))
     strategy = baselines.data_parallel(paced_sim.problem)
     assert len(strategy.replicas) == 8 and fitted.speed_spread > 0
@@ -287,7 +288,7 @@ def test_plans_driven_by_one_client_pay_its_measured_dispatch(mlp_graph, etherne
     """PS plans run from one client that dispatches every step to each worker and PS task; collective plans
     have every replica run its own loop (the fixture's step function), which on GPUs runs ahead of the kernels
     and on CPUs takes turns with the ops."""
-    calibration = cost_model.remote_step
+    calibration = cost_model.comm.remote_step
     assert calibration is not None and calibration.measurements and mlp_graph.job.step == "function"
     sim = Simulator(Problem(mlp_graph, ethernet, cost_model))
     ring = sim.simulate(baselines.data_parallel(sim.problem))
@@ -309,7 +310,7 @@ def test_the_loop_cost_leaves_the_step_it_was_timed_on_at_its_measured_time(loop
     from autodist.graph.capture import capture_script
     from cost_models.profiling import loop_probe
 
-    calibration = cost_model.remote_step
+    calibration = cost_model.comm.remote_step
     probe = capture_script(loop_probe.__file__, ["--loop", loop, "--steps", "2"])
     assert probe.job.step == loop
     problem = Problem(probe, load_cluster(preset="cpu-local:1"), cost_model)
@@ -380,7 +381,6 @@ def test_a_sparse_gradient_on_collective_ops_is_all_gathered_and_every_replica_u
 def test_a_densified_sparse_gradient_is_summed_with_its_bucket_and_updates_the_whole_table(
         embedding_adam_graph, cost_model):
     """``sparse_sync: dense``: the table's bytes go through the bucket's sum, and the update streams the table."""
-    from dataclasses import replace
 
     problem, share, devices, embedding, strategy, result = _embedding_alone_in_bucket_1(
         embedding_adam_graph, cost_model, "dense")
