@@ -101,7 +101,6 @@ MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "g
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
-# Device model name prefixes (autodist.resource_spec.presets and GPU product labels) -> architecture.
 COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
