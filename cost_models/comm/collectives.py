@@ -137,9 +137,10 @@ class Collectives:
         return [Phase(share * seconds, links)]
 
     def _ring_across_emulated_nodes(self, devices):
-        """Whether every hop of the ring over ``devices`` goes between two emulated nodes."""
+        """Whether the ring over ``devices`` crosses between emulated nodes (every step of the ring then waits for
+        its slowest hop, a shaped link, whatever its hops inside a node)."""
         spec = self.resource_spec
-        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops(devices))
+        return any(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops(devices))
 
     def _emulated_ring(self, nbytes, devices):
         """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links
