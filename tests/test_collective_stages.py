@@ -95,3 +95,20 @@ def test_one_table_of_algorithms_for_the_strategy_the_pricers_and_the_runtime():
     assert set(ALLREDUCE_ALGORITHMS) == set(BUILDERS) == set(PRICERS)
     assert set(STAGE_OPS) == set(STAGE_PRICERS)
     assert all(callable(getattr(CollectiveGroup, f"_{op}", None)) for op in STAGE_OPS)
+
+
+def test_the_runtime_refuses_a_hierarchical_plan_on_uneven_nodes_in_one_line():
+    from autodist.errors import LaunchError
+    from launcher.runtime.collective import CollectiveGroup
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+
+    def layout(algorithm):
+        devices = tuple(f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in range(3))
+        return RunLayout(replica_devices=devices, replica_nodes=("a", "a", "b"), predicted_step_time=0.0,
+                         variables={"w": VariablePlacement("w", "allreduce", devices, algorithm=algorithm)})
+
+    with pytest.raises(LaunchError, match="hierarchical allreduce needs as many replicas on every node, got 2, 1"):
+        CollectiveGroup(layout("hierarchical"), 0)
+    group = CollectiveGroup(layout("master"), 2)
+    assert group.stages["master"] == stages("master", ["a", "a", "b"])
+    assert group.sub_groups == group_keys(["a", "a", "b"])
