@@ -307,3 +307,21 @@ def test_a_ring_across_nodes_crosses_on_every_nic():
     pair = [f"n{i}/GPU:{g}" for i in range(2) for g in (0, 4)]
     assert four.allreduce_time(S, pair, "ring") == pytest.approx(
         2 * 3 / 4 * S / (2 * IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * 3 * a)
+
+
+def test_collectives_of_processes_sharing_an_emulated_nodes_core_take_turns():
+    """Two replicas on an emulated node of one core: their collective's CPU work (copies, sums, gRPC) takes turns
+    on that core, twice the loopback measurement of two processes with a core each; between nodes of one replica
+    each, as measured."""
+    import os
+
+    from cost_models.collectives import ring_allreduce_seconds
+
+    cm = CostModel.default()
+    spec = load_cluster(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "clusters", "emu-1gbit-2x2.yaml"))
+    comm = cm.comm_model(spec)
+    pair = ["emu-0/CPU:0", "emu-0/CPU:1"]
+    measured = ring_allreduce_seconds(cm.collectives.predict, 2**24, 2)
+    cores = spec.cores_of(pair[0])
+    assert sum(p.seconds for p in comm.allreduce_phases(2**24, pair, collective_ops=True)) == pytest.approx(
+        measured * max(1, 2 / cores))

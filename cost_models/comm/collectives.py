@@ -88,7 +88,7 @@ class Collectives:
         on_this_machine = self._loopback_collective(nbytes, devices)
         if on_this_machine is not None and self._all_loopback(devices):
             _, _, links = self._ring_links(devices)
-            return [Phase(on_this_machine, links)]
+            return [Phase(on_this_machine * self._taking_turns(devices), links)]
         groups = self._by_node(devices)
         measured = self._measured("allreduce", nbytes, devices)
         if measured is not None:
@@ -134,7 +134,19 @@ class Collectives:
         if seconds is None or not self._all_loopback(devices) or self._all_gpus(devices):
             return None
         _, _, links = self._ring_links(devices)
-        return [Phase(share * seconds, links)]
+        return [Phase(share * seconds * self._taking_turns(devices), links)]
+
+    def _taking_turns(self, devices):
+        """How many times longer a CPU collective between ``devices``' processes on this machine takes than
+        measured (two processes, a core each): where an emulated node's processes outnumber its cores, their
+        copies, sums and gRPC work take turns on them (2 replicas on an emulated node of 1 core: twice)."""
+        spec = self.resource_spec
+        turns = 1.0
+        for group in self._by_node(devices):
+            cores = spec.cores_of(group[0])
+            if cores:
+                turns = max(turns, len(group) / cores)
+        return turns
 
     def _ring_across_emulated_nodes(self, devices):
         """Whether the ring over ``devices`` crosses between emulated nodes (every step of the ring then waits for
