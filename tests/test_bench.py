@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from autodist.cli.bench_cmd import STRATEGIES
+from autodist.cli.bench_cmd import DEFAULT_STRATEGIES as STRATEGIES
 from tests.test_emulation import shared_folder  # noqa: F401
 from tests.test_run import SCRIPT, _processes_naming
 
