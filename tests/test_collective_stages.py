@@ -92,7 +92,10 @@ def test_one_table_of_algorithms_for_the_strategy_the_pricers_and_the_runtime():
     from cost_models.comm.collectives import PRICERS, STAGE_PRICERS
     from launcher.runtime.collective import CollectiveGroup
 
+    from autodist.cli.bench_cmd import STRATEGIES
+
     assert set(ALLREDUCE_ALGORITHMS) == set(BUILDERS) == set(PRICERS)
+    assert set(ALLREDUCE_ALGORITHMS) <= set(STRATEGIES)  # autodist bench runs data parallelism by each
     assert set(STAGE_OPS) == set(STAGE_PRICERS)
     assert all(callable(getattr(CollectiveGroup, f"_{op}", None)) for op in STAGE_OPS)
 
