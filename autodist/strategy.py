@@ -71,8 +71,9 @@ class VarSync:
 class CollectiveKey(NamedTuple):
     """What makes one collective: allreduced variables whose keys are equal are fused and sent as one.
 
-    ``bucket``: their ``VarSync.bucket``; ``slot``: the replica slot their
-    units run on (0 for one-device replicas); ``compression``: the wire
+    ``bucket``: their ``VarSync.bucket``; ``slot``: the replica slot the
+    collective runs on (the runtimes hold allreduced variables on slot 0,
+    and every reader keys them so); ``compression``: the wire
     format; ``algorithm``: how the collective runs.  Keys sort in the order
     the runtimes issue the collectives (bucket first).  The simulator, the
     plan, the report's pricing and the runtime's layout all group by it.

@@ -86,18 +86,18 @@ def _script_args(model, steps=MIN_STEPS):
 
 def run_cell(model, graph_item, cluster, budget, cost_model, folder):
     """Every strategy of one (model, cluster) cell: its row, with the error and the cell's agreement."""
-    from autodist.cli.bench_cmd import (STRATEGIES, add_ranks, measured_times, run_strategy, runtime_program,
-                                        strategy_plans, strategy_row)
+    from autodist.cli.bench_cmd import (DEFAULT_STRATEGIES, add_ranks, measured_times, run_strategy,
+                                        runtime_program, strategy_plans, strategy_row)
     from autodist.resource_spec import load_cluster
 
     spec = load_cluster(preset=cluster)
     script = os.path.join(MODELS_DIR, f"{model}.py")
     rows, ran = [], {}  # ran: runtime program -> (the strategy that ran it, its step times, why it failed)
-    for name, plan, why_not in strategy_plans(graph_item, spec, STRATEGIES, cost_model, budget_s=budget):
+    for name, plan, why_not in strategy_plans(graph_item, spec, DEFAULT_STRATEGIES, cost_model, budget_s=budget):
         times, failed, first = None, None, None
         path = os.path.join(folder, f"{model}-{cluster.replace(':', '-')}-{name}.json")
-        if plan is not None and runtime_program(plan.strategy) in ran:
-            first, times, failed = ran[runtime_program(plan.strategy)]
+        if plan is not None and runtime_program(plan.strategy, spec) in ran:
+            first, times, failed = ran[runtime_program(plan.strategy, spec)]
         elif plan is not None:
             plan.save(path)
             try:
@@ -106,7 +106,7 @@ def run_cell(model, graph_item, cluster, budget, cost_model, folder):
                 times = measured_times(record, measured, name)
             except AutoDistError as exc:  # one strategy that cannot run does not stop the benchmark
                 failed = str(exc)
-            ran[runtime_program(plan.strategy)] = (name, times, failed)
+            ran[runtime_program(plan.strategy, spec)] = (name, times, failed)
         row = strategy_row(name, plan, None, why_not, times, first)
         row["measured_steps"] = len(times) if times else None
         if failed:

@@ -163,6 +163,19 @@ class EmulatedNetwork:
                 raise LaunchError(f"node {node!r} has a delay, which needs the kernel's netem qdisc: {exc}",
                                   field="cluster") from None
 
+    def sent_bytes(self):
+        """Per node, the bytes its link has sent so far (its ``eth0``'s transmit counter): what crossed the
+        emulated network from it; a node whose counter cannot be read is left out."""
+        import json
+
+        out = {}
+        for node in self.spec.nodes:
+            done = subprocess.run(["ip", "-n", self.namespace(node.name), "-s", "-j", "link", "show", "dev", "eth0"],
+                                  capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if done.returncode == 0:
+                out[node.name] = int(json.loads(done.stdout)[0]["stats64"]["tx"]["bytes"])
+        return out
+
     def remove(self):
         """Delete every namespace this run created (with its links, bridge and qdiscs); what is gone is skipped."""
         for name in reversed(self.namespaces):

@@ -271,8 +271,18 @@ class LocalRun:
                     from launcher.runtime.worker import merge_records
 
                     merge_records([self._report_of(k) for k in range(len(self.clients))], self.report_path)
+                if self.report_path and self.network is not None:
+                    self._record_link_bytes()
                 return
             time.sleep(POLL_S)
+
+    def _record_link_bytes(self):
+        """Add to the run's record the bytes each emulated node's link sent during the run (``link_bytes_sent``)."""
+        from autodist.io import read_json, write_json_atomic
+
+        record = read_json(self.report_path)
+        record["link_bytes_sent"] = self.network.sent_bytes()
+        write_json_atomic(self.report_path, record)
 
     def stop_all(self, grace_s=STOP_GRACE_S):
         for task in reversed(self.tasks):

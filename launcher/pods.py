@@ -98,11 +98,17 @@ def nccl_environment(plan, options):
     NCCL_SOCKET_IFNAME the interfaces for sockets ("^" excludes by prefix;
     under host networking the CNI's bridges and tunnels must be excluded);
     NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD the sockets per connection
-    (their product may not exceed 64).
+    (their product may not exceed 64).  Where the plan's buckets run over
+    sub-groups (hierarchical or master, autodist.collective_stages): the
+    collectives inside a node take peer-to-peer paths as far as the node's
+    fabric goes (NCCL_P2P_LEVEL: NVL over NVLink, PXB through a PCIe
+    switch, PHB through the CPU), and hierarchical's groups across the nodes,
+    one per local rank, keep each to its own NIC on every node
+    (NCCL_CROSS_NIC=0: the rail its GPU sits on).
     """
     collectives = plan.collectives
     fabric = rdma_fabric(plan)
-    env = {"NCCL_SOCKET_IFNAME": options.socket_ifname}
+    env = {"NCCL_SOCKET_IFNAME": options.socket_ifname, **_sub_group_environment(plan)}
     if fabric == "efa":
         # aws-ofi-nccl README: FI_PROVIDER=efa selects EFA; FI_EFA_USE_DEVICE_RDMA=1
         # lets it read and write GPU memory directly (GPUDirect RDMA).
@@ -121,6 +127,24 @@ def nccl_environment(plan, options):
         env["NCCL_SOCKET_NTHREADS"] = "4"
         env["NCCL_NSOCKS_PERTHREAD"] = "4"
     return dict(sorted(env.items()))
+
+
+def _sub_group_environment(plan):
+    """NCCL variables for the sub-groups of the plan's hierarchical and master buckets (see nccl_environment)."""
+    from autodist.collective_stages import distinct_algorithms
+
+    spec = plan.resource_spec
+    offered, _ = distinct_algorithms([spec.device(r[0]).node for r in plan.strategy.replicas])
+    staged = {b["algorithm"] for b in plan.collectives["buckets"]} & set(offered) - {"ring"}
+    if not staged:
+        return {}
+    fabrics = [spec.node(t["node"]).fabric for t in plan.tasks_of("worker")]
+    level = ("NVL" if all(f.kind == "nvlink" for f in fabrics)
+             else "PHB" if any(f.kind != "pcie" or f.via_cpu for f in fabrics) else "PXB")
+    env = {"NCCL_P2P_LEVEL": level}
+    if "hierarchical" in staged:
+        env["NCCL_CROSS_NIC"] = "0"
+    return env
 
 
 def gpus_per_task(plan, tasks, uniform=False):

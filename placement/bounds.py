@@ -35,6 +35,7 @@ the smallest slope over all paths.
 
 from __future__ import annotations
 
+from autodist.errors import PlacementError
 from autodist.strategy import ALLREDUCE_ALGORITHMS
 
 _PROBE_BYTES = 1 << 20
@@ -95,7 +96,10 @@ def _allreduce_options(problem, devices, nbytes, sending_nics):
     out = []
     for algorithm in ALLREDUCE_ALGORITHMS:
         for collective_ops in (True, False):
-            phases = problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+            try:
+                phases = problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops)
+            except PlacementError:  # an algorithm that cannot run on these devices (hierarchical, uneven nodes)
+                continue
             zero = problem.prices.allreduce_phases(devices, algorithm, 0, collective_ops)
             nic = 0.0
             for i, (ph, z) in enumerate(zip(phases, zero)):

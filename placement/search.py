@@ -40,6 +40,7 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 
+from autodist.collective_stages import distinct_algorithms
 from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
 from placement.bounds import lower_bound
@@ -299,16 +300,20 @@ class Annealer:
         }
 
 
-def _named_as_run(strategy):
-    """``strategy`` with its buckets named by the algorithm that sums them: on collective ops (a ring on CPUs,
-    NCCL's choice on GPUs) the algorithm a move chose is not run, and is priced as a ring.  Buckets that only
-    their algorithm told apart (one number, two algorithms: two collectives as searched) keep apart, numbered
-    in the order they are issued, so that the plan runs the collectives the search priced."""
-    if not strategy.allreduces_everything():
+def _named_as_run(strategy, resource_spec):
+    """``strategy`` with its buckets named by the algorithm that sums them: where an algorithm cannot differ from
+    the ring on the strategy's replicas (autodist.collective_stages.distinct_algorithms: one node, or one replica
+    per node) the runtime runs the ring, and the plan says so.  Buckets that only their algorithm told apart (one
+    number, two algorithms: two collectives as searched) keep apart, numbered in the order they are issued, so
+    that the plan runs the collectives the search priced."""
+    offered, _ = distinct_algorithms([resource_spec.device(r[0]).node for r in strategy.replicas])
+    allreduced = {name: s for name, s in strategy.sync.items() if s.method == "allreduce"}
+    if all(s.algorithm in offered for s in allreduced.values()):
         return strategy
-    number = {key: i for i, key in enumerate(sorted({(s.bucket, s.algorithm) for s in strategy.sync.values()}))}
-    return replace(strategy, sync={name: replace(s, algorithm="ring", bucket=number[(s.bucket, s.algorithm)])
-                                   for name, s in strategy.sync.items()})
+    number = {key: i for i, key in enumerate(sorted({(s.bucket, s.algorithm) for s in allreduced.values()}))}
+    return replace(strategy, sync={**strategy.sync, **{
+        name: replace(s, algorithm=s.algorithm if s.algorithm in offered else "ring",
+                      bucket=number[(s.bucket, s.algorithm)]) for name, s in allreduced.items()}})
 
 
 def _starts(candidates):
@@ -379,7 +384,7 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     else:
         best = copy_strategy(starts[0])
     searching = time.perf_counter() - searching
-    best = _named_as_run(best)
+    best = _named_as_run(best, resource_spec)
     warning = None
     if problem.dense_bytes and not annealer.accepted:
         rest = ", calibrating the temperature the rest" if setup_s < budget_s else ""

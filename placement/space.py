@@ -6,7 +6,11 @@ Each move changes one decision and returns a short label (for statistics):
 - ``shard``: one shard of a PS variable to another PS task;
 - ``partition``: a PS variable's shard count up or down by one (at most one
   shard per PS task, at most one per row of the split axis);
-- ``algorithm``: a whole fusion bucket to another allreduce algorithm;
+- ``algorithm``: a whole fusion bucket to another allreduce algorithm, among
+  those that run differently on the replicas' nodes
+  (autodist.collective_stages.distinct_algorithms: none but the ring on one
+  node or one replica per node, no hierarchical on nodes of uneven replica
+  counts);
 - ``bucket``: an allreduce variable to the neighbouring bucket or a new one;
 - ``split`` / ``merge``: a fusion bucket cut in two at its middle in
   gradient-ready order, or one bucket's variables moved into another
@@ -23,7 +27,8 @@ Each move changes one decision and returns a short label (for statistics):
   per micro-batch);
 - ``replicas``: the replica count one up or down, halved, doubled, one or
   every compute device (one-device replicas only; the replicas are the first
-  compute devices in cluster order, so nodes fill one after another);
+  compute devices in cluster order, so nodes fill one after another); a
+  bucket whose algorithm cannot run on the new replicas becomes a ring;
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
@@ -41,7 +46,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from autodist.strategy import ALLREDUCE_ALGORITHMS, Strategy, VarSync
+from autodist.collective_stages import distinct_algorithms
+from autodist.strategy import Strategy, VarSync
 
 
 def copy_strategy(strategy):
@@ -88,9 +94,20 @@ class StrategySpace:
         self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
         self.sparse = sorted(problem.sparse_gradients)
         self._replica_lists = {}  # count -> the one replica list of that count this space hands out
+        self._node_of = {d.name: d.node for d in problem.resource_spec.devices()}
+        self._offered = {}  # replicas' nodes -> the algorithms that run differently on them
+
+    def algorithms(self, replicas):
+        """The allreduce algorithms that run differently on ``replicas`` (their first devices' nodes)."""
+        nodes = tuple(self._node_of[r[0]] for r in replicas)
+        if nodes not in self._offered:
+            self._offered[nodes] = distinct_algorithms(nodes)[0]
+        return self._offered[nodes]
 
     def applicable(self, strategy):
-        moves = ["flip", "algorithm", "bucket", "split", "merge"]
+        moves = ["flip", "bucket", "split", "merge"]
+        if len(self.algorithms(strategy.replicas)) > 1:
+            moves.append("algorithm")
         if any(s.method == "ps" for s in strategy.sync.values()):
             moves += ["shard", "partition"]
         if self.candidates:
@@ -144,7 +161,7 @@ class StrategySpace:
             if used:
                 algorithm, bucket = self.rng.choice(used)
             else:
-                algorithm, bucket = self.rng.choice(ALLREDUCE_ALGORITHMS), 0
+                algorithm, bucket = self.rng.choice(self.algorithms(strategy.replicas)), 0
             strategy.sync[name] = VarSync("allreduce", algorithm=algorithm, bucket=bucket)
 
     def _shard(self, strategy):
@@ -176,7 +193,7 @@ class StrategySpace:
         if name is None:
             return
         s = strategy.sync[name]
-        algorithm = self.rng.choice([a for a in ALLREDUCE_ALGORITHMS if a != s.algorithm])
+        algorithm = self.rng.choice([a for a in self.algorithms(strategy.replicas) if a != s.algorithm])
         for other, x in strategy.sync.items():
             if x.method == "allreduce" and (x.algorithm, x.bucket) == (s.algorithm, s.bucket):
                 strategy.sync[other] = replace(x, algorithm=algorithm)
@@ -203,6 +220,10 @@ class StrategySpace:
 
     def _set_replicas(self, strategy, count):
         strategy.replicas = self._first_replicas(count)
+        offered = self.algorithms(strategy.replicas)
+        for name, s in strategy.sync.items():
+            if s.method == "allreduce" and s.algorithm not in offered:
+                strategy.sync[name] = replace(s, algorithm="ring")
         if strategy.micro_batches:  # every replica keeps a row per micro-batch
             strategy.micro_batches = min(strategy.micro_batches, max(1, self.batch_rows // count))
 

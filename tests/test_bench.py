@@ -13,9 +13,11 @@ import sys
 
 import pytest
 
-from autodist.cli.bench_cmd import STRATEGIES
+from autodist.cli.bench_cmd import DEFAULT_STRATEGIES as STRATEGIES
 from tests.test_emulation import shared_folder  # noqa: F401
 from tests.test_run import SCRIPT, _processes_naming
+
+TWO_BY_TWO = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "clusters", "emu-1gbit-2x2.yaml")
 
 TINY = ["--budget", "0.5", "--", "--steps", "4", "--batch-size", "16"]
 
@@ -57,9 +59,9 @@ def test_an_emulated_cluster_without_root_is_one_line_and_exit_2(shared_folder):
 
 
 def test_strategies_that_run_one_program_share_one_run(mlp_graph):
-    """On collective ops the runtime ignores the algorithm names (CollectiveReduceV2 picks its own): ring and
-    hierarchical data parallelism are one program; a bucket, a PS variable or an algorithm summed by ordinary ops
-    (a hybrid plan, from one client) is another."""
+    """With one replica per node hierarchical and master run as the ring (autodist.collective_stages): ring and
+    hierarchical data parallelism are one program there; another bucket is another, and so is each algorithm on
+    two replicas per node."""
     from autodist.cli.bench_cmd import runtime_program
     from autodist.resource_spec import load_cluster
     from cost_models import CostModel
@@ -69,12 +71,16 @@ def test_strategies_that_run_one_program_share_one_run(mlp_graph):
     problem = Problem(mlp_graph, load_cluster(preset="emu-1gbit:2"), CostModel.default())
     ring, hierarchical = data_parallel(problem), data_parallel(problem, algorithm="hierarchical")
     assert ring.allreduces_everything() and ring.sync != hierarchical.sync
-    assert runtime_program(ring) == runtime_program(hierarchical)
+    spec = problem.resource_spec
+    assert runtime_program(ring, spec) == runtime_program(hierarchical, spec)
     first = sorted(ring.sync)[0]
     rebucketed = dataclasses.replace(ring, sync={**ring.sync, first: dataclasses.replace(ring.sync[first], bucket=7)})
-    assert runtime_program(rebucketed) != runtime_program(ring)
-    hybrid = data_parallel(problem, ps_names=[first])
-    assert runtime_program(hybrid) != runtime_program(data_parallel(problem, [first], algorithm="hierarchical"))
+    assert runtime_program(rebucketed, spec) != runtime_program(ring, spec)
+    # two replicas per node: hierarchical and master run their own stages, three programs
+    two_per_node = Problem(mlp_graph, load_cluster(TWO_BY_TWO), CostModel.default())
+    spec = two_per_node.resource_spec
+    programs = {runtime_program(data_parallel(two_per_node, algorithm=a), spec) for a in ("ring", "hierarchical", "master")}
+    assert len(programs) == 3
 
 
 @pytest.mark.slow

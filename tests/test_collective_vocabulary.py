@@ -51,3 +51,27 @@ def test_every_reader_groups_the_variables_of_one_bucket_by_its_collective_key(m
     layout = RunLayout.from_plan(plan)
     assert [(b, algorithm, sorted(names)) for b, algorithm, names in layout.buckets()] == [
         (k.bucket, k.algorithm, names) for k, names in expected.items()]
+
+
+def test_allreduced_variables_of_units_on_a_later_slot_are_summed_where_the_runtime_holds_them(mlp_graph,
+                                                                                                 cost_model):
+    """Replicas over two devices, some op groups on the second: the runtime keeps every allreduced variable on its
+    replica's first device and sums it there (launcher.runtime.layout, .trainer), so the simulator prices each
+    collective over the replicas' first devices, whatever slot the variable's unit runs on."""
+    from placement.grouping import group_ops
+
+    spec = load_cluster(preset="dgx-h100:2")
+    gpus = [d.name for d in spec.gpus()]
+    replicas = [gpus[i:i + 2] for i in range(0, 8, 2)]
+    units = group_ops(mlp_graph).units
+    strategy = Strategy(replicas=replicas, sync={v.name: VarSync("allreduce", bucket=0)
+                                                 for v in mlp_graph.trainable_variables()},
+                        group_slots={unit: 1 for unit in units[len(units) // 2:]})
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
+    graph = sim.lower(strategy)
+    assert [c.key.slot for c in graph.collectives] == [0]
+    assert graph.collectives[0].devices == tuple(r[0] for r in replicas)
+    plan = Plan.from_strategy(mlp_graph, spec, strategy, sim.simulate(strategy), "cm", 0)
+    layout = RunLayout.from_plan(plan)
+    assert [plan.device_string(r[0], job="worker") for r in replicas] == list(layout.replica_devices)
+    assert list(Pricing(mlp_graph, spec, cost_model, simulator=sim).buckets(strategy)) == [c.key for c in graph.collectives]

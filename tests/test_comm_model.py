@@ -191,20 +191,40 @@ def test_collectives_between_emulated_nodes_cost_what_was_measured_on_their_link
         assert (on_collective_ops > 1.5 * over_links) == (binds == "cores"), preset
 
 
-def test_collective_ops_run_their_own_algorithm_whatever_the_plan_names():
-    """CollectiveReduceV2 is a ring on CPUs and NCCL's choice on GPUs (launcher.runtime.collective): a bucket on
-    collective ops is priced so under every algorithm name; summed by ordinary ops, master and hierarchical differ."""
+def test_collective_ops_price_each_algorithm_as_its_stages_run():
+    """On collective ops each algorithm is priced as launcher.runtime.collective issues it (the stages of
+    autodist.collective_stages): where it cannot differ (one replica per node) every algorithm is the ring; on 2
+    nodes of 8 GPUs hierarchical and master are their stages (a collective per sub-group, the groups at once)."""
+    from autodist.collective_stages import stages
+
     cm = CostModel.default()
-    for preset in ("emu-1gbit:2", "p3.16xlarge:2"):
-        spec = load_cluster(preset=preset)
-        comm = cm.comm_model(spec)
-        devices = [d.name for d in spec.devices("GPU") or spec.devices("CPU")]
-        on_ops = {a: sum(p.seconds for p in comm.allreduce_phases(2**24, devices, a, collective_ops=True))
-                  for a in ("ring", "hierarchical", "master")}
-        assert len(set(on_ops.values())) == 1, preset
+    spec = load_cluster(preset="emu-1gbit:2")
+    comm = cm.comm_model(spec)
+    devices = [d.name for d in spec.devices("CPU")]
+    on_ops = {a: comm.allreduce_phases(2**24, devices, a, collective_ops=True) for a in ("ring", "hierarchical", "master")}
+    assert on_ops["hierarchical"] == on_ops["master"] == on_ops["ring"]
     spec = load_cluster(preset="p3.16xlarge:2")
+    comm = cm.comm_model(spec)
     gpus = [d.name for d in spec.devices("GPU")]
-    by_ops = {a: cm.comm_model(spec).allreduce_time(2**24, gpus, a) for a in ("ring", "hierarchical", "master")}
+    S = 2**26
+    ring = comm.allreduce_phases(S, gpus, "ring", collective_ops=True)
+    scatter, across, gather = comm.allreduce_phases(S, gpus, "hierarchical", collective_ops=True)
+    node0 = gpus[:8]
+    assert scatter.seconds == pytest.approx(sum(p.seconds for p in comm._one_ring("reducescatter", S, node0)))
+    assert gather.seconds == pytest.approx(sum(p.seconds for p in comm._one_ring("allgather", S, node0)))
+    # eight shard groups cross the nodes' NICs at once: the NICs carry all of them
+    _, across_stage, _ = stages("hierarchical", [spec.device(d).node for d in gpus])
+    one = sum(p.seconds for p in comm.allreduce_phases(S / 8, [gpus[r] for r in across_stage.groups[0]],
+                                                       collective_ops=True))
+    assert one < across.seconds <= 8 * one + 1e-12
+    inside, masters, bcast = comm.allreduce_phases(S, gpus, "master", collective_ops=True)
+    assert masters.seconds == pytest.approx(sum(p.seconds for p in comm.allreduce_phases(
+        S, [gpus[0], gpus[8]], collective_ops=True)))
+    assert bcast.seconds == pytest.approx(sum(p.seconds for p in comm._one_ring("broadcast", S, node0)))
+    totals = {a: sum(p.seconds for p in phases) for a, phases in
+              (("ring", ring), ("hierarchical", [scatter, across, gather]), ("master", [inside, masters, bcast]))}
+    assert len(set(totals.values())) == 3
+    by_ops = {a: comm.allreduce_time(2**24, gpus, a) for a in ("ring", "hierarchical", "master")}
     assert len(set(by_ops.values())) == 3
 
 
@@ -287,3 +307,21 @@ def test_a_ring_across_nodes_crosses_on_every_nic():
     pair = [f"n{i}/GPU:{g}" for i in range(2) for g in (0, 4)]
     assert four.allreduce_time(S, pair, "ring") == pytest.approx(
         2 * 3 / 4 * S / (2 * IB.bandwidth * LINK_EFFICIENCY["infiniband"]) + 2 * 3 * a)
+
+
+def test_collectives_of_processes_sharing_an_emulated_nodes_core_take_turns():
+    """Two replicas on an emulated node of one core: their collective's CPU work (copies, sums, gRPC) takes turns
+    on that core, twice the loopback measurement of two processes with a core each; between nodes of one replica
+    each, as measured."""
+    import os
+
+    from cost_models.collectives import ring_allreduce_seconds
+
+    cm = CostModel.default()
+    spec = load_cluster(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "clusters", "emu-1gbit-2x2.yaml"))
+    comm = cm.comm_model(spec)
+    pair = ["emu-0/CPU:0", "emu-0/CPU:1"]
+    measured = ring_allreduce_seconds(cm.collectives.predict, 2**24, 2)
+    cores = spec.cores_of(pair[0])
+    assert sum(p.seconds for p in comm.allreduce_phases(2**24, pair, collective_ops=True)) == pytest.approx(
+        measured * max(1, 2 / cores))

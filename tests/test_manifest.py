@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autodist.errors import InputError, LaunchError
+from autodist.errors import InputError, LaunchError, PlacementError
 from launcher.manifests import build_manifests
 from launcher.options import EmitOptions
 from launcher.operators import operator_podgroup
@@ -134,6 +134,33 @@ def test_allreduce_without_rdma_uses_socket_settings(allreduce_socket_plan):
     assert device_limits(container) == {"nvidia.com/gpu": "8"}
 
 
+def test_sub_group_collectives_get_their_nccl_settings(allreduce_rdma_plan, allreduce_socket_plan, mlp_graph):
+    """A hierarchical plan's collectives inside a node stay on NVLink peer-to-peer (p3: NVLink too), its groups
+    across the nodes each on its own NIC; a master plan needs no rail; a ring plan, or hierarchical on one node
+    (where it runs as the ring), gets neither."""
+    from tests.test_plan_fixtures import allreduce_strategy, cluster, cost_model
+    from autodist.plan import Plan
+    from placement import simulate
+
+    def env(plan):
+        objects = build_manifests(plan, "tfjob")
+        return env_of(only_container(by_kind(objects)["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]))
+
+    def plan_of(preset, algorithm):
+        spec = cluster(preset)
+        strategy = allreduce_strategy(mlp_graph, spec, algorithm)
+        return Plan.from_strategy(mlp_graph, spec, strategy, simulate(mlp_graph, spec, strategy, cost_model()),
+                                  cost_model().id, 0)
+
+    for plan in (allreduce_rdma_plan, allreduce_socket_plan):
+        assert {b["algorithm"] for b in plan.collectives["buckets"]} == {"hierarchical"}
+        assert env(plan)["NCCL_P2P_LEVEL"] == "NVL" and env(plan)["NCCL_CROSS_NIC"] == "0"
+    master = env(plan_of("dgx-h100:2", "master"))
+    assert master["NCCL_P2P_LEVEL"] == "NVL" and "NCCL_CROSS_NIC" not in master
+    for plan in (plan_of("dgx-h100:2", "ring"), plan_of("dgx-h100", "hierarchical")):
+        assert not {"NCCL_P2P_LEVEL", "NCCL_CROSS_NIC"} & set(env(plan))
+
+
 def test_mpijob_runs_one_autodist_worker_per_gpu(allreduce_rdma_plan):
     mpijob = by_kind(build_manifests(allreduce_rdma_plan, "mpijob"))["MPIJob"]
     spec = mpijob["spec"]
@@ -249,13 +276,13 @@ def _roce_cluster():
     return ResourceSpec(nodes, name="dgx-h100-roce:2")
 
 
-def _allreduce_plan(graph_item, resource_spec, replicas=None):
+def _allreduce_plan(graph_item, resource_spec, replicas=None, algorithm="hierarchical"):
     from placement import simulate
 
     from autodist.plan import Plan
     from tests.test_plan_fixtures import allreduce_strategy, cost_model
 
-    strategy = allreduce_strategy(graph_item, resource_spec)
+    strategy = allreduce_strategy(graph_item, resource_spec, algorithm)
     if replicas is not None:
         strategy.replicas = replicas
     prediction = simulate(graph_item, resource_spec, strategy, cost_model())
@@ -289,7 +316,9 @@ def test_uneven_gpu_counts_request_the_most_in_tfjob_but_not_mpijob(mlp_graph):
 
     spec = cluster("p3.16xlarge:2")
     replicas = [[f"{spec.nodes[0].name}/GPU:{i}"] for i in range(8)] + [[f"{spec.nodes[1].name}/GPU:{i}"] for i in range(4)]
-    plan = _allreduce_plan(mlp_graph, spec, replicas)
+    with pytest.raises(PlacementError, match="hierarchical allreduce needs as many replicas on every node, got 8, 4"):
+        _allreduce_plan(mlp_graph, spec, replicas)
+    plan = _allreduce_plan(mlp_graph, spec, replicas, "master")  # master runs on uneven nodes
     worker = by_kind(build_manifests(plan, "tfjob"))["TFJob"]["spec"]["tfReplicaSpecs"]["Worker"]
     assert gpu_limit(only_container(worker)) == 8
     assert plan.device_string(f"{spec.nodes[1].name}/GPU:3") == "/job:worker/task:1/device:GPU:3"

@@ -111,6 +111,34 @@ def test_bucket_counterfactual_matches_resimulating_by_hand(mlp_graph):
             by_hand[algorithm] = simulator.simulate(_changed(strategy, moved)).step_time - base
         assert item["alternative"] == min(by_hand, key=lambda a: (by_hand[a], a))
         assert item["delta_seconds"] == pytest.approx(by_hand[item["alternative"]], abs=1e-12)
+        assert item["each"] == pytest.approx(by_hand, abs=1e-12) and item["not_offered"] == {}
+        assert all(algorithm in item["sentence"] for algorithm in by_hand)
+
+
+@pytest.mark.parametrize("preset, offered", [("dgx-h100:4", ("hierarchical", "master", "ring")),
+                                             ("dgx-h100:2", ("hierarchical", "master", "ring")),
+                                             ("dgx-h100", ("ring",))])
+def test_each_bucket_shows_every_algorithm_and_the_plan_runs_the_one_it_chose(cnn_graph, preset, offered):
+    """A CNN's hierarchical plan: per bucket, the counterfactual of each other algorithm that runs differently
+    on the cluster, and why the others are not offered (one node: the same as ring); the runtime's layout
+    (launcher.runtime.layout) issues the plan's algorithm for every bucket, as its stages."""
+    from autodist.collective_stages import stages
+    from launcher.runtime.layout import RunLayout
+
+    plan, doc, simulator = baseline_report(cnn_graph, preset, "hierarchical")
+    buckets = [i for i in doc["counterfactuals"]["items"] if i["subject"] == "bucket"]
+    assert buckets
+    for item in buckets:
+        assert item["chosen"] == "hierarchical"
+        assert sorted(item["each"]) == sorted(set(offered) - {"hierarchical"})
+        assert sorted(item["not_offered"]) == sorted(set(ALLREDUCE_ALGORITHMS) - set(offered))
+        assert all("same as ring on one node" in why for why in item["not_offered"].values())
+    jsonschema.validate(doc, schema())
+    layout = RunLayout.from_plan(plan)
+    for bucket, algorithm, names in layout.buckets():
+        assert {plan.strategy.sync[n].algorithm for n in names} == {algorithm} == {"hierarchical"}
+        issued = stages(algorithm, layout.replica_nodes)
+        assert len(issued) == (3 if len(offered) > 1 else 1)
 
 
 def test_client_dispatch_is_apart_from_compute_and_communication(mlp_graph):

@@ -32,6 +32,8 @@ REPLICAS = [["local-0/CPU:0"], ["local-1/CPU:0"]]
 TWO_PER_TASK = [["local/CPU:0"], ["local/CPU:1"]]
 MODEL_PARALLEL = [["node-0/CPU:0", "node-0/CPU:1"], ["node-1/CPU:0", "node-1/CPU:1"]]
 PS_DEVICES = ["local-0/CPU:0", "local-1/CPU:0"]
+# 2 nodes x 2 replicas: ring, master and hierarchical buckets run their stages over sub-groups
+TWO_NODES_TWO_REPLICAS = [["node-0/CPU:0"], ["node-0/CPU:1"], ["node-1/CPU:0"], ["node-1/CPU:1"]]
 
 
 def _strategies():
@@ -58,7 +60,7 @@ def _strategies():
     densified = dict(allreduce, **{"embedding/embeddings": VarSync("allreduce", bucket=0, sparse_sync="dense")})
     return {"ps": (ps, PS_DEVICES), "allreduce": (allreduce, []), "hybrid": (hybrid, PS_DEVICES[:1]),
             "custom": (allreduce, []), "tf-function": (allreduce, []), "two-per-task": (densified, []),
-            "model-parallel": (allreduce, [])}
+            "model-parallel": (allreduce, []), "stages": (allreduce, [])}
 
 
 def _later_layers_on_second_device(graph_item):
@@ -96,7 +98,8 @@ def plans(small_job, tmp_path_factory):
                                 "  - {name: local, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n",
                 "model-parallel": "name: two-nodes-two-cpus\nnodes:\n"
                                   "  - {name: node, count: 2, preset: cpu-local, cpus: {model: cpu-local, count: 2}}\n"}
-    replicas = {"two-per-task": TWO_PER_TASK, "model-parallel": MODEL_PARALLEL}
+    clusters["stages"] = clusters["model-parallel"]
+    replicas = {"two-per-task": TWO_PER_TASK, "model-parallel": MODEL_PARALLEL, "stages": TWO_NODES_TWO_REPLICAS}
     cost_model = CostModel.default()
     out = {}
     for kind, (sync, ps_devices) in _strategies().items():
@@ -209,7 +212,7 @@ def _same_device(a, b):
         spec_b.job, spec_b.task, spec_b.device_type, spec_b.device_index)
 
 
-KINDS = ["ps", "allreduce", "hybrid", "custom", "tf-function", "two-per-task", "model-parallel"]
+KINDS = ["ps", "allreduce", "hybrid", "custom", "tf-function", "two-per-task", "model-parallel", "stages"]
 
 
 @pytest.mark.slow
@@ -252,6 +255,37 @@ def test_allreduce_plans_sum_gradients_with_collective_ops_in_the_planned_bucket
         for name, collective in gathered.items():
             assert collective["bucket"] == plan.strategy.sync[name].bucket and collective["group_size"] == 2
         assert task["steps"] == STEPS
+
+
+@pytest.mark.slow
+def test_each_bucket_runs_its_algorithms_stages_over_sub_groups(runs, small_job):
+    """2 nodes x 2 replicas: ring is one allreduce of all four; master an allreduce inside each node, one between
+    the masters, a broadcast inside each node; hierarchical (on CPUs, an allreduce inside each node of which each
+    replica keeps its half) an allreduce of each half across the nodes and an all-gather inside each node."""
+    from autodist.collective_stages import stages
+
+    run = runs.get("stages")
+    plan = run["plan"]
+    nodes = [plan.resource_spec.device(r[0]).node for r in plan.strategy.replicas]
+    expected_ops = {"allreduce": "CollectiveReduceV2", "reduce_scatter": "CollectiveReduceV2",
+                    "all_gather": "CollectiveGatherV2"}
+    for task in run["report"]["replicas"]:
+        rank = task["replica"]
+        for bucket, algorithm in ((0, "ring"), (1, "master"), (2, "hierarchical")):
+            # the sparse embedding's rows are gathered over every replica apart (no stage group)
+            issued = sorted((c["stage"], c["op_type"], tuple(c["group"])) for c in task["collectives"]
+                            if c["bucket"] == bucket and c["group"] is not None)
+            assert {c["algorithm"] for c in task["collectives"] if c["bucket"] == bucket and c["group"]} == {algorithm}
+            want = []
+            for k, stage in enumerate(stages(algorithm, nodes)):
+                for group in stage.groups:
+                    if rank in group:
+                        op = expected_ops.get(stage.op) or (
+                            "CollectiveBcastSendV2" if group[0] == rank else "CollectiveBcastRecvV2")
+                        want.append((k, op, group))
+            assert issued == sorted(want), (rank, bucket)
+            assert len(want) == (1 if algorithm == "ring" else 3 if algorithm == "hierarchical" else
+                                 3 if rank in (0, 2) else 2)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Annealing search and baselines on real captured graphs with the shipped cost model."""
 
 import json
+import random
 
 import pytest
 
@@ -150,13 +151,26 @@ def test_the_plan_records_which_budget_the_search_had_and_its_moves(mlp_graph, c
     assert by_moves.stats["evaluations"] > by_moves.stats["moves_tried"]  # the start and calibration samples too
 
 
-def test_a_plan_on_collective_ops_names_the_ring_they_run(mlp_graph, cost_model):
-    """Collective ops sum every bucket with their own algorithm (launcher.runtime.collective), which the simulator
-    prices whatever a move named: the plan names what runs, not a master or hierarchical it would not run."""
-    spec = load_cluster(preset="p3.16xlarge:2")
-    result = optimize(mlp_graph, spec, cost_model, seed=0, moves=3000, allreduce_only=True)
-    assert result.strategy.allreduces_everything()
+def test_the_search_offers_an_algorithm_only_where_it_runs_differently(mlp_graph, cost_model):
+    """On collective ops every algorithm runs as its stages (launcher.runtime.collective): on one node (or one
+    replica per node) master and hierarchical are the ring, so no move offers them and the plan names the ring;
+    on two nodes of 8 GPUs all three are real choices, priced apart."""
+    from placement.space import StrategySpace
+
+    one_node = Problem(mlp_graph, load_cluster(preset="p3.16xlarge"), cost_model)
+    two_nodes = Problem(mlp_graph, load_cluster(preset="p3.16xlarge:2"), cost_model)
+    for problem, offered in ((one_node, ("ring",)), (two_nodes, ("ring", "hierarchical", "master"))):
+        space = StrategySpace(problem, random.Random(0), allow_ps=False)
+        start = baselines.data_parallel(problem)
+        assert space.algorithms(start.replicas) == offered
+        assert ("algorithm" in space.applicable(start)) == (len(offered) > 1)
+    result = optimize(mlp_graph, load_cluster(preset="p3.16xlarge"), cost_model, seed=0, moves=300,
+                      allreduce_only=True)
     assert {s.algorithm for s in result.strategy.sync.values()} == {"ring"}
+    simulator = Simulator(two_nodes)
+    times = {a: simulator.simulate(baselines.data_parallel(two_nodes, algorithm=a)).step_time
+             for a in ("ring", "hierarchical", "master")}
+    assert len(set(times.values())) == 3
 
 
 def test_buckets_that_only_their_algorithm_told_apart_stay_two_collectives_in_the_plan(mlp_graph, cost_model):
@@ -166,11 +180,11 @@ def test_buckets_that_only_their_algorithm_told_apart_stay_two_collectives_in_th
     from autodist.strategy import Strategy, VarSync
 
     problem = Problem(mlp_graph, load_cluster(preset="dgx-h100:2"), cost_model)
-    ring = baselines.data_parallel(problem)
     names = problem.ready_order
-    split = Strategy(ring.replicas, {name: VarSync("allreduce", algorithm="ring" if i % 2 else "hierarchical",
-                                                   bucket=0) for i, name in enumerate(names)})
-    named = _named_as_run(split)
+    one_node = [[f"node-0/GPU:{i}"] for i in range(8)]  # where hierarchical runs as the ring
+    split = Strategy(one_node, {name: VarSync("allreduce", algorithm="ring" if i % 2 else "hierarchical",
+                                              bucket=0) for i, name in enumerate(names)})
+    named = _named_as_run(split, problem.resource_spec)
     assert {s.algorithm for s in named.sync.values()} == {"ring"}
     assert len({s.bucket for s in named.sync.values()}) == 2
     simulator = Simulator(problem)

@@ -35,7 +35,7 @@ def test_a_budget_spent_by_the_baselines_stops_there_and_says_so(mlp_graph, cost
     result = optimize(mlp_graph, spec, cost_model, budget_s=0.001)
     assert result.stats["moves_tried"] == 0 and result.stats["evaluations"] == 0
     # the best baseline, its buckets named by the ring that collective ops run
-    assert result.strategy == _named_as_run(_starts(result.candidates)[0])
+    assert result.strategy == _named_as_run(_starts(result.candidates)[0], spec)
     assert "the search made no move" in result.stats["warning"] and "0.001 s budget" in result.stats["warning"]
     search = Plan.build(mlp_graph, spec, result, cost_model.id, 0).to_dict()["provenance"]["search"]
     assert search["moves_made"] == 0 and search["warning"] == result.stats["warning"]

@@ -25,7 +25,7 @@ NAMED = {
     "compression": {"compression"},
     "sparse_sync": {"sparse_sync"},
     "micro_batches": {"micro_batches"},
-    "replicas": {"replicas", "micro_batches"},
+    "replicas": {"replicas", "micro_batches", "algorithm"},  # an algorithm the new replicas cannot run: ring
     "ps_count": {"ps_devices", "ps_tasks"},
 }
 

@@ -19,10 +19,14 @@ import signal
 import sys
 
 from autodist.errors import InputError, LaunchError
+from autodist.strategy import ALLREDUCE_ALGORITHMS
 from placement.baselines import BASELINE_NAMES
 
-# the searched plan, then every named baseline (placement.baselines.BASELINES)
-STRATEGIES = ("plan", *BASELINE_NAMES)
+# the searched plan, every named baseline (placement.baselines.BASELINES), then data parallelism by each allreduce
+# algorithm that no baseline is named after
+ALGORITHM_STRATEGIES = tuple(a for a in ALLREDUCE_ALGORITHMS if a not in BASELINE_NAMES)
+STRATEGIES = ("plan", *BASELINE_NAMES, *ALGORITHM_STRATEGIES)
+DEFAULT_STRATEGIES = ("plan", *BASELINE_NAMES)
 DEFAULT_STEPS = 10
 MAX_STEPS = 100_000
 
@@ -49,8 +53,9 @@ def _add_options(p):
     from launcher.runtime.joining import add_join_timeout
 
     add_cluster_arguments(p)
-    p.add_argument("--strategies", type=strategy_names, default=list(STRATEGIES), metavar="S,S,...",
-                   help=f"what to run, in this order (default {','.join(STRATEGIES)}; plan: the searched plan)")
+    p.add_argument("--strategies", type=strategy_names, default=list(DEFAULT_STRATEGIES), metavar="S,S,...",
+                   help=f"what to run, in this order (default {','.join(DEFAULT_STRATEGIES)}; plan: the searched "
+                        f"plan; also {','.join(ALGORITHM_STRATEGIES)}: data parallelism by that allreduce algorithm)")
     p.add_argument("--steps", type=integer_between(1, MAX_STEPS), default=DEFAULT_STEPS, metavar="N",
                    help=f"steps measured per strategy: the median of each run's last N (default {DEFAULT_STEPS}); "
                         "the script must train at least N + 1 steps, the first ones are warm-up")
@@ -95,6 +100,7 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
     """
     from autodist.api import plan_with_search
     from autodist.plan import Plan, job_name_for
+    from placement.baselines import Baseline
 
     searched, result = plan_with_search(graph_item, resource_spec, seed=seed, budget_s=budget_s, moves=moves,
                                         progress=progress, cost_model=cost_model)
@@ -103,9 +109,13 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
     for name in names:
         if name == "plan":
             out.append((name, searched, ""))
-        elif name in candidates:
-            c = candidates[name]
-            plan = Plan.from_strategy(graph_item, resource_spec, c.strategy, c.simulation, cost_model.id, seed,
+        elif name in candidates or name in ALGORITHM_STRATEGIES:
+            if name in candidates:
+                strategy, simulation = candidates[name].strategy, candidates[name].simulation
+            else:  # every variable allreduced by that algorithm, as the ring baseline buckets them
+                strategy = Baseline(name, algorithm=name).build(result.simulator.problem)
+                simulation = result.simulator.simulate(strategy, trace=True)
+            plan = Plan.from_strategy(graph_item, resource_spec, strategy, simulation, cost_model.id, seed,
                                       name=job_name_for(f"{graph_item.job.model_name or ''}-{name}"))
             out.append((name, plan, ""))
         else:
@@ -129,18 +139,21 @@ def _one_line(exc, name):
     return f"strategy {name}: {lines[0]}{last}"
 
 
-def runtime_program(strategy):
-    """A key that strategies whose runs execute the same program share: the strategy, where those that
-    allreduce every variable drop their algorithm names (their collective ops pick their own:
-    launcher.runtime.collective).  Such strategies run once and share the measurement: two runs of one
-    program differ only by this machine's noise (ring and hierarchical on emu-10gbit:2, one program,
+def runtime_program(strategy, resource_spec):
+    """A key that strategies whose runs execute the same program share: the strategy, its algorithm names
+    replaced by the ring where the algorithm runs as the ring on its replicas (one node, or one replica per node:
+    autodist.collective_stages.distinct_algorithms).  Such strategies run once and share the measurement: two
+    runs of one program differ only by this machine's noise (ring and hierarchical on emu-10gbit:2, one program,
     measured 21.1 and 16.2 ms)."""
     import json
 
+    from autodist.collective_stages import distinct_algorithms
+
+    offered, _ = distinct_algorithms([resource_spec.device(r[0]).node for r in strategy.replicas])
     data = strategy.to_dict()
-    if strategy.allreduces_everything():
-        for sync in data["sync"].values():
-            sync.pop("algorithm", None)
+    for sync in data["sync"].values():
+        if sync.get("algorithm") not in offered:
+            sync["algorithm"] = "ring"
     return json.dumps(data, sort_keys=True)
 
 
@@ -158,9 +171,10 @@ def run_strategy(name, plan, plan_path, script, script_args, folder, join_timeou
     return read_json(report)
 
 
-def strategy_row(name, plan, plan_path, why_not, times, same_run_as=None):
+def strategy_row(name, plan, plan_path, why_not, times, same_run_as=None, link_bytes=None):
     """One strategy's row: its measured median and quartiles (of ``times``), predicted step time and their ratio;
-    ``same_run_as``: the strategy whose run (the same program, :func:`runtime_program`) gave ``times``."""
+    ``same_run_as``: the strategy whose run (the same program, :func:`runtime_program`) gave ``times``;
+    ``link_bytes``: per emulated node, the bytes its link sent during that run."""
     import numpy as np
 
     predicted = float(plan.prediction["step_time"]) if plan is not None else None
@@ -170,6 +184,8 @@ def strategy_row(name, plan, plan_path, why_not, times, same_run_as=None):
         row["skipped"] = why_not
     if same_run_as:
         row["same_run_as"] = same_run_as
+    if link_bytes:
+        row["link_bytes_sent"] = dict(link_bytes)
     if times:
         p25, median, p75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
         row.update(measured_step_time=median, measured_p25=p25, measured_p75=p75,
@@ -216,7 +232,9 @@ def render_text(document):
         lines.append(f"{r['name']:<15} {_ms(r['measured_step_time']):>11} {spread:>15} "
                      f"{_ms(r['predicted_step_time']):>12} {ratio:>6} {r['measured_rank'] or '-':>13} "
                      f"{r['predicted_rank'] or '-':>14}" + (f"  (skipped: {r['skipped']})" if "skipped" in r else "")
-                     + (f"  (the run of {r['same_run_as']}: the same program)" if "same_run_as" in r else ""))
+                     + (f"  (the run of {r['same_run_as']}: the same program)" if "same_run_as" in r else "")
+                     + (f"  links sent {sum(r['link_bytes_sent'].values()) / 2**20:.1f} MiB"
+                        if r.get("link_bytes_sent") else ""))
     if document.get("pod_commands"):
         lines += ["", "this cluster's devices are not on this machine: run each plan on its pods, and compare the "
                       "step time its chief prints:"] + [f"  {c}" for c in document["pod_commands"]]
@@ -262,24 +280,25 @@ def bench(args):
             paths[name] = os.path.join(args.output, f"{name}.json")
             plan.save(paths[name])
     here = _runs_here(plans)
-    times, ran = {}, {}  # ran: runtime program -> the strategy that ran it
+    times, ran, link_bytes = {}, {}, {}  # ran: runtime program -> the strategy that ran it
     if here:
         with tempfile.TemporaryDirectory(prefix="autodist-bench-") as folder:
             try:
                 for name, plan, _ in plans:
-                    if plan is not None and runtime_program(plan.strategy) not in ran:
+                    if plan is not None and runtime_program(plan.strategy, spec) not in ran:
                         record = run_strategy(name, plan, paths[name], args.script, args.script_args, folder,
                                               args.join_timeout)
                         times[name] = measured_times(record, args.steps, name)
-                        ran[runtime_program(plan.strategy)] = name
+                        link_bytes[name] = record.get("link_bytes_sent")
+                        ran[runtime_program(plan.strategy, spec)] = name
             except Terminated:
                 print("autodist: terminated; every task is stopped", file=sys.stderr)
                 return 128 + signal.SIGTERM
     rows = []
     for name, plan, why_not in plans:
-        first = ran.get(runtime_program(plan.strategy)) if plan is not None else None
+        first = ran.get(runtime_program(plan.strategy, spec)) if plan is not None else None
         rows.append(strategy_row(name, plan, paths.get(name), why_not, times.get(first),
-                                 first if first not in (None, name) else None))
+                                 first if first not in (None, name) else None, link_bytes.get(first)))
     rows = add_ranks(rows)
     document = {"script": args.script, "script_args": args.script_args, "cluster": spec.name, "steps": args.steps,
                 "strategies": rows}

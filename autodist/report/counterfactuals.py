@@ -7,7 +7,10 @@ allreduce with each algorithm, in a bucket of its own; for an allreduced
 variable, PS on the task holding the fewest PS bytes.  A sparse gradient
 allreduced has both ways of travelling as alternatives: its rows gathered,
 or its table densified and summed.  For a bucket they are
-the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`.  The
+the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`; of
+the algorithms, those that run differently on the plan's replicas
+(autodist.collective_stages.distinct_algorithms), each one's counterfactual
+listed, and the others named with why they are not offered.  The
 alternative shown is the fastest one that fits memory (else the fastest).
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from autodist.collective_stages import distinct_algorithms
 from autodist.report.render import ms, size
 from autodist.strategy import ALLREDUCE_ALGORITHMS, SPARSE_SYNCS
 
@@ -74,21 +78,30 @@ def _variable_alternatives(pricing, strategy, name):
                 yield _chosen_variable(changed, True), _with_sync(strategy, {name: changed})
 
 
-def _bucket_alternatives(strategy, names):
-    """``(label, strategy)`` for each other value of each bucket-wide choice, the bucket kept whole."""
+def _offered_algorithms(pricing, strategy):
+    """``(algorithms that run differently on the strategy's replicas, {the others: why})``."""
+    return distinct_algorithms([pricing.resource_spec.device(r[0]).node for r in strategy.replicas])
+
+
+def _bucket_alternatives(strategy, names, offered):
+    """``(label, strategy)`` for each other value of each bucket-wide choice, the bucket kept whole (of the
+    algorithms, the ``offered`` ones)."""
     first = strategy.sync[names[0]]
     bucket = _fresh_bucket(strategy)  # so the changed bucket fuses with no other
     for field, values in BUCKET_CHOICES.items():
         for value in values:
-            if value != getattr(first, field):
+            if value != getattr(first, field) and (field != "algorithm" or value in offered):
                 changes = {n: dataclasses.replace(strategy.sync[n], **{field: value, "bucket": bucket}) for n in names}
                 yield str(value), _with_sync(strategy, changes)
 
 
-def _next_best(pricing, alternatives):
-    """``(label, strategy, SimResult)`` of the alternative that fits memory and is fastest."""
-    priced = [(label, strategy, pricing.simulate(strategy)) for label, strategy in alternatives]
-    return min(priced, key=lambda p: (not p[2].fits, p[2].step_time))
+def _priced(pricing, alternatives):
+    return [(label, strategy, pricing.simulate(strategy)) for label, strategy in alternatives]
+
+
+def _next_best(priced):
+    """``(label, strategy, SimResult)`` of the priced alternative that fits memory and is fastest (None: none)."""
+    return min(priced, key=lambda p: (not p[2].fits, p[2].step_time), default=None)
 
 
 def _effect(delta, fits):
@@ -109,7 +122,7 @@ def _chosen_variable(s, sparse=False):
 
 
 def _variable_item(pricing, strategy, base, name):
-    label, changed, alt = _next_best(pricing, _variable_alternatives(pricing, strategy, name))
+    label, changed, alt = _next_best(_priced(pricing, _variable_alternatives(pricing, strategy, name)))
     touched = name in pricing.sparse_gradients
     chosen = _chosen_variable(strategy.sync[name], touched)
     dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
@@ -132,26 +145,31 @@ def _variable_item(pricing, strategy, base, name):
 
 def _bucket_item(pricing, strategy, base, key, names):
     algorithm, bucket, slot = key.algorithm, key.bucket, key.slot
-    label, _, alt = _next_best(pricing, _bucket_alternatives(strategy, names))
+    offered, left_out = _offered_algorithms(pricing, strategy)
+    priced = _priced(pricing, _bucket_alternatives(strategy, names, offered))
     chosen = " ".join(str(getattr(strategy.sync[names[0]], f)) for f in BUCKET_CHOICES)
     name = (f"{algorithm} bucket {bucket}" + (f" {key.compression}" if key.compression != "none" else "")
             + (f" (slot {slot})" if slot else ""))
     dense = sum(pricing.dense_bytes[n] for n in names)
-    delta = alt.step_time - base.step_time
     count = f"{len(names)} variable{'s' if len(names) > 1 else ''}"
-    return {
-        "subject": "bucket",
-        "name": name,
-        "chosen": chosen,
-        "alternative": label,
-        "delta_seconds": delta,
-        "alternative_fits": alt.fits,
-        "leaves_collective_ops": False,
-        "variables": len(names),
-        "dense_bytes": dense,
+    others = "; ".join(f"{a} not offered: {why}" for a, why in sorted(left_out.items()))
+    item = {
+        "subject": "bucket", "name": name, "chosen": chosen, "alternative": None, "delta_seconds": None,
+        "alternative_fits": True, "leaves_collective_ops": False, "variables": len(names), "dense_bytes": dense,
         "sparse_bytes": None,
-        "sentence": f"{name} ({count}, {size(dense)}): {label} {_effect(delta, alt.fits)}.",
+        # every other algorithm the bucket could take: its step time against the plan's
+        "each": {label: alt.step_time - base.step_time for label, _, alt in priced},
+        "not_offered": dict(sorted(left_out.items())),
     }
+    best = _next_best(priced)
+    if best is None:
+        return dict(item, sentence=f"{name} ({count}, {size(dense)}): no other choice ({others}).")
+    label, _, alt = best
+    delta = alt.step_time - base.step_time
+    rest = "; ".join(f"{other} {_effect(d, True)}" for other, d in item["each"].items() if other != label)
+    sentence = f"{name} ({count}, {size(dense)}): {label} {_effect(delta, alt.fits)}"
+    sentence += "".join(f"; {part}" for part in (rest, others) if part) + "."
+    return dict(item, alternative=label, delta_seconds=delta, alternative_fits=alt.fits, sentence=sentence)
 
 
 def explain(pricing, strategy, base):

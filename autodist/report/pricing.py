@@ -51,8 +51,8 @@ class Pricing:
 
     def buckets(self, strategy):
         """The fused collectives of ``strategy``: ``{CollectiveKey: [variables]}`` (Strategy.collectives), as
-        simulated."""
-        return strategy.collectives({name: self.slot_of(strategy, name) for name in strategy.sync})
+        simulated: on the replicas' first devices, where the runtimes hold allreduced variables."""
+        return strategy.collectives()
 
     def transfer_terms(self, strategy):
         """``(latency, bandwidth)``: the transfer model's seconds of every transfer of ``strategy``'s

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 
+from autodist.collective_stages import stages
 from autodist.errors import InputError
 from autodist.resource_spec.measured import COLLECTIVES
 from autodist.resource_spec.spec import receive_link, send_link
 from cost_models.comm.links import NVLS_ARCHITECTURES
-from cost_models.comm.phases import check_bytes, hops
+from cost_models.comm.phases import check_bytes, hops, link_busy
 from cost_models.overlap import lockstep_pace
 from cost_models.types import Phase
 
@@ -37,51 +38,36 @@ class Collectives:
         A fused bucket is one allreduce of the bucket's summed bytes, so it
         pays the per-collective latency terms once instead of once per tensor.
         ``collective_ops``: the runtime sums it with TensorFlow's collective
-        ops (plans that allreduce everything) rather than with transfers
-        between the replicas' devices.  On GPUs those are NCCL's, with no
-        gRPC overhead.  A collective op runs its own algorithm whatever
-        ``algorithm`` names (``CollectiveReduceV2``: a ring on CPUs, NCCL's
-        ring, tree or NVLS on GPUs), so it is priced as that.  ``horovod``: the collective is one of Horovod's fused
-        buckets, which pays the fixed cost per collective fitted on the
+        ops (plans that allreduce everything), priced by ``algorithm``'s
+        pricer (:data:`PRICERS`) as launcher.runtime.collective issues it:
+        the stages of autodist.collective_stages, each a collective per
+        sub-group.  Otherwise NCCL's analytic ring, hierarchical or master
+        (nccl-tests' view).  ``horovod``: the collective is one of Horovod's
+        fused buckets, which pays the fixed cost per collective fitted on the
         published Horovod runs (``overlap``: its coordination between ranks);
         TensorFlow's collective ops, which autodist's runtime runs, and
-        nccl-tests do not.  Collective ops between this machine's processes
-        cost what ``profile collectives`` measured over loopback; between
-        emulated nodes, what ``profile emulated-links`` measured on their
-        links (:meth:`_emulated_ring`).
+        nccl-tests do not.
         """
         nbytes = check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
         if algorithm not in ALGORITHMS:
             raise InputError(f"unknown allreduce algorithm {algorithm!r} (expected one of {ALGORITHMS})")
-        if collective_ops:
-            algorithm = "ring"
         if len(devices) < 2:
             return []
-        if collective_ops and self._ring_across_emulated_nodes(devices):
-            return [self._emulated_ring(nbytes, devices)]
-        on_this_machine = self._loopback_collective(nbytes, devices) if collective_ops else None
-        if on_this_machine is not None and self._all_loopback(devices):
-            _, _, links = self._ring_links(devices)
-            return [Phase(on_this_machine, links)]
+        if collective_ops:
+            return PRICERS[algorithm](self, nbytes, devices, horovod)
         groups = self._by_node(devices)
-        measured = self._measured("allreduce", nbytes, devices) if collective_ops else None
-        if measured is not None:
-            phases = [measured]
-        elif collective_ops and len(groups) == 1 and self._has_nvls(devices):
-            ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
-            phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
-        elif algorithm == "ring" or len(groups) == 1:
+        if algorithm == "ring" or len(groups) == 1:
             phases = self._ring(nbytes, devices)
-            if collective_ops and len(groups) > 1 and self._all_gpus(devices):
-                # NCCL takes its tree where that is faster: small messages (TensorFlow's CPU collectives: a ring)
-                tree = self._tree(nbytes, devices, groups)
-                if sum(p.seconds for p in tree) < sum(p.seconds for p in phases):
-                    phases = tree
         elif algorithm == "hierarchical":
             phases = self._hierarchical(nbytes, groups)
         else:
             phases = self._master(nbytes, groups)
+        return self._with_fixed(phases, devices, False, horovod)
+
+    def _with_fixed(self, phases, devices, collective_ops, horovod):
+        """``phases`` with the fixed cost per collective on the first (gRPC's per tensor, or Horovod's), the empty
+        ones dropped."""
         fixed = self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
         if self.compute_contention(devices, collective_ops) is not None:
             fixed = self.overlap.collective_seconds if horovod else 0.0
@@ -89,10 +75,84 @@ class Collectives:
             phases[0] = Phase(phases[0].seconds + fixed, phases[0].links)
         return [p for p in phases if p.seconds > 0 or p.links]
 
-    def _ring_across_emulated_nodes(self, devices):
-        """Whether every hop of the ring over ``devices`` goes between two emulated nodes."""
+    def _ring_on_collective_ops(self, nbytes, devices, horovod=False):
+        """One ``CollectiveReduceV2`` over ``devices``: a ring on CPUs; NCCL's ring, tree or NVLS on GPUs.
+
+        Between this machine's processes it costs what ``profile collectives``
+        measured over loopback; between emulated nodes, what ``profile
+        emulated-links`` measured on their links (:meth:`_emulated_ring`);
+        on GPUs what ``cluster calibrate`` measured where it has the shape.
+        """
+        if self._ring_across_emulated_nodes(devices):
+            return [self._emulated_ring(nbytes, devices)]
+        on_this_machine = self._loopback_collective(nbytes, devices)
+        if on_this_machine is not None and self._all_loopback(devices):
+            _, _, links = self._ring_links(devices)
+            return [Phase(on_this_machine * self._taking_turns(devices), links)]
+        groups = self._by_node(devices)
+        measured = self._measured("allreduce", nbytes, devices)
+        if measured is not None:
+            phases = [measured]
+        elif len(groups) == 1 and self._has_nvls(devices):
+            ring, nvls = self._ring(nbytes, devices), self._nvls(nbytes, devices)
+            phases = ring if sum(p.seconds for p in ring) <= nvls.seconds else [nvls]
+        else:
+            phases = self._ring(nbytes, devices)
+            if len(groups) > 1 and self._all_gpus(devices):
+                # NCCL takes its tree where that is faster: small messages (TensorFlow's CPU collectives: a ring)
+                tree = self._tree(nbytes, devices, groups)
+                if sum(p.seconds for p in tree) < sum(p.seconds for p in phases):
+                    phases = tree
+        return self._with_fixed(phases, devices, True, horovod)
+
+    def _staged(self, algorithm, nbytes, devices, horovod=False):
+        """``algorithm``'s stages (autodist.collective_stages) over ``devices``, one phase per stage: each
+        group's collective (of ``Stage.size``) priced by :data:`STAGE_PRICERS`, the groups at once, a link
+        that several groups cross carrying all of theirs (the slowest group or the busiest link sets it)."""
         spec = self.resource_spec
-        return all(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops(devices))
+        out = []
+        for stage in stages(algorithm, [spec.device(d).node for d in devices]):
+            per_group = []
+            for group in stage.groups:
+                members = devices if len(group) == len(devices) else [devices[r] for r in group]
+                if len(members) > 1:
+                    phases = STAGE_PRICERS[stage.op](self, stage.size(nbytes), members, horovod)
+                    per_group.append([Phase(sum(p.seconds for p in phases),
+                                            tuple(sorted({link for p in phases for link in p.links})))])
+            if per_group:
+                busiest = max(link_busy(per_group).values(), default=0.0)
+                slowest = max(p.seconds for phases in per_group for p in phases)
+                out.append(Phase(max(busiest, slowest),
+                                 tuple(sorted({link for phases in per_group for p in phases for link in p.links}))))
+        return out
+
+    def _part_of_loopback(self, nbytes, devices, share):
+        """``share`` of TensorFlow's CPU allreduce of ``nbytes`` between ``devices``' processes on this machine
+        (a collective that moves that share of its bytes per replica), or None where it was not measured or the
+        devices are not on loopback."""
+        seconds = self._loopback_collective(nbytes, devices)
+        if seconds is None or not self._all_loopback(devices) or self._all_gpus(devices):
+            return None
+        _, _, links = self._ring_links(devices)
+        return [Phase(share * seconds * self._taking_turns(devices), links)]
+
+    def _taking_turns(self, devices):
+        """How many times longer a CPU collective between ``devices``' processes on this machine takes than
+        measured (two processes, a core each): where an emulated node's processes outnumber its cores, their
+        copies, sums and gRPC work take turns on them (2 replicas on an emulated node of 1 core: twice)."""
+        spec = self.resource_spec
+        turns = 1.0
+        for group in self._by_node(devices):
+            cores = spec.cores_of(group[0])
+            if cores:
+                turns = max(turns, len(group) / cores)
+        return turns
+
+    def _ring_across_emulated_nodes(self, devices):
+        """Whether the ring over ``devices`` crosses between emulated nodes (every step of the ring then waits for
+        its slowest hop, a shaped link, whatever its hops inside a node)."""
+        spec = self.resource_spec
+        return any(self._between_emulated_nodes(a, b, spec.path(a, b)) for a, b in hops(devices))
 
     def _emulated_ring(self, nbytes, devices):
         """TensorFlow's collective ring allreduce of ``nbytes`` between emulated nodes, as measured on their links
@@ -193,6 +253,10 @@ class Collectives:
             self.resource_spec.device(name)
         if op == "allreduce":
             return self.allreduce_phases(nbytes, devices, "ring", collective_ops=True)
+        return self._one_ring(op, nbytes, devices)
+
+    def _one_ring(self, op, nbytes, devices):
+        """nccl-tests' ``op`` (not allreduce) of ``nbytes`` as measured, else as one ring."""
         measured = self._measured(op, nbytes, devices)
         if measured is not None:
             return [measured]
@@ -307,3 +371,49 @@ class Collectives:
                 links.update((send_link(f"{node.name}/nic{k}"), receive_link(f"{node.name}/nic{k}")))
         seconds = 2 * (n - 1) / n * share / bandwidth + 2 * (n - 1) * latency
         return Phase(seconds, tuple(sorted(links)))
+
+
+# -- the tables: one pricer per allreduce algorithm, one per stage op ---------------------------------------
+def _price_ring(comm, nbytes, devices, horovod):
+    """ring: one CollectiveReduceV2 over every replica."""
+    return comm._ring_on_collective_ops(nbytes, devices, horovod)
+
+
+def _price_hierarchical(comm, nbytes, devices, horovod):
+    """hierarchical: reduce-scatter in each node, allreduce of the shards across nodes, all-gather in each node."""
+    return comm._staged("hierarchical", nbytes, devices, horovod)
+
+
+def _price_master(comm, nbytes, devices, horovod):
+    """master: allreduce in each node, allreduce among the nodes' masters, broadcast in each node."""
+    return comm._staged("master", nbytes, devices, horovod)
+
+
+PRICERS = {"ring": _price_ring, "hierarchical": _price_hierarchical, "master": _price_master}
+
+
+def _stage_reduce_scatter(comm, nbytes, devices, horovod):
+    """NCCL's reduce-scatter on GPUs; on CPUs (TensorFlow has none) the allreduce it runs as."""
+    if comm._all_gpus(devices):
+        return comm._one_ring("reducescatter", nbytes, devices)
+    return comm._ring_on_collective_ops(nbytes, devices)
+
+
+def _stage_all_gather(comm, nbytes, devices, horovod):
+    """An all-gather of ``nbytes`` in all: on this machine's CPUs half the allreduce measured (its second half)."""
+    return comm._part_of_loopback(nbytes, devices, 0.5) or comm._one_ring("allgather", nbytes, devices)
+
+
+def _stage_broadcast(comm, nbytes, devices, horovod):
+    """A broadcast of ``nbytes``: on this machine's CPUs the allreduce measured, scaled to the bytes each replica
+    moves (``nbytes`` against ``2 (n-1)/n`` of them)."""
+    n = len(devices)
+    return comm._part_of_loopback(nbytes, devices, n / (2 * (n - 1))) or comm._one_ring("broadcast", nbytes, devices)
+
+
+STAGE_PRICERS = {
+    "allreduce": lambda comm, nbytes, devices, horovod: comm._ring_on_collective_ops(nbytes, devices),
+    "reduce_scatter": _stage_reduce_scatter,
+    "all_gather": _stage_all_gather,
+    "broadcast": _stage_broadcast,
+}

@@ -28,7 +28,8 @@ import contextlib
 
 import numpy as np
 
-from autodist.errors import LaunchError
+from autodist.collective_stages import group_keys, stages
+from autodist.errors import LaunchError, PlacementError
 from autodist.strategy import WIRE_DTYPES
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
@@ -104,6 +105,11 @@ class CollectiveGroup:
                               field="strategy.replicas")
         self.layout = layout
         self.bucket_of = {name: b for b, _, names in layout.buckets() for name in names}
+        self.sub_groups = group_keys(layout.replica_nodes)
+        try:
+            self.stages = {a: stages(a, layout.replica_nodes) for a in {v.algorithm for v in layout.variables.values()}}
+        except PlacementError as exc:
+            raise LaunchError(str(exc), field="strategy.sync") from None
 
     @property
     def hint(self):
@@ -114,13 +120,82 @@ class CollectiveGroup:
         key, self._next_key = self._next_key, self._next_key + 1
         return key
 
-    def all_sum(self, tensor, group_key=GRADIENT_GROUP, name="allreduce"):
-        """The sum of ``tensor`` over every replica (one ``CollectiveReduceV2``)."""
+    def all_sum(self, tensor, group_key=GRADIENT_GROUP, name="allreduce", group_size=None, instance_key=None):
+        """The sum of ``tensor`` over every replica, or over the group ``group_key`` of ``group_size`` replicas
+        (one ``CollectiveReduceV2``)."""
         import tensorflow as tf
 
         return tf.raw_ops.CollectiveReduceV2(
-            input=tensor, group_size=self.size, group_key=group_key, instance_key=self._instance_key(),
-            ordering_token=[], merge_op="Add", final_op="Id", communication_hint=self.hint, name=name)
+            input=tensor, group_size=group_size or self.size, group_key=group_key,
+            instance_key=instance_key or self._instance_key(), ordering_token=[], merge_op="Add", final_op="Id",
+            communication_hint=self.hint, name=name)
+
+    def _group_key(self, group):
+        return GRADIENT_GROUP if len(group) == self.size else self.sub_groups[group]
+
+    def allreduce(self, flat, algorithm, name):
+        """The sum of vector ``flat`` over every replica by ``algorithm``: its stages (autodist.collective_stages),
+        one collective per group this replica is in, each with its group's own key; ``(sum, [the collective
+        ops this replica issued, with their stage and group])``.
+
+        Every replica draws an instance key for every group of every stage, in
+        the same order, whether it is in the group or not.  A reduce-scatter
+        cuts ``flat`` (zero-padded to a multiple of the shards) into one part
+        per member, in the group's rank order; TensorFlow has no reduce-scatter
+        on CPUs, where it is an allreduce inside the group of which each member
+        keeps its part.
+        """
+        import tensorflow as tf
+
+        value, issued = flat, []
+        length = tf.size(flat)
+        shards = max((stage.shards for stage in self.stages[algorithm]), default=1)
+        if shards > 1:
+            value = tf.pad(flat, [[0, (shards - length % shards) % shards]])
+        for k, stage in enumerate(self.stages[algorithm]):
+            keys = [self._instance_key() for _ in stage.groups]
+            for group, key in zip(stage.groups, keys):
+                if self.rank in group:
+                    value, op = getattr(self, f"_{stage.op}")(value, group, key, f"{name}_{k}_{stage.op}")
+                    issued.append((op, k, group))
+        if shards > 1:
+            value = value[:length]
+        return value, issued
+
+    def _allreduce(self, value, group, key, name):
+        out = self.all_sum(value, self._group_key(group), name, len(group), key)
+        return out, out.op
+
+    def _reduce_scatter(self, value, group, key, name):
+        import tensorflow as tf
+
+        if self.device_type == "GPU":
+            out = tf.raw_ops.CollectiveReduceScatterV2(
+                input=value, group_size=len(group), group_key=self._group_key(group), instance_key=key,
+                ordering_token=[], merge_op="Add", final_op="Id", communication_hint=self.hint, name=name)
+            return out, out.op
+        summed = self.all_sum(value, self._group_key(group), name, len(group), key)
+        part = tf.size(value) // len(group)
+        return summed[group.index(self.rank) * part:(group.index(self.rank) + 1) * part], summed.op
+
+    def _all_gather(self, value, group, key, name):
+        import tensorflow as tf
+
+        out = tf.raw_ops.CollectiveGatherV2(
+            input=value, group_size=len(group), group_key=self._group_key(group), instance_key=key,
+            ordering_token=[], communication_hint=self.hint, name=name)
+        return out, out.op
+
+    def _broadcast(self, value, group, key, name):
+        import tensorflow as tf
+
+        common = dict(group_size=len(group), group_key=self._group_key(group), instance_key=key,
+                      communication_hint=self.hint, name=name)
+        if self.rank == group[0]:
+            out = tf.raw_ops.CollectiveBcastSendV2(input=value, **common)
+        else:
+            out = tf.raw_ops.CollectiveBcastRecvV2(shape=tf.shape(value), T=value.dtype, **common)
+        return out, out.op
 
     # -- gradients -----------------------------------------------------------------
     def sum_gradients(self, grads, variables, share, checksum):
@@ -156,14 +231,14 @@ class CollectiveGroup:
             if g is not None:
                 gather = isinstance(g, tf.IndexedSlices) and self.layout.variables[name].sparse_sync == "gather"
                 wire = "gather" if gather else self._wire_dtype(name, g.dtype).name
-                groups.setdefault((self.bucket_of[name], wire), []).append(i)
-        order = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] == "gather", item[0][1]))
+                groups.setdefault((self.bucket_of[name], self.layout.variables[name].algorithm, wire), []).append(i)
+        order = sorted(groups.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] == "gather", item[0][2]))
         # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
-        summed_keys = [k for k, ((_, wire), _) in enumerate(order) if wire != "gather"]
-        wide = [k for k in summed_keys if tf.as_dtype(order[k][0][1]).size > 2]
+        summed_keys = [k for k, ((_, _, wire), _) in enumerate(order) if wire != "gather"]
+        wide = [k for k in summed_keys if tf.as_dtype(order[k][0][2]).size > 2]
         carrier = (wide or summed_keys or [None])[0]
         previous = []
-        for k, ((bucket, wire), members) in enumerate(order):
+        for k, ((bucket, algorithm, wire), members) in enumerate(order):
             if wire == "gather":
                 for i in members:
                     with tf.control_dependencies(previous):
@@ -183,7 +258,7 @@ class CollectiveGroup:
                 flat = tf.concat(parts, axis=0)
                 if k == carrier:
                     flat = tf.concat([flat, tf.reshape(tf.cast(checksum, flat.dtype), [1])], axis=0)
-                summed = self.all_sum(flat, name=f"bucket{bucket}_allreduce")
+                summed, issued = self.allreduce(flat, algorithm, f"bucket{bucket}_{algorithm}")
                 if k == carrier:
                     summed = self._checked(summed, checksum)
             previous = [summed]
@@ -191,11 +266,13 @@ class CollectiveGroup:
             for i, piece in zip(members, tf.split(summed, sizes)):
                 out[i] = tf.cast(tf.reshape(piece, variables[i].shape), grads[i].dtype)
                 self.variables[names[i]] = variables[i]
-            self.collectives.append({
-                "graph": summed.graph, "op": self._collective_op(summed).name, "bucket": bucket,
-                "compression": self.layout.variables[names[members[0]]].compression,
-                "variables": [names[i] for i in members], "elements": int(sum(sizes)),
-            })
+            for op, stage, group in issued:
+                self.collectives.append({
+                    "graph": summed.graph, "op": op.name, "bucket": bucket, "algorithm": algorithm,
+                    "stage": stage, "group": list(group),
+                    "compression": self.layout.variables[names[members[0]]].compression,
+                    "variables": [names[i] for i in members], "elements": int(sum(sizes)),
+                })
         return out
 
     def _gathered(self, slices, share, name):
@@ -253,14 +330,6 @@ class CollectiveGroup:
         check = tf.debugging.assert_near(summed[-1], mine, rtol=tolerance, atol=tolerance, message=BATCH_MISMATCH)
         with tf.control_dependencies([check]):
             return tf.identity(summed[:-1])
-
-    @staticmethod
-    def _collective_op(tensor):
-        """The CollectiveReduceV2 op ``tensor`` comes from (through the slicing of the checksum)."""
-        op = tensor.op
-        while op.type != "CollectiveReduceV2":
-            op = op.inputs[0].op
-        return op
 
     def barrier(self):
         """Return once every replica has joined (one scalar collective)."""
@@ -387,9 +456,13 @@ class CollectiveGroup:
         out = []
         for record in self.collectives:
             op = record["graph"].get_operation_by_name(record["op"])
+            size = op.inputs[0] if op.type == "CollectiveBcastRecvV2" else op.inputs[1]
             entry = {
-                "op_type": op.type,  # CollectiveReduceV2, or CollectiveGatherV2 for a sparse gradient's rows
-                "group_size": int(tf.get_static_value(op.inputs[1])),
+                "op_type": op.type,  # CollectiveReduceV2, or CollectiveGatherV2 for a sparse gradient's rows; and
+                # the stages of hierarchical and master allreduces (autodist.collective_stages)
+                "group_size": int(tf.get_static_value(size)),
+                "algorithm": record.get("algorithm", "ring"), "stage": record.get("stage", 0),
+                "group": record.get("group"),
                 "communication_hint": op.get_attr("communication_hint").decode(),
                 "bucket": record["bucket"],
                 "dtype": op.get_attr("T").name,  # what the collective really sums

@@ -80,7 +80,7 @@ class CollectiveSync:
 
     def _apply(self, t, updates, label):
         for key, device, seconds in updates:
-            start = max(t, self.upd_free[key])
+            start = max(t, self.upd_free.get(key, 0.0))  # a slot that computes nothing is free from the start
             stop = start + seconds
             self.upd_free[key] = stop
             self.upd_busy[key] = self.upd_busy.get(key, 0.0) + stop - start

@@ -71,10 +71,11 @@ def lower(simulator, strategy, classes, var_slot):
     problem = simulator.problem
     ps_variables = [PsVariable(name, var_slot[name] if var_slot else 0)
                     for name, s in sorted(strategy.sync.items()) if s.method != "allreduce"]
-    # issued in key order (bucket first), as the runtimes run them (launcher.runtime.collective, .trainer)
+    # issued in key order (bucket first), as the runtimes run them (launcher.runtime.collective, .trainer), over
+    # the replicas' first devices, where the runtimes hold every allreduced variable whatever its unit's slot
     collectives = [Collective(key, tuple(names), simulator.slot_devices(strategy.replicas, key.slot),
                               problem.gathered(strategy, names))
-                   for key, names in strategy.collectives(var_slot).items()]
+                   for key, names in strategy.collectives().items()]
     collective_ops = strategy.allreduces_everything()
     return StepGraph(classes, collectives, ps_variables, collective_ops,
                      problem.client_time(strategy, collective_ops))
