@@ -115,6 +115,14 @@ class JobInfo:
     # Whether autodist's runtime runs this job on collective ops only: a custom
     # loop captured from a script (see why_collective_only); placement reads it.
     collective_only: bool = False
+    # Why the step cannot run at another batch (it pins the captured batch in a shape, e.g. a Reshape to a
+    # constant shape): "" where it can.  Set at capture (autodist.graph.trace).
+    batch_pinned: str = ""
+    # Horovod's batch semantics (autodist.graph.semantics): every replica runs the script's own batch
+    # (script_batch) and batch_size is replicas x that batch.
+    batch_per_replica: bool = False
+    # The batch the script gives one step where the job is planned at another (0: batch_size).
+    script_batch: int = 0
 
     def why_collective_only(self):
         """Why only plans that allreduce every variable, one device per replica, can run this job; None if any can.
@@ -129,6 +137,9 @@ class JobInfo:
         if self.collective_only:
             return ("a custom training loop runs on collective ops only (PS and hybrid plans run a compiled Keras "
                     "model's step from one client)")
+        if self.batch_per_replica:
+            return ("every replica runs the script's own batch, which runs on collective ops only (PS and hybrid "
+                    "plans split one global batch from one client)")
         return None
 
 

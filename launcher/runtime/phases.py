@@ -20,7 +20,7 @@ import time
 def needs_plan(layout, model, rows):
     """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for (a model
     not built yet, whose variables fit creates, is not)."""
-    if rows and layout.batch_size and rows != layout.batch_size:
+    if rows and layout.step_rows and rows != layout.step_rows:
         return True
     return not model.built or any(v.path not in layout.variables for v in model.trainable_variables)
 
@@ -45,7 +45,7 @@ def step_layout(layout, plan_path, step, args, kwargs, source):
     item = trace_step(step, args, kwargs, _name(source), source,
                       xla=step_options(step).get("jit_compile") or False, collective_only=True)
     names = [v.name for v in item.trainable_variables()]
-    if item.job.batch_size in (0, layout.batch_size) and all(n in layout.variables for n in names):
+    if item.job.batch_size in (0, layout.step_rows) and all(n in layout.variables for n in names):
         return None
     return _planned(plan_path, item, start)
 
