@@ -89,9 +89,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}", flush=True)
     print(f"autodist: batch: {batch_line(plan)}", flush=True)
-    fewer = why_fewer_replicas(plan)
-    if fewer:
-        print(f"autodist: {fewer}", flush=True)
+    print(f"autodist: {replicas_sentence(plan)}", flush=True)
     return plan, args.output
 
 
@@ -105,19 +103,22 @@ def check_batch_can_change(graph_item, global_batch):
                          "--batch-per-replica", field="--global-batch")
 
 
-def why_fewer_replicas(plan):
-    """A sentence on why ``plan`` leaves nodes unused (the all-node data-parallel baseline is predicted slower),
-    or None when it uses every node."""
+def replicas_sentence(plan):
+    """How many replicas ``plan`` uses on how many of the cluster's nodes, and why."""
     step = plan.prediction.get("step_time") or 0.0
     everywhere = (plan.prediction.get("baselines") or {}).get("ring")
     replicas = len(plan.strategy.replicas)
     nodes = {d.split("/")[0] for r in plan.strategy.replicas for d in r}
-    if everywhere is None or everywhere <= step or len(plan.resource_spec.nodes) <= len(nodes):
-        return None
-    return (f"the plan uses {replicas} replica{'s' if replicas != 1 else ''} on {len(nodes)} of the cluster's "
-            f"{len(plan.resource_spec.nodes)} nodes: data parallelism on every node (ring allreduce) is predicted at "
-            f"{everywhere * 1e3:.3f} ms per step, slower than this plan's {step * 1e3:.3f} ms (exchanging the "
-            "gradients costs more than the compute it would split)")
+    total = len(plan.resource_spec.nodes)
+    uses = (f"the plan uses {replicas} replica{'s' if replicas != 1 else ''} on {len(nodes)} of the cluster's "
+            f"{total} node{'s' if total != 1 else ''}")
+    if plan.graph.get("batch_per_replica"):
+        return f"{uses}: one per compute device, as every replica runs the script's batch"
+    if everywhere is not None and everywhere > step and total > len(nodes):
+        return (f"{uses}: data parallelism on every node (ring allreduce) is predicted at {everywhere * 1e3:.3f} ms "
+                f"per step, slower than this plan's {step * 1e3:.3f} ms (exchanging the gradients costs more than "
+                "the compute it would split)")
+    return f"{uses}: predicted fastest, at {step * 1e3:.3f} ms per step"
 
 
 def _replanned(args, plan):
