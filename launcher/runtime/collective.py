@@ -318,7 +318,7 @@ class CollectiveGroup:
                 checksum, lo, hi = None, 0, n
                 share = tf.constant(1.0 / self.size, tf.float64)
             else:
-                checksum = tf.add_n([tf.reduce_mean(tf.cast(t, tf.float64)) for t in batch])
+                checksum = tf.add_n([_checksum(t) for t in batch])
                 lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
                 share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
 
@@ -440,6 +440,16 @@ def _weighted_mean(outs, weights):
         if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating:
             last[i] = tf.add_n([tf.cast(w, t.dtype) * flat[i] for flat, w in zip(flats, weights)])
     return tf.nest.pack_sequence_as(outs[-1], last)
+
+
+def _checksum(t):
+    """A float64 summary of one batch tensor: the mean of its values (of their hashes for strings)."""
+    import tensorflow as tf
+
+    t = tf.convert_to_tensor(t)
+    if t.dtype == tf.string:
+        t = tf.strings.to_hash_bucket_fast(t, 2**24)
+    return tf.reduce_mean(tf.cast(t, tf.float64))
 
 
 def _is_batched(t):

@@ -62,7 +62,8 @@ class CollectiveRun:
         self._stack = contextlib.ExitStack()
         self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
         self._stack.enter_context(steps_run_by(self))
-        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard()))
+        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard(),
+                                                                  task_id=self.group.rank))
         return self
 
     def __exit__(self, *exc):
@@ -120,6 +121,10 @@ class CollectiveRun:
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
         progress = _progress_callback(self, self._samples(rows))
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
+        if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
+            import tensorflow as tf
+
+            model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
         try:
             with _batch_mismatch_is_a_launch_error():
