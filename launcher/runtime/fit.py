@@ -18,8 +18,7 @@ from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
 from autodist.throughput import EXECUTOR_SETTLE_RUNS, samples_per_second
 
-# fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
-UNSUPPORTED_FIT_ARGS = ("class_weight", "sample_weight", "steps_per_epoch")
+from autodist.graph.item import ONE_CLIENT_FIT_ARGS
 
 
 def _ms(seconds):
@@ -123,9 +122,11 @@ class PlacedFit:
 
         from launcher.runtime.trainer import PlacedTrainer
 
-        for arg in UNSUPPORTED_FIT_ARGS:
+        for arg in ONE_CLIENT_FIT_ARGS:  # planned for allreduce at capture; a later fit may still pass one
             if extra.get(arg) is not None:
-                raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
+                raise LaunchError(f"model.fit({arg}=...) runs only in Keras' own fit loop, under plans that allreduce "
+                                  "every variable, and this plan uses parameter servers; plan with --allreduce-only",
+                                  field=arg)
         x, batch_size = at_plan_batch(self.layout, x, batch_size)
         x, y, validation_data = _split_validation(x, y, extra)
         epoch_batches, steps_per_epoch = _epoch_batches(x, y, batch_size or 32, shuffle)
