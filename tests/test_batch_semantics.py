@@ -145,3 +145,20 @@ def test_fit_runs_at_another_global_batch_as_keras_does_at_that_batch(tmp_path):
     for weights in _weights(tmp_path / "run"):
         for key in single:
             np.testing.assert_allclose(weights[key], single[key], rtol=1e-4, atol=1e-5)
+
+
+def test_a_later_phase_keeps_every_replica_on_its_own_batch(tmp_path):
+    from autodist.api import make_plan
+    from autodist.graph.trace import capture_step
+    from launcher.runtime import phases
+    from launcher.runtime.layout import RunLayout
+
+    _, free = _steps(4)
+    plan = make_plan(capture_step(free, np.zeros((4, 6, 8), np.float32)), "cpu-local:2", moves=50,
+                     batch_per_replica=True)
+    plan.save(str(tmp_path / "plan.json"))
+    later = phases.step_layout(RunLayout.from_plan(plan), str(tmp_path / "plan.json"), free,
+                               (np.zeros((6, 6, 8), np.float32),), {}, "train.py:9")
+    layout, line = later
+    assert layout.per_replica and (layout.batch_size, layout.step_rows) == (12, 6)
+    assert "global batch 12, every replica on its own batch" in line
