@@ -7,7 +7,10 @@ process that imports it.  So a command's standard error (file descriptor 2,
 which the processes it starts inherit) goes through a pipe whose reader
 drops absl's info and warning lines and passes everything else on, in
 order; ``TF_CPP_MIN_LOG_LEVEL=2`` quiets the lines logged after start-up.
-Errors (``E``-level lines) and Python's output are never dropped.
+Errors (``E``-level lines) and Python's output are never dropped.  The
+command's children are awaited before it exits (local tasks, replicas), so
+their last lines pass too; a child left running past its command's exit
+would lose its standard error.
 """
 
 from __future__ import annotations
