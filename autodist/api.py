@@ -62,7 +62,7 @@ def cluster_of(cluster):
 
 def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
                      precision=None, micro_batches=None, cost_model=None, allow_compression=False,
-                     allow_micro_batches=False, moves=None):
+                     allow_micro_batches=False, moves=None, global_batch=None, batch_per_replica=False):
     """Search the best placement of a training job on a cluster: the plan and the search that made it.
 
     Parameters
@@ -93,6 +93,11 @@ def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, scri
     moves : int, optional
         Search exactly this many moves instead of ``budget_s``: the same
         plan, byte for byte, on any machine.
+    global_batch : int, optional
+        Plan the job at this global batch instead of the script's.
+    batch_per_replica : bool
+        Every replica runs the script's batch (the global batch is the
+        cluster's compute devices times it); see :mod:`autodist.graph.semantics`.
 
     Returns
     -------
@@ -101,10 +106,12 @@ def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, scri
     from cost_models import CostModel
     from placement import optimize
 
+    from autodist.graph.semantics import planned_batch
     from autodist.plan import Plan
 
     graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches)
     resource_spec = cluster_of(cluster)
+    graph_item = planned_batch(graph_item, len(resource_spec.compute_devices()), global_batch, batch_per_replica)
     cost_model = cost_model or CostModel.default()
     result = optimize(graph_item, resource_spec, cost_model, seed=seed, budget_s=budget_s, moves=moves,
                       progress=progress, allreduce_only=allreduce_only, allow_compression=allow_compression,

@@ -122,17 +122,22 @@ REPLACED_STRATEGIES = ("MirroredStrategy", "MultiWorkerMirroredStrategy")
 
 
 @contextlib.contextmanager
-def single_replica_strategies(out=None):
+def single_replica_strategies(out=None, task_id=0):
     """Inside: creating a :data:`REPLACED_STRATEGIES` strategy gives TensorFlow's default strategy.
 
     Its ``scope()`` changes nothing, ``num_replicas_in_sync`` is 1, ``run``
     calls the function and ``experimental_distribute_dataset`` returns the
     dataset: the script runs as one replica, which autodist's plan
-    distributes.  The first creation prints one line saying so (to ``out``,
-    default stdout).
+    distributes.  Its ``cluster_resolver`` says this process is worker
+    ``task_id`` (a replica's rank; 0, the chief, where one process runs the
+    script), so that a script that writes files only on its chief
+    (``task_type == "worker" and task_id == 0``) does so in one replica.
+    The first creation prints one line saying so (to ``out``, default stdout).
     """
     import tensorflow as tf
 
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}), task_type="worker",
+                                                                    task_id=task_id)
     told = []
 
     def new(cls, *args, **kwargs):
@@ -145,6 +150,8 @@ def single_replica_strategies(out=None):
     with contextlib.ExitStack() as stack:
         for name in REPLACED_STRATEGIES:
             stack.enter_context(patched(getattr(tf.distribute, name), "__new__", new))
+        stack.enter_context(patched(type(tf.distribute.get_strategy()), "cluster_resolver",
+                                    property(lambda strategy: resolver)))
         yield
 
 

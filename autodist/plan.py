@@ -208,6 +208,9 @@ def _graph_summary(graph_item):
         "precision": graph_item.job.precision,
         "xla": bool(graph_item.job.xla),
         "micro_batches": int(graph_item.job.micro_batches),
+        "script_batch": int(graph_item.job.script_batch or graph_item.job.batch_size),
+        "batch_per_replica": bool(graph_item.job.batch_per_replica),
+        "batch_pinned": graph_item.job.batch_pinned,
     }
 
 

@@ -244,21 +244,24 @@ def all_baselines(simulator):
     Each data-parallel baseline runs on every node; where it is faster on
     fewer whole nodes (:func:`node_scales`), the fastest of those joins as
     "<k>-node <name>".  The model-parallel greedy op placer joins when
-    no data-parallel baseline fits device memory.
+    no data-parallel baseline fits device memory.  Where every replica runs
+    the script's batch (``JobInfo.batch_per_replica``), the replica count
+    sets the global batch: only the baselines on every compute device.
     """
     problem = simulator.problem
+    fixed = problem.graph_item.job.batch_per_replica
     out, scaled = [], []
     for baseline in BASELINES:
         name = baseline.name
         everywhere = _candidate(simulator, name, baseline.build(problem))
         out.append(everywhere)
         fewer = [_candidate(simulator, f"{k}-node {name}", baseline.build(problem, nodes=k))
-                 for k in node_scales(problem.resource_spec)[:-1]]
+                 for k in ([] if fixed else node_scales(problem.resource_spec)[:-1])]
         best = min(fewer, key=_speed, default=None)
         if best is not None and _speed(best) < _speed(everywhere):
             scaled.append(best)
     out += scaled
-    if not any(c.simulation.fits for c in out):
+    if not fixed and not any(c.simulation.fits for c in out):
         out.append(_candidate(simulator, "greedy-op-placer", greedy_op_placer(problem)))
     return out
 

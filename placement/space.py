@@ -27,8 +27,10 @@ Each move changes one decision and returns a short label (for statistics):
   per micro-batch);
 - ``replicas``: the replica count one up or down, halved, doubled, one or
   every compute device (one-device replicas only; the replicas are the first
-  compute devices in cluster order, so nodes fill one after another); a
-  bucket whose algorithm cannot run on the new replicas becomes a ring;
+  compute devices in cluster order, so nodes fill one after another; not
+  where every replica runs the script's batch, whose global batch the count
+  sets: ``JobInfo.batch_per_replica``); a bucket whose algorithm cannot run
+  on the new replicas becomes a ring;
 - ``ps_count``: add a PS task (on a node without one, taking half the
   shards of the busiest task) or remove the last one (its shards move to
   the others).
@@ -92,6 +94,7 @@ class StrategySpace:
         self.batch_rows = problem.graph_item.job.batch_size if allow_micro_batches else 0
         self.job_micro_batches = problem.micro_batches
         self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
+        self.fixed_replicas = problem.graph_item.job.batch_per_replica
         self.sparse = sorted(problem.sparse_gradients)
         self._replica_lists = {}  # count -> the one replica list of that count this space hands out
         self._node_of = {d.name: d.node for d in problem.resource_spec.devices()}
@@ -116,7 +119,8 @@ class StrategySpace:
             moves.append("compression")
         if any(strategy.sync[v].method == "allreduce" for v in self.sparse):
             moves.append("sparse_sync")
-        if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas):
+        if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas) \
+                and not self.fixed_replicas:
             moves.append("replicas")
         if self.batch_rows // len(strategy.replicas) >= 2:
             moves.append("micro_batches")

@@ -29,7 +29,7 @@ def test_script_arguments_without_the_separator_suggest_it(command, capsys):
 
 
 def test_a_plan_on_fewer_nodes_than_the_cluster_says_why(tmp_path, capsys):
-    from autodist.cli.run_cmd import why_fewer_replicas
+    from autodist.cli.run_cmd import replicas_sentence
     from autodist.plan import Plan
 
     graph, plan_path = str(tmp_path / "g.json"), str(tmp_path / "plan.json")
@@ -41,7 +41,7 @@ def test_a_plan_on_fewer_nodes_than_the_cluster_says_why(tmp_path, capsys):
     plan = Plan.load(plan_path)
     assert len(plan.strategy.replicas) == 1  # this small step is predicted fastest on one node
     ring = plan.prediction["baselines"]["ring"]
-    sentence = why_fewer_replicas(plan)
+    sentence = replicas_sentence(plan)
     assert sentence.startswith("the plan uses 1 replica on 1 of the cluster's 2 nodes")
     assert f"predicted at {ring * 1e3:.3f} ms per step" in sentence
 

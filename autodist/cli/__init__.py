@@ -52,7 +52,15 @@ def _build_parser(prog, modules):
                 continue
             raise
         module.register(sub)
+    for command in sub.choices.values():
+        add_verbose(command)
     return parser
+
+
+def add_verbose(parser):
+    """``--verbose``: TensorFlow's own log lines are shown (see :mod:`autodist.cli.tf_logs`)."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's own log lines (start-up notices, servers), hidden by default")
 
 
 # Packages whose warnings a command prints as one line of its own (no source line), each text once.
@@ -98,11 +106,26 @@ def _run(prog, modules, argv):
         return 1
 
 
+def _logs_as_asked():
+    """At a command's start from its command line (``sys.argv``): TensorFlow's log lines hidden for it and the
+    processes it starts, unless ``--verbose`` comes before ``--`` (or ``AUTODIST_VERBOSE=1``)."""
+    from autodist.cli.tf_logs import VERBOSE_ENV, quiet_tensorflow_logs
+
+    argv = sys.argv[1:]
+    if "--verbose" in argv[: argv.index("--") if "--" in argv else len(argv)]:
+        os.environ[VERBOSE_ENV] = "1"
+    quiet_tensorflow_logs()
+
+
 def main(argv=None):
-    """Entry point of the ``autodist`` command."""
+    """Entry point of the ``autodist`` command (from the command line when ``argv`` is None)."""
+    if argv is None:
+        _logs_as_asked()
     sys.exit(_run("autodist", AUTODIST_COMMANDS, argv))
 
 
 def placement_main(argv=None):
-    """Entry point of the ``placement`` command."""
+    """Entry point of the ``placement`` command (from the command line when ``argv`` is None)."""
+    if argv is None:
+        _logs_as_asked()
     sys.exit(_run("placement", PLACEMENT_COMMANDS, argv))

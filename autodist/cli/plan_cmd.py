@@ -52,12 +52,21 @@ def summary(plan):
     )
 
 
+def batch_line(plan):
+    """The plan's batch semantics in one sentence (``autodist.graph.semantics.describe``)."""
+    from autodist.graph.semantics import describe
+
+    graph = plan.graph
+    return describe(graph["batch_size"], graph.get("script_batch", 0), graph.get("batch_per_replica", False),
+                    graph.get("batch_pinned", ""))
+
+
 def run(args):
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.progress import SearchProgress
     from autodist.cli.emit_cmd import manifests_for, options_from_args, script_args_of
-    from autodist.cli.job_options import job_options, search_allowances
+    from autodist.cli.job_options import batch_options, job_options, search_allowances
     from autodist.cli.options import check_search_size, search_budget
     from autodist.io import check_output_file
     from autodist.cli.cluster_args import cluster_from_args
@@ -79,11 +88,12 @@ def run(args):
     graph_item = graph_of(args.source, script_args_of(args))
     plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      allreduce_only=args.allreduce_only, cost_model=load_cost_model(args.cost_model),
-                     **job_options(args), **search_allowances(args))
+                     **job_options(args), **search_allowances(args), **batch_options(args))
     objects = manifests_for(plan, args, script) if args.emit_k8s else []
     plan.save(args.output)
     warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}")
+    print(f"batch: {batch_line(plan)}")
     if objects:
         from launcher.manifests import write_manifests
 

@@ -51,8 +51,10 @@ def _cluster_given(args):
 def _from_plan_file(args):
     from autodist.plan import Plan
     from autodist.cli.cluster_args import cluster_from_args
+    from autodist.cli.job_options import check_no_batch_options
 
     plan = Plan.load(args.source)
+    check_no_batch_options(args, args.source)
     if args.timeline:
         raise InputError("--timeline needs the job's graph: give train.py or graph.json, not a plan", field="--timeline")
     if _cluster_given(args):
@@ -74,7 +76,7 @@ def _from_job(args):
     from cost_models.model import load_cost_model
 
     from autodist.api import graph_of, plan_with_search, with_job_options
-    from autodist.cli.job_options import job_options, search_allowances
+    from autodist.cli.job_options import batch_options, job_options, search_allowances
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
     from autodist.cli.cluster_args import cluster_from_args
@@ -86,8 +88,8 @@ def _from_job(args):
     graph_item = with_job_options(graph_of(args.source, args.script_args), **job_options(args))
     cost_model = load_cost_model(args.cost_model)
     plan, result = plan_with_search(graph_item, spec, seed=args.seed, progress=SearchProgress(), cost_model=cost_model,
-                                    **search_budget(args), **search_allowances(args))
-    return plan, graph_item, result, cost_model
+                                    **search_budget(args), **search_allowances(args), **batch_options(args))
+    return plan, result.simulator.problem.graph_item, result, cost_model  # the item as planned (its batch)
 
 
 def run(args):

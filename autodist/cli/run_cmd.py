@@ -64,8 +64,8 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.cluster_args import cluster_from_args
-    from autodist.cli.job_options import search_allowances
-    from autodist.cli.plan_cmd import summary, warn_if_unsearched
+    from autodist.cli.job_options import batch_options, search_allowances
+    from autodist.cli.plan_cmd import batch_line, summary, warn_if_unsearched
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
     from autodist.resource_spec import load_cluster
@@ -77,34 +77,48 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     check_search_size(resource_spec, **search_budget(args))
     check_can_run(resource_spec)
     graph_item = graph_item or graph_of(args.script, args.script_args)
+    check_batch_can_change(graph_item, args.global_batch)
     collective_only = graph_item.job.why_collective_only()
     if collective_only:
         print(f"autodist: {collective_only}: searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      cost_model=load_cost_model(args.cost_model),
-                     precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args))
+                     precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args),
+                     **batch_options(args))
     plan.save(args.output)
     warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}", flush=True)
-    fewer = why_fewer_replicas(plan)
-    if fewer:
-        print(f"autodist: {fewer}", flush=True)
+    print(f"autodist: batch: {batch_line(plan)}", flush=True)
+    print(f"autodist: {replicas_sentence(plan)}", flush=True)
     return plan, args.output
 
 
-def why_fewer_replicas(plan):
-    """A sentence on why ``plan`` leaves nodes unused (the all-node data-parallel baseline is predicted slower),
-    or None when it uses every node."""
+def check_batch_can_change(graph_item, global_batch):
+    """Refuse ``--global-batch`` for a custom loop: its step gets the batches the script makes (model.fit's are
+    re-cut to the plan's batch; a step that pins its batch is refused by the planning, which says why)."""
+    if global_batch and not graph_item.job.batch_pinned and global_batch != graph_item.job.batch_size and graph_item.job.step == "function":
+        raise InputError(f"the script's custom loop gives its step batches of {graph_item.job.batch_size}, which "
+                         "autodist run cannot change (it re-cuts model.fit's); price another global batch with "
+                         "autodist plan or placement report, or run every replica on the script's batch with "
+                         "--batch-per-replica", field="--global-batch")
+
+
+def replicas_sentence(plan):
+    """How many replicas ``plan`` uses on how many of the cluster's nodes, and why."""
     step = plan.prediction.get("step_time") or 0.0
     everywhere = (plan.prediction.get("baselines") or {}).get("ring")
     replicas = len(plan.strategy.replicas)
     nodes = {d.split("/")[0] for r in plan.strategy.replicas for d in r}
-    if everywhere is None or everywhere <= step or len(plan.resource_spec.nodes) <= len(nodes):
-        return None
-    return (f"the plan uses {replicas} replica{'s' if replicas != 1 else ''} on {len(nodes)} of the cluster's "
-            f"{len(plan.resource_spec.nodes)} nodes: data parallelism on every node (ring allreduce) is predicted at "
-            f"{everywhere * 1e3:.3f} ms per step, slower than this plan's {step * 1e3:.3f} ms (exchanging the "
-            "gradients costs more than the compute it would split)")
+    total = len(plan.resource_spec.nodes)
+    uses = (f"the plan uses {replicas} replica{'s' if replicas != 1 else ''} on {len(nodes)} of the cluster's "
+            f"{total} node{'s' if total != 1 else ''}")
+    if plan.graph.get("batch_per_replica"):
+        return f"{uses}: one per compute device, as every replica runs the script's batch"
+    if everywhere is not None and everywhere > step and total > len(nodes):
+        return (f"{uses}: data parallelism on every node (ring allreduce) is predicted at {everywhere * 1e3:.3f} ms "
+                f"per step, slower than this plan's {step * 1e3:.3f} ms (exchanging the gradients costs more than "
+                "the compute it would split)")
+    return f"{uses}: predicted fastest, at {step * 1e3:.3f} ms per step"
 
 
 def _replanned(args, plan):
@@ -112,7 +126,7 @@ def _replanned(args, plan):
     from autodist.api import graph_of
 
     graph_item = graph_of(args.script, args.script_args)
-    batch = plan.graph.get("batch_size")
+    batch = plan.graph.get("script_batch") or plan.graph.get("batch_size")
     if graph_item.job.batch_size == batch:
         return plan, args.plan
     print(f"autodist: the script's batch is {graph_item.job.batch_size} and {args.plan} was made for {batch}: "
@@ -124,6 +138,7 @@ def run(args):
     import os
     import sys
 
+    from autodist.cli.job_options import check_no_batch_options
     from autodist.io import check_output_file
     from autodist.plan import Plan
     from launcher.local import Terminated, run_local
@@ -138,6 +153,7 @@ def run(args):
         raise InputError("re-plans a given plan: use it with --plan", field="--replan")
     if args.plan:
         plan, plan_path = Plan.load(args.plan), args.plan
+        check_no_batch_options(args, args.plan)
         check_can_run(plan.resource_spec)
         if args.cluster or args.preset or args.from_kubernetes:
             from autodist.cli.report_cmd import check_plan_cluster

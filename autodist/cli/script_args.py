@@ -35,12 +35,13 @@ def parse_after_script(args, add_options, prog):
 
     ``add_options(parser)`` adds the command's options, as for the options before the script.
     """
-    from autodist.cli import OneLineParser
+    from autodist.cli import OneLineParser, add_verbose
 
     rest = list(args.rest)
     cut = rest.index("--") if "--" in rest else len(rest)
     parser = OneLineParser(prog=prog)
     add_options(parser)
+    add_verbose(parser)
     _, unknown = parser.parse_known_args(rest[:cut], namespace=args)
     if unknown:
         script = getattr(args, "script", "SCRIPT")

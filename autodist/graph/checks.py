@@ -108,6 +108,10 @@ JOB_FIELDS = {
     "amp_rewrite": _BOOL,
     "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
     "collective_only": _BOOL,
+    "batch_pinned": _STRING,
+    "batch_per_replica": _BOOL,
+    "script_batch": (lambda v: _is_int(v) and v >= 0, "a batch size (0: the job's)"),
+    "fit_arguments": (lambda v: isinstance(v, list) and all(_is_str(a) for a in v), "a list of argument names"),
 }
 
 

@@ -86,6 +86,11 @@ class VariableInfo:
     model_weight: bool = False
 
 
+# model.fit arguments autodist's one-client fit loop (PS and hybrid plans) does not run; Keras' own fit, which runs
+# plans that allreduce every variable, runs them.
+ONE_CLIENT_FIT_ARGS = ("class_weight", "sample_weight", "steps_per_epoch")
+
+
 @dataclass
 class JobInfo:
     """Facts about the job the step belongs to."""
@@ -115,6 +120,17 @@ class JobInfo:
     # Whether autodist's runtime runs this job on collective ops only: a custom
     # loop captured from a script (see why_collective_only); placement reads it.
     collective_only: bool = False
+    # Why the step cannot run at another batch (it pins the captured batch in a shape, e.g. a Reshape to a
+    # constant shape): "" where it can.  Set at capture (autodist.graph.trace).
+    batch_pinned: str = ""
+    # Horovod's batch semantics (autodist.graph.semantics): every replica runs the script's own batch
+    # (script_batch) and batch_size is replicas x that batch.
+    batch_per_replica: bool = False
+    # The batch the script gives one step where the job is planned at another (0: batch_size).
+    script_batch: int = 0
+    # The model.fit arguments the step's call passes that only Keras' own fit loop runs (ONE_CLIENT_FIT_ARGS):
+    # autodist's one-client loop, which runs PS and hybrid plans, does not.
+    fit_arguments: list = field(default_factory=list)
 
     def why_collective_only(self):
         """Why only plans that allreduce every variable, one device per replica, can run this job; None if any can.
@@ -129,6 +145,12 @@ class JobInfo:
         if self.collective_only:
             return ("a custom training loop runs on collective ops only (PS and hybrid plans run a compiled Keras "
                     "model's step from one client)")
+        if self.fit_arguments:
+            return (f"model.fit({self.fit_arguments[0]}=...) runs in Keras' own fit loop, under plans that allreduce "
+                    "every variable (PS and hybrid plans run autodist's one-client loop, which does not take it)")
+        if self.batch_per_replica:
+            return ("every replica runs the script's own batch, which runs on collective ops only (PS and hybrid "
+                    "plans split one global batch from one client)")
         return None
 
 

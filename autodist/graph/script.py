@@ -13,6 +13,7 @@ from autodist import hooks
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.batch import first_batch
+from autodist.graph.item import ONE_CLIENT_FIT_ARGS
 from autodist.graph.trace import shapes_of, spec_of, trace_step
 
 # How long a script may run before it reaches its training step (seconds).
@@ -167,6 +168,10 @@ class _ScriptCapture:
 
     def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
         self.item = fit_step_item(model, x, y, batch_size, sample_weight, self.model_name, self.step_source())
+        given = dict(kwargs, sample_weight=sample_weight)
+        in_data = "sample_weight" in self.item.job.input_shapes  # a dataset of (x, y, sample_weight)
+        self.item.job.fit_arguments = [a for a in ONE_CLIENT_FIT_ARGS
+                                       if given.get(a) is not None or (a == "sample_weight" and in_data)]
         raise _StopScript
 
     def capture_step(self, step, args, kwargs):

@@ -51,6 +51,38 @@ def _batch_size(specs):
     return 0
 
 
+def _at_other_batch(specs, batch, other):
+    """``specs`` with every leading dimension of ``batch`` made ``other`` (the step's inputs at another batch)."""
+    import tensorflow as tf
+
+    def rebatched(spec):
+        if isinstance(spec, tf.TensorSpec) and spec.shape.rank and spec.shape[0] == batch:
+            return tf.TensorSpec([other, *spec.shape[1:]], spec.dtype)
+        return spec
+
+    return tf.nest.map_structure(rebatched, specs)
+
+
+def pinned_batch(traced, specs, kwspecs, batch):
+    """Why the step cannot run at another batch than ``batch``, or "" where it can.
+
+    A step that writes its batch into a shape (``tf.reshape(x, [BATCH, SEQ,
+    H, D])``: a Reshape to a constant shape holding the batch, on a tensor
+    that carries it) fails to trace at another batch; Keras layers, which
+    take the batch from their input, do not.  The step is traced (not run)
+    at twice the batch, and the cause of a failure is the answer.
+    """
+    if batch < 1:
+        return ""
+    other = 2 * batch
+    try:
+        traced.get_concrete_function(*_at_other_batch(specs, batch, other), **_at_other_batch(kwspecs, batch, other))
+    except Exception as exc:  # any failure of a trace that worked at the captured batch: the batch is pinned
+        cause = _trace_failure(exc).split(" for '{{node")[0]  # TensorFlow's node dump follows the cause
+        return f"tracing it at batch {other} fails{cause}"
+    return ""
+
+
 def _referenced_objects(python_fn):
     """Objects a step function closes over, names as globals, or is bound to."""
     fn = inspect.unwrap(python_fn)
@@ -224,6 +256,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         xla=bool(xla),
         amp_rewrite=rewrite,
         collective_only=collective_only,
+        batch_pinned=pinned_batch(traced, specs, kwspecs, _batch_size((specs, kwspecs))),
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 

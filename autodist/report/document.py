@@ -8,6 +8,7 @@ renderers convert at the edge.
 
 from __future__ import annotations
 
+from autodist.graph.semantics import describe
 from autodist.report.bottleneck import bottleneck, exposed_split
 from autodist.report.counterfactuals import explain
 from autodist.report.pricing import Pricing
@@ -37,6 +38,8 @@ def _job(data, graph_item):
         "parameter_bytes": summary["parameter_bytes"],
         "flops_per_step": summary["flops"],
         "sparse_variables": sparse,
+        "batch_semantics": describe(summary["batch_size"], summary.get("script_batch", 0),
+                                    summary.get("batch_per_replica", False), summary.get("batch_pinned", "")),
     }
 
 

@@ -100,7 +100,9 @@ def _job(doc, md):
     rows.append(["precision", costs["precision"] + (f" (runs as {runs_as}: no TF32 there)" if runs_as else "")
                  + (f", {accumulation} micro-batches per step" if accumulation > 1 else "")])
     rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
-    return table(["job", ""], rows, md)
+    semantics = job.get("batch_semantics")
+    batch = f"\n\n{_paragraph(f'Batch: {semantics}.', md)}" if semantics else ""
+    return table(["job", ""], rows, md) + batch
 
 
 BASIS = {"measured": "measured", "step-measured": "measured, this step timed whole",

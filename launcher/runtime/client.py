@@ -58,11 +58,12 @@ def connect(cluster, job, index, cpus=1, join_timeout=JOIN_TIMEOUT_S):
 SEED_ENV = "AUTODIST_SEED"
 
 
-def seed_replica():
-    """Seed every random generator alike in this replica (see :data:`SEED_ENV`); returns the seed."""
+def seed_replica(offset=0):
+    """Seed every random generator alike in this replica (see :data:`SEED_ENV`), plus ``offset`` (a replica's rank
+    where every replica runs its own batch: its data differs from the others'); returns the seed."""
     import keras
 
-    seed = int(os.environ.get(SEED_ENV, "0"))
+    seed = int(os.environ.get(SEED_ENV, "0")) + offset
     keras.utils.set_random_seed(seed)
     return seed
 
@@ -120,7 +121,7 @@ def run_replica(plan, plan_path, cluster, rank, script, args=(), report_path=Non
         join(cluster, rank, group.device_type)
         group.barrier()
     print(f"autodist: replica {rank} of {group.size} serving at {cluster['worker'][rank]}", flush=True)
-    seed_replica()
+    seed_replica(rank if group.layout.per_replica else 0)
     with CollectiveRun(group, plan_path, script=script) as run:
         run_script(script, args)
     run.finish(report_path)

@@ -17,6 +17,10 @@ the task's port plus ``i``.
 The script must build the same global batches on every replica (seed its
 data, and Keras' shuffling): every step checks it, at no extra collective,
 by summing a checksum of the global batch along with the first bucket.
+Where the plan has every replica run the script's own batch
+(``RunLayout.per_replica``, Horovod's semantics), nothing is sliced or
+checked: each replica's batch is its own (seeded apart, see
+``launcher.runtime.client.seed_replica``) and counts for an equal share.
 Float outputs of a step (the loss, Keras' metrics) are averaged over the
 replicas, weighted by each one's share of the batch, so they equal the
 global batch's.
@@ -210,8 +214,9 @@ class CollectiveGroup:
         (:meth:`_gathered`), unless the plan says ``sparse_sync: dense``.
         Collectives run one after the other in bucket order, the same on
         every replica.  One of the sums (the first in 32 bits or more, else
-        the first) also carries ``checksum`` (of the global batch); its sum
-        must be the replica count times this replica's checksum.
+        the first) also carries ``checksum`` (of the global batch; None: no
+        check, where every replica runs its own batch); its sum must be the
+        replica count times this replica's checksum.
         """
         import tensorflow as tf
 
@@ -236,7 +241,7 @@ class CollectiveGroup:
         # The checksum rides with the first bucket summed in 32 bits or more where there is one (fp16 overflows).
         summed_keys = [k for k, ((_, _, wire), _) in enumerate(order) if wire != "gather"]
         wide = [k for k in summed_keys if tf.as_dtype(order[k][0][2]).size > 2]
-        carrier = (wide or summed_keys or [None])[0]
+        carrier = (wide or summed_keys or [None])[0] if checksum is not None else None
         previous = []
         for k, ((bucket, algorithm, wire), members) in enumerate(order):
             if wire == "gather":
@@ -378,9 +383,13 @@ class CollectiveGroup:
                 raise LaunchError("the training step got no batch (no tensor or array argument)", field="step")
             rows = batch[0].shape[0]
             n = tf.shape(batch[0])[0]
-            checksum = tf.add_n([tf.reduce_mean(tf.cast(t, tf.float64)) for t in batch])
-            lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
-            share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
+            if self.layout.per_replica:  # every replica runs its own batch whole: an equal share, nothing to check
+                checksum, lo, hi = None, 0, n
+                share = tf.constant(1.0 / self.size, tf.float64)
+            else:
+                checksum = tf.add_n([_checksum(t) for t in batch])
+                lo, hi = n * self.rank // self.size, n * (self.rank + 1) // self.size
+                share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
 
             def cut(start, stop):
                 return lambda t: t[start:stop] if _is_batched(t) and t.shape[0] == rows else t
@@ -504,6 +513,16 @@ def _weighted_mean(outs, weights):
         if isinstance(t, (tf.Tensor, tf.Variable)) and t.dtype.is_floating:
             last[i] = tf.add_n([tf.cast(w, t.dtype) * flat[i] for flat, w in zip(flats, weights)])
     return tf.nest.pack_sequence_as(outs[-1], last)
+
+
+def _checksum(t):
+    """A float64 summary of one batch tensor: the mean of its values (of their hashes for strings)."""
+    import tensorflow as tf
+
+    t = tf.convert_to_tensor(t)
+    if t.dtype == tf.string:
+        t = tf.strings.to_hash_bucket_fast(t, 2**24)
+    return tf.reduce_mean(tf.cast(t, tf.float64))
 
 
 def _is_batched(t):

@@ -18,8 +18,7 @@ from autodist.errors import LaunchError
 from autodist.io import write_json_atomic
 from autodist.throughput import EXECUTOR_SETTLE_RUNS, samples_per_second
 
-# fit arguments the runtime does not implement; passing one is an error, not a silent no-op.
-UNSUPPORTED_FIT_ARGS = ("class_weight", "sample_weight", "steps_per_epoch")
+from autodist.graph.item import ONE_CLIENT_FIT_ARGS
 
 
 def _ms(seconds):
@@ -123,9 +122,12 @@ class PlacedFit:
 
         from launcher.runtime.trainer import PlacedTrainer
 
-        for arg in UNSUPPORTED_FIT_ARGS:
+        for arg in ONE_CLIENT_FIT_ARGS:  # planned for allreduce at capture; a later fit may still pass one
             if extra.get(arg) is not None:
-                raise LaunchError(f"model.fit({arg}=...) is not supported under autodist run", field=arg)
+                raise LaunchError(f"model.fit({arg}=...) runs only in Keras' own fit loop, under plans that allreduce "
+                                  "every variable, and this plan uses parameter servers; plan with --allreduce-only",
+                                  field=arg)
+        x, batch_size = at_plan_batch(self.layout, x, batch_size)
         x, y, validation_data = _split_validation(x, y, extra)
         epoch_batches, steps_per_epoch = _epoch_batches(x, y, batch_size or 32, shuffle)
         self.fits += 1
@@ -232,6 +234,23 @@ def _epoch_batches(x, y, batch_size, shuffle):
     return epoch, -(-len(x) // batch_size)
 
 
+def at_plan_batch(layout, x, batch_size):
+    """``model.fit``'s ``(x, batch_size)`` re-cut to the plan's global batch where the plan was made at another than
+    the script's (``--global-batch``): arrays in batches of the plan's, a dataset's batches rebatched."""
+    import keras
+    import tensorflow as tf
+
+    if not layout.rebatched:
+        return x, batch_size
+    if isinstance(x, tf.data.Dataset):
+        return x.rebatch(layout.batch_size), batch_size
+    if isinstance(x, keras.utils.PyDataset) or hasattr(x, "__next__"):
+        raise LaunchError(f"the plan's global batch is {layout.batch_size} (--global-batch) and model.fit got a "
+                          f"{type(x).__name__}, whose batches autodist run cannot re-cut; give arrays or a "
+                          "tf.data.Dataset", field="--global-batch")
+    return x, layout.batch_size
+
+
 def global_batch_rows(batch):
     """Samples in a global batch: the leading dimension of its first array or tensor spec (None if unknown)."""
     import tensorflow as tf
@@ -244,11 +263,15 @@ def global_batch_rows(batch):
 
 
 def check_global_batch(layout, rows):
-    """Raise LaunchError when a step's global batch (``rows``, None: unknown) is not the one the plan was made for.
+    """Raise LaunchError when a step's batch (``rows``, None: unknown) is not the one the plan was made for
+    (``RunLayout.step_rows``: every replica's where each runs the script's batch, else the global batch).
 
     Only the first step is checked: an epoch's last batch may be smaller.
     """
-    if rows and layout.batch_size and rows != layout.batch_size:
+    if layout.per_replica and rows and layout.step_rows and rows != layout.step_rows:
+        raise LaunchError(f"the script's batch is {rows} samples and the plan was made for every replica running "
+                          f"{layout.step_rows}; plan again with this batch (autodist run --replan)", field="batch size")
+    if rows and layout.batch_size and rows != layout.batch_size and not layout.per_replica:
         raise LaunchError(f"the script's global batch is {rows} samples and the plan was made for "
                           f"{layout.batch_size}; plan again with this batch (autodist run --replan), "
                           "or give the script the plan's batch size", field="batch size")

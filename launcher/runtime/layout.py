@@ -59,6 +59,8 @@ class RunLayout:
     group_slots: dict = field(default_factory=dict)
     batch_size: int = 0  # the global batch the plan was made for (0: not known)
     micro_batches: int = 1  # parts each replica's slice of a step is cut into, their gradients accumulated
+    script_batch: int = 0  # the batch the script gives a step, where the plan is for another (0: batch_size)
+    per_replica: bool = False  # every replica runs the script's batch (batch_size = replicas x script_batch)
 
     @classmethod
     def from_plan(cls, plan):
@@ -90,7 +92,20 @@ class RunLayout:
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
             micro_batches=plan.micro_batches,
+            script_batch=int(plan.graph.get("script_batch") or 0),
+            per_replica=bool(plan.graph.get("batch_per_replica")),
         )
+
+    @property
+    def step_rows(self):
+        """The rows each step must be given (0: not known): every replica's batch where each runs the script's, else
+        the global batch (which the runtime re-cuts ``model.fit``'s data to)."""
+        return (self.script_batch or self.batch_size) if self.per_replica else self.batch_size
+
+    @property
+    def rebatched(self):
+        """Whether the plan's global batch is not the script's (``--global-batch``): fit's data is re-cut to it."""
+        return not self.per_replica and bool(self.script_batch) and self.script_batch != self.batch_size
 
     def buckets(self):
         """The collectives in issue order: list of (bucket, algorithm, [variable names]), one per

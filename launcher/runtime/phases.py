@@ -1,7 +1,9 @@
 """A later training phase of a script (another ``model.fit``: another model or batch), planned where it starts.
 
 The plan ``autodist run`` searched is for the script's first phase, the
-step it captured.  A later ``model.fit`` (or custom-loop step) whose global batch or
+step it captured.  A later phase keeps the batch semantics of the first
+where every replica runs its own batch (its replicas were seeded apart),
+and gets them where its own step pins its batch (autodist.graph.semantics).  A later ``model.fit`` (or custom-loop step) whose global batch or
 variables are not that plan's is captured where it is called (its step traced, not run)
 and planned for the same replicas: every trainable variable allreduced by
 ring in one bucket.  The replica group (its processes and collectives)
@@ -20,7 +22,7 @@ import time
 def needs_plan(layout, model, rows):
     """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for (a model
     not built yet, whose variables fit creates, is not)."""
-    if rows and layout.batch_size and rows != layout.batch_size:
+    if rows and layout.step_rows and rows != layout.step_rows:
         return True
     return not model.built or any(v.path not in layout.variables for v in model.trainable_variables)
 
@@ -45,7 +47,7 @@ def step_layout(layout, plan_path, step, args, kwargs, source):
     item = trace_step(step, args, kwargs, _name(source), source,
                       xla=step_options(step).get("jit_compile") or False, collective_only=True)
     names = [v.name for v in item.trainable_variables()]
-    if item.job.batch_size in (0, layout.batch_size) and all(n in layout.variables for n in names):
+    if item.job.batch_size in (0, layout.step_rows) and all(n in layout.variables for n in names):
         return None
     return _planned(plan_path, item, start)
 
@@ -57,17 +59,21 @@ def _name(source):
 def _planned(plan_path, item, start):
     """The plan of ``item`` on the replicas of the plan at ``plan_path`` (every variable allreduced by ring, not
     priced), as a RunLayout, and its line."""
+    from autodist.graph.semantics import planned_batch
     from autodist.plan import Plan
     from autodist.strategy import Strategy, VarSync
     from launcher.runtime.layout import RunLayout
 
     first = Plan.load(plan_path)
+    # the replicas were seeded for the first phase's semantics: a run whose replicas each run their own batch keeps it
+    item = planned_batch(item, len(first.strategy.replicas), per_replica=bool(first.graph.get("batch_per_replica")))
     sync = {v.name: VarSync("allreduce", algorithm="ring", bucket=0) for v in item.trainable_variables()}
     strategy = Strategy(replicas=first.strategy.replicas, sync=sync, ps_devices=[])
     plan = Plan.from_strategy(item, first.resource_spec, strategy, {"step_time": 0.0}, first.provenance["cost_model_id"],
                               0)
     seconds = time.perf_counter() - start
-    line = (f"autodist: a new training phase at {item.job.source} (global batch {item.job.batch_size}, "
+    line = (f"autodist: a new training phase at {item.job.source} (global batch {item.job.batch_size}"
+            f"{', every replica on its own batch' if item.job.batch_per_replica else ''}, "
             f"{len(sync)} trainable variables): planned in {seconds:.1f} s on the same "
             f"{len(strategy.replicas)} replica{'s' if len(strategy.replicas) != 1 else ''}, every variable "
             "allreduced by ring (not priced)")

@@ -21,7 +21,7 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from launcher.runtime import phases
-from launcher.runtime.fit import check_global_batch, global_batch_rows
+from launcher.runtime.fit import at_plan_batch, check_global_batch, global_batch_rows
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
@@ -62,7 +62,8 @@ class CollectiveRun:
         self._stack = contextlib.ExitStack()
         self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
         self._stack.enter_context(steps_run_by(self))
-        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard()))
+        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard(),
+                                                                  task_id=self.group.rank))
         return self
 
     def __exit__(self, *exc):
@@ -78,6 +79,10 @@ class CollectiveRun:
 
         traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
+            if self.group.layout.rebatched:
+                raise LaunchError(f"the plan's global batch is {self.group.layout.batch_size} (--global-batch) and "
+                                  "a custom loop's step gets the script's own batches, which autodist run cannot "
+                                  "re-cut; use --batch-per-replica or the script's batch", field="--global-batch")
             if self.steps:
                 self._plan_phase(phases.step_layout(self.group.layout, self.plan_path, step, args, kwargs,
                                                     self._call_site()))
@@ -89,8 +94,12 @@ class CollectiveRun:
         start = time.perf_counter()
         with _batch_mismatch_is_a_launch_error():
             out = traced(*args, **kwargs)
-        self._count(out, time.perf_counter() - start, global_batch_rows((args, kwargs)))
+        self._count(out, time.perf_counter() - start, self._samples(global_batch_rows((args, kwargs))))
         return out
+
+    def _samples(self, rows):
+        """Samples of the global batch a step of ``rows`` trains on: every replica's where each runs its own."""
+        return rows * self.group.size if rows and self.group.layout.per_replica else rows
 
     def _count(self, out, seconds, samples):
         loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
@@ -102,6 +111,7 @@ class CollectiveRun:
         """Keras' fit, with this replica's step and a progress callback."""
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        x, batch_size = at_plan_batch(self.group.layout, x, batch_size)
         rows = _fit_batch_rows(x, y, batch_size)
         if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
             self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
@@ -109,8 +119,12 @@ class CollectiveRun:
         check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
         kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
-        progress = _progress_callback(self, rows)
+        progress = _progress_callback(self, self._samples(rows))
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
+        if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
+            import tensorflow as tf
+
+            model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
         try:
             with _batch_mismatch_is_a_launch_error():
