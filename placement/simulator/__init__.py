@@ -5,7 +5,8 @@ plain data (compute per replica class, one collective per fused bucket, PS
 variables, input feeds, client dispatch); ``compute`` runs one replica's op
 groups; ``links`` is the link calendar and ``engine`` the event heap that
 runs transfers and collectives on it; ``run`` (with ``collectives`` and
-``ps``) the synchronisation accounting on that engine; ``memory`` the peak
+``ps``) the synchronisation accounting on that engine, ``stream`` a plan on
+collective ops without it; ``memory`` the peak
 bytes; ``result`` the :class:`SimResult`; ``step`` the :class:`Simulator`
 that ties them and caches what a move leaves unchanged.  The Chrome trace
 is written from a result by autodist.report.timeline.
@@ -108,22 +109,27 @@ cuDNN's workspace.
 Incremental evaluation: replicas whose devices have the same model and whose
 groups sit on the same slots have identical compute schedules, so a schedule
 is computed once per *replica class* and cached, keyed by the device models
-(one-device replicas) or the devices and group slots (model parallel).  A
-move that changes only synchronisation (method, shard, partition, algorithm,
-bucket, PS count) hits that cache and re-simulates only the communication,
-whose cost is a few events per variable and node.  The replica classes, the
-devices of each slot and the wide link sets (see :class:`~placement.simulator.links.LinkQueue`) are
-cached per Simulator too, and so is what each fusion bucket and each PS
-variable costs under one set of replica classes (its ready time, phase
-lists, update seconds: ``Simulator.plans``), so a move re-prices only the
-buckets and variables it changed; the memory is cached by what it
-depends on (replicas, slots, micro-batches, and which variables each PS
-task holds).  The busy seconds of every link and
+(one-device replicas) or the devices and group slots (model parallel).  The
+replica classes, the devices of each slot and the wide link sets (see
+:class:`~placement.simulator.links.LinkQueue`) are cached per Simulator too,
+and so is what each fusion bucket and each PS variable costs under one set of
+replica classes (its ready time, phase lists, update seconds:
+``Simulator.plans``); the memory is cached by what it depends on (replicas,
+slots, micro-batches, and which variables each PS task holds).  A move is
+evaluated from the evaluation before it (FlexFlow's delta simulation): the
+lowering (``taskgraph.Lowering``) moves only the variables whose
+synchronisation changed and builds again only the collectives they left or
+joined, so the others keep their priced plans; a plan on collective ops is
+one stream of collectives that never waits for a link, which
+``placement.simulator.stream`` runs again only from the first collective the
+move changed, from the state it logged there.  Elsewhere contention couples
+every transfer to those queued before it, and the link queue is run whole (a
+transfer's next phase bypasses the heap when nothing queued is ready before
+it).  ``Simulator(problem, incremental=False)`` evaluates every strategy in
+full, with the same results to the bit.  The busy seconds of every link and
 device are expanded only when read, so an evaluation inside a search costs
 in proportion to the transfers of the strategy, not to the cluster's
-devices.  Contention couples every transfer to those queued before it, so
-the queueing itself is simulated whole each time (a transfer's next phase
-bypasses the heap when nothing queued is ready before it).  The local sum of a
+devices.  The local sum of a
 task's ``k`` replicas is one transfer that occupies the links as long as
 ``k - 1`` copies into the first replica device one after another (they all
 arrive on its port, so the queue would serialise them anyway), and likewise
@@ -135,8 +141,8 @@ endpoints before the bytes move: concurrent RPCs of different workers pay
 it in parallel, so it delays a transfer without holding the link.
 Phase lists from the CommModel are cached too (in the Problem).
 ``tests/test_simulator.py``, ``tests/test_incremental.py`` and
-``tests/test_placement_properties.py`` check that the cached result equals
-a fresh simulation.
+``tests/test_placement_properties.py`` check that the cached and incremental
+results equal a full simulation.
 """
 
 from placement.simulator.result import SimResult

@@ -7,25 +7,39 @@ class CollectiveSync:
     """The allreduce half of :class:`~placement.simulator.run.SyncRun` (which holds the state it reads)."""
 
     # -- allreduce ---------------------------------------------------------
-    def allreduce(self, algorithm, bucket, slot, names, devices, compression="none", gathered=()):
-        """One fused collective once the bucket's last gradient is ready, then the updates.
+    def allreduce(self, collective):
+        """One fused collective (a :class:`~placement.simulator.taskgraph.Collective`) once the bucket's last
+        gradient is ready, then the updates.
 
         A compressed bucket moves its wire bytes; its cast before the
         collective and back after runs on the slowest replica device.
-        ``gathered``: the sparse gradients among ``names`` whose rows are
-        all-gathered after the bucket's sum (every replica then updates the
-        rows of all: launcher.runtime.collective and the one-client
-        runtime); the others are summed as dense tensors.
-        What the bucket costs is the Simulator's to cache (:meth:`_bucket_plan`).
+        Its sparse gradients ``gathered`` have their rows all-gathered after
+        the bucket's sum (every replica then updates the rows of all:
+        launcher.runtime.collective and the one-client runtime); the others
+        are summed as dense tensors.
         """
-        ready, phases, label, cast, updates, update_label, contention, cpu = self._cached(
-            (algorithm, bucket, slot, names, devices, compression, gathered, self.collective_ops),
-            lambda: self._bucket_plan(algorithm, bucket, slot, names, devices, compression, gathered))
+        ready, phases, label, cast, updates, update_label, contention, cpu = self.collective_plan(collective)
         self.charge(cpu)
         self.engine.submit(ready, phases, label, lambda t: self._apply(t + cast, updates, update_label),
-                    # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do not
-                    # wait for each other.
-                    stream=devices if self.collective_ops else (devices, bucket), contention=contention)
+                           # NCCL runs a group's collectives on one stream; ordinary ops summing separate buckets do
+                           # not wait for each other.
+                           stream=collective.devices if self.collective_ops else (collective.devices, collective.key.bucket),
+                           contention=contention)
+
+    def collective_plan(self, collective):
+        """What ``collective`` costs (:meth:`_bucket_plan`), the Simulator's to cache: by the collective's identity
+        (a lowering keeps the collectives a move left alone), else by what it is."""
+        key = (id(collective), id(self.classes), self.overlap, self.collectives_overlap, self.collective_ops)
+        by_identity = self.sim.collective_plans
+        hit = by_identity.get(key)
+        if hit is not None and hit[0] is collective and hit[1] is self.classes:
+            return hit[2]
+        k = collective.key
+        args = (k.algorithm, k.bucket, k.slot, collective.variables, collective.devices, k.compression,
+                collective.gathered)
+        plan = self._cached(args + (self.collective_ops,), lambda: self._bucket_plan(*args))
+        self.remember(by_identity, key, (collective, self.classes, plan))
+        return plan
 
     def _bucket_plan(self, algorithm, bucket, slot, names, devices, compression, gathered):
         """``(ready, phases, label, cast seconds, updates, update label, compute contention, gRPC CPU)`` of one

@@ -6,6 +6,7 @@ from placement.simulator.collectives import CollectiveSync
 from placement.simulator.cpu import accumulate
 from placement.simulator.engine import EventEngine
 from placement.simulator.ps import ParameterServerSync
+from placement.simulator.stream import run_stream
 
 # How many bucket, shard and worker plans (see SyncRun._cached) and memories a Simulator keeps before it starts
 # again.
@@ -33,6 +34,7 @@ class SyncRun(CollectiveSync, ParameterServerSync):
         # one-core replicas, which give gRPC's CPU beside their compute up from it (compute_delay)
         self.one_core = overlap and not collectives_overlap
         self.engine = EventEngine(sim.link_sets, trace)
+        self.replay = None  # (plans, devices) of a stream run (see link_busy)
         self.events = self.engine.events  # the engine's phases, then updates, as they happen
         self.finish = [max(schedule.end for schedule, _ in classes)]
         self.upd_free = {(c, slot): t for c, (sch, _) in enumerate(classes) for slot, t in sch.slot_end.items()}
@@ -51,15 +53,37 @@ class SyncRun(CollectiveSync, ParameterServerSync):
         for schedule, members in graph.classes:
             if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
                 self.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})
+        if self._one_stream(graph):
+            plans = [self.collective_plan(c) for c in graph.collectives]
+            self.sim.stream_log = run_stream(self, plans, self.sim.stream_log)
+            self.replay = (plans, graph.collectives[0].devices)
+            return
         for c in graph.collectives:
-            k = c.key
-            self.allreduce(k.algorithm, k.bucket, k.slot, c.variables, c.devices, k.compression, c.gathered)
+            self.allreduce(c)
         for p in graph.ps_variables:
             self.parameter_server(p.variable, p.slot)
         self.engine.drain()
         if graph.feeds:
             self.feed()
         self.pull()
+
+    def _one_stream(self, graph):
+        """Whether ``graph`` is one stream of collectives that placement.simulator.stream runs from the run before
+        (an incremental Simulator's untraced run of a plan on collective ops)."""
+        collectives = graph.collectives
+        return (self.sim.incremental and not self.trace and graph.collective_ops and collectives
+                and all(c.devices is collectives[0].devices for c in collectives))
+
+    def link_busy(self):
+        """Seconds each link is occupied; a stream run (:meth:`_one_stream`) puts its collectives on the link
+        calendar only when this is read."""
+        if self.replay is not None:
+            plans, devices = self.replay
+            self.replay = None
+            for ready, phases, label, *_ in plans:
+                self.engine.submit(ready, phases, label, lambda t: None, stream=devices)
+            self.engine.drain()
+        return self.engine.links.link_busy()
 
     def charge(self, cpu):
         """Add ``{(pool, cores): CPU seconds}`` of gRPC transfers to the step's."""
@@ -103,13 +127,18 @@ class SyncRun(CollectiveSync, ParameterServerSync):
         """What ``build()`` returns for ``key`` under this run's replica classes and overlap, cached on the
         Simulator (which forgets them all past :data:`MAX_PLANS`)."""
         key += (id(self.classes), self.overlap, self.collectives_overlap)
-        plans = self.sim.plans
-        cached = plans.get(key)
+        cached = self.sim.plans.get(key)
         if cached is None or cached[0] is not self.classes:
-            if len(plans) >= MAX_PLANS:
-                plans.clear()
-            cached = plans[key] = (self.classes, build())
+            cached = self.remember(self.sim.plans, key, (self.classes, build()))
         return cached[1]
+
+    @staticmethod
+    def remember(cache, key, value):
+        """``cache[key] = value``, the whole cache forgotten first when it holds :data:`MAX_PLANS`."""
+        if len(cache) >= MAX_PLANS:
+            cache.clear()
+        cache[key] = value
+        return value
 
     def end(self):
         """When the step's last compute, transfer or update (on a replica or a PS) has ended."""

@@ -9,7 +9,8 @@ from placement.simulator.compute import run_compute
 from placement.simulator.memory import memory_of
 from placement.simulator.result import Expanded, SimResult
 from placement.simulator.run import SyncRun
-from placement.simulator.taskgraph import lower
+from placement.simulator.stream import StreamLog
+from placement.simulator.taskgraph import Lowering
 
 
 class Simulator:
@@ -18,10 +19,15 @@ class Simulator:
     Parameters
     ----------
     problem : placement.problem.Problem
+    incremental : bool
+        Evaluate each strategy from the one before it (placement.simulator.taskgraph.Lowering,
+        placement.simulator.stream): False evaluates each in full, with the same results.
     """
 
-    def __init__(self, problem):
+    def __init__(self, problem, incremental=True):
         self.problem = problem
+        self.incremental = incremental
+        self.lowering = Lowering(self, incremental)
         self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
         self._classes = {}
@@ -29,6 +35,8 @@ class Simulator:
         self.link_sets = ({}, {})  # see LinkQueue
         # what one bucket or one PS variable costs under the replica classes it is simulated with (see SyncRun)
         self.plans = {}
+        self.stream_log = StreamLog()  # the last stream run (placement.simulator.stream)
+        self.collective_plans = {}  # the same, by the identity of a lowered collective (SyncRun.collective_plan)
         self._whole_bytes = {name: nbytes + problem.slot_bytes[name] for name, nbytes in problem.dense_bytes.items()}
 
     def _share(self, strategy):
@@ -38,7 +46,7 @@ class Simulator:
         if problem is self.problem:
             return self
         if id(problem) not in self._shares:
-            self._shares[id(problem)] = Simulator(problem)
+            self._shares[id(problem)] = Simulator(problem, self.incremental)
         return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
@@ -65,7 +73,7 @@ class Simulator:
     def _lower(self, strategy, trace):
         slots = self._slots(strategy)
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
-        return lower(self, strategy, classes, self._var_slots(strategy))
+        return self.lowering.lower(strategy, classes, self._var_slots(strategy))
 
     def simulate(self, strategy, trace=False, overlap=True):
         """Simulate one step of ``strategy``: lower it (:meth:`lower`), then run its graph.
@@ -116,7 +124,7 @@ class Simulator:
             step_time=step_time,
             compute_time=compute_time,
             exposed_comm_time=max(0.0, step_time - compute_time - client_time),
-            link_busy=Expanded(run.engine.links.link_busy),
+            link_busy=Expanded(run.link_busy),
             device_busy=Expanded(run.device_busy),
             memory=memory,
             memory_limit={d: self.problem.memory_bytes[d] for d in memory},

@@ -11,6 +11,7 @@ dispatch per step.  :meth:`StepGraph.lines` prints it; the event engine
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -65,17 +66,84 @@ class StepGraph:
         return out
 
 
-def lower(simulator, strategy, classes, var_slot):
-    """The :class:`StepGraph` of ``strategy`` over its replica ``classes`` (``var_slot``: each variable's slot,
-    None where all are on slot 0)."""
-    problem = simulator.problem
-    ps_variables = [PsVariable(name, var_slot[name] if var_slot else 0)
-                    for name, s in sorted(strategy.sync.items()) if s.method != "allreduce"]
-    # issued in key order (bucket first), as the runtimes run them (launcher.runtime.collective, .trainer), over
-    # the replicas' first devices, where the runtimes hold every allreduced variable whatever its unit's slot
-    collectives = [Collective(key, tuple(names), simulator.slot_devices(strategy.replicas, key.slot),
-                              problem.gathered(strategy, names))
-                   for key, names in strategy.collectives().items()]
-    collective_ops = strategy.allreduces_everything()
-    return StepGraph(classes, collectives, ps_variables, collective_ops,
-                     problem.client_time(strategy, collective_ops))
+class Lowering:
+    """Lowers the strategies of one Simulator, each from the one lowered before it (FlexFlow's delta).
+
+    A search's candidate differs from the strategy evaluated before it in a
+    few variables' synchronisation: where the replica classes and slots are
+    the ones of the graph before, only the collectives that hold a changed
+    variable (before or after the change) are built again; the others are
+    the same :class:`Collective` objects, which the run's caches know by
+    identity.  ``incremental=False`` builds every graph from nothing (the
+    full evaluation the tests hold it to).
+    """
+
+    def __init__(self, simulator, incremental=True):
+        self.sim = simulator
+        self.incremental = incremental
+        self.base = None  # (classes, replicas, group_slots) of the lowering the state below belongs to
+        self.sync = {}  # variable -> its VarSync as last lowered
+        self.key_of = {}  # allreduced variable -> its CollectiveKey
+        self.members = {}  # CollectiveKey -> its variables, sorted
+        self.collectives = {}  # CollectiveKey -> Collective
+        self.order = []  # the keys in issue order
+        self.ps_variables = []
+
+    def lower(self, strategy, classes, var_slot):
+        """The :class:`StepGraph` of ``strategy`` over its replica ``classes`` (``var_slot``: each variable's
+        slot, None where all are on slot 0)."""
+        base = (classes, strategy.replicas, dict(strategy.group_slots))
+        sync = strategy.sync
+        same = (self.incremental and self.base is not None and self.base[0] is classes
+                and self.base[1] is strategy.replicas and self.base[2] == strategy.group_slots
+                and len(sync) == len(self.sync))
+        changed = [name for name, s in sync.items() if self.sync.get(name) is not s] if same else None
+        if changed is None or len(changed) > len(sync) // 4:
+            self._reset(base, strategy, var_slot)
+        else:
+            self._update(strategy, var_slot, changed)
+        collective_ops = not self.ps_variables and all(len(r) == 1 for r in strategy.replicas)
+        return StepGraph(classes, [self.collectives[k] for k in self.order], self.ps_variables, collective_ops,
+                         self.sim.problem.client_time(strategy, collective_ops))
+
+    def _reset(self, base, strategy, var_slot):
+        self.base, self.sync, self.key_of, self.members, self.collectives = base, {}, {}, {}, {}
+        self.order, self.ps_variables = [], []
+        self._update(strategy, var_slot, sorted(strategy.sync))
+
+    def _update(self, strategy, var_slot, changed):
+        """Move each ``changed`` variable to its new collective (or to the PS variables) and build again the
+        collectives it left or joined."""
+        touched, ps_changed = set(), False
+        for name in changed:
+            s = strategy.sync[name]
+            old = self.key_of.pop(name, None)
+            if old is not None:
+                self.members[old].remove(name)
+                touched.add(old)
+            was_ps = name in self.sync and old is None
+            self.sync[name] = s
+            if s.method == "allreduce":
+                # on the replicas' first devices, where the runtimes hold every allreduced variable whatever its
+                # unit's slot (launcher.runtime.layout, .trainer)
+                key = CollectiveKey.of(s)
+                self.key_of[name] = key
+                bisect.insort(self.members.setdefault(key, []), name)
+                touched.add(key)
+            ps_changed = ps_changed or was_ps != (s.method != "allreduce")
+        problem, sim = self.sim.problem, self.sim
+        keys_changed = False
+        for key in touched:
+            names = self.members[key]
+            if not names:
+                del self.members[key], self.collectives[key]
+                keys_changed = True
+                continue
+            keys_changed = keys_changed or key not in self.collectives
+            self.collectives[key] = Collective(key, tuple(names), sim.slot_devices(strategy.replicas, key.slot),
+                                               problem.gathered(strategy, names))
+        if keys_changed:
+            self.order = sorted(self.collectives)  # issued in key order (bucket first), as the runtimes run them
+        if ps_changed:
+            self.ps_variables = [PsVariable(name, var_slot[name] if var_slot else 0)
+                                 for name, s in sorted(self.sync.items()) if s.method != "allreduce"]
