@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.graph.xla import resolve_xla
 from cost_models.calibration import TransferCalibration
 from cost_models.emulated_link import EmulatedLinkCalibration
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap
@@ -229,7 +230,8 @@ class CostModel:
         if self.gpu is None:
             raise CostModelError("this cost model has no GPU kernel model; it cannot price GPUs",
                                  source=GPU_MODEL)
-        return GpuStep(step_table(graph_item), device, job_precision(graph_item), getattr(graph_item.job, "xla", False))
+        return GpuStep(step_table(graph_item), device, job_precision(graph_item),
+                       resolve_xla(graph_item.job, device.kind).on)
 
     def _covered(self, step):
         """Per op, whether the published figures calibrate its kernel on ``step``'s architecture."""

@@ -59,6 +59,7 @@ class RunLayout:
     group_slots: dict = field(default_factory=dict)
     batch_size: int = 0  # the global batch the plan was made for (0: not known)
     micro_batches: int = 1  # parts each replica's slice of a step is cut into, their gradients accumulated
+    xla: bool = False  # whether the step was priced compiled by XLA on the plan's devices (autodist.graph.xla)
 
     @classmethod
     def from_plan(cls, plan):
@@ -90,7 +91,13 @@ class RunLayout:
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
             micro_batches=plan.micro_batches,
+            xla=bool(plan.graph.get("xla", False)),
         )
+
+    def jit_compile(self, device_type):
+        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: as priced on GPUs; None (as the
+        script says) elsewhere, where TensorFlow's CPU step is what the plan was priced on."""
+        return self.xla if device_type == "GPU" else None
 
     def buckets(self):
         """The collectives in issue order: list of (bucket, algorithm, [variable names]), one per
