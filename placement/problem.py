@@ -20,7 +20,7 @@ from autodist.resource_spec.emulated import machine_cores
 from cost_models import gradient_bytes
 from cost_models.comm import cast_seconds, wire_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
-from cost_models.step_table import step_table
+from cost_models.step_table import fuses_elementwise, step_table
 from placement.grouping import group_ops
 from placement.prices import PhasePrices
 
@@ -100,7 +100,8 @@ class Problem:
         self.input_bytes = graph_item.input_bytes()  # one (micro-)batch of this problem's step
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         # XLA runs elementwise chains fused, and does not store their insides (cost_models.memory)
-        self.fused_kernels = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
+        xla = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
+        self.fused_kernels = fuses_elementwise(xla, graph_item.job.framework)
         self._table = None
         self._op_group = None
         self._live = {}

@@ -108,6 +108,8 @@ JOB_FIELDS = {
     "jit_compile": (lambda v: v in ("", "auto", "on", "off"), 'one of "", "auto", "on", "off"'),
     "jit_supported": _BOOL,
     "distribute_strategy": _STRING,
+    "framework": (lambda v: v in ("", "pytorch"), 'one of "", "pytorch"'),
+    "layout": (lambda v: v in ("", "nhwc", "nchw"), 'one of "", "nhwc", "nchw"'),
     "amp_rewrite": _BOOL,
     "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
     "collective_only": _BOOL,

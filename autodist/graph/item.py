@@ -115,6 +115,11 @@ class JobInfo:
     jit_supported: bool = True
     # The tf.distribute strategy the model was built under ("" for none), which turns Keras' "auto" off.
     distribute_strategy: str = ""
+    # Whose kernels run the step: "" TensorFlow (the graph's ops, as Grappler and XLA leave them), or "pytorch",
+    # a published PyTorch run's hand-fused kernels (cost_models.gpu; only calibration rows say so), and the
+    # layout cuDNN gets its convolution tensors in: "" (TensorFlow's NHWC on GPUs) or "nchw" (PyTorch's default).
+    framework: str = ""
+    layout: str = ""
     # Whether TensorFlow's automatic mixed precision graph rewrite runs the float32 step in float16 on GPUs
     # (autodist.graph.amp_rewrite: the ops are the rewritten graph's).
     amp_rewrite: bool = False
