@@ -45,8 +45,8 @@ What a step costs on a GPU, as modelled:
   fused their elementwise chains by hand (``JobInfo.framework`` "pytorch",
   cost_models.step_table.fuses_elementwise).  TensorFlow's transformers
   without XLA ran layer norm, GELU and dropout as separate ops, as the
-  Keras graph does (G20/amp runs 2.3x slower than G20/amp-xla).  NVIDIA's TensorFlow 1 examples ran AMP as
-  TensorFlow's graph rewrite of their float32 step, which keeps BERT's layer
+  Keras graph does (G20/amp runs 2.3x slower than G20/amp-xla).  NVIDIA's
+  TensorFlow 1 examples ran AMP as TensorFlow's graph rewrite of their float32 step, which keeps BERT's layer
   norms, tanh GELU and softmax in float32; their BERT steps are captured
   that way (autodist.graph.amp_rewrite), as is a user's job that turns the
   rewrite on.

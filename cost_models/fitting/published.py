@@ -145,8 +145,8 @@ def run_job(run, scalars):
     does not state leaves the capture's), micro-batches (``--micro-batches``) and, for a PyTorch run, the
     framework and layout of its kernels (``JobInfo.framework``, ``JobInfo.layout``)."""
     if "job" not in scalars:
-        raise CostModelError(f"the cached step of {run.config!r} records no job (run benchmarks/gpu_published_graphs.py)",
-                             source=os.path.join(DATA_DIR, f"{run.config}.npz"))
+        raise CostModelError(f"the cached step of {run.config!r} records no job "
+                             "(run benchmarks/gpu_published_graphs.py)", source=os.path.join(DATA_DIR, f"{run.config}.npz"))
     job = JobInfo(**json.loads(scalars["job"]))
     return replace(job, batch_size=run.batch, micro_batches=run.micro_batches,
                    jit_compile={True: "on", False: "off", None: job.jit_compile}[run.xla],
