@@ -25,16 +25,24 @@ def graph_of(source, script_args=()):
     return load_graph(path)
 
 
-def with_job_options(graph_item, precision=None, micro_batches=None):
-    """``graph_item`` with its job's precision and micro-batch count overridden where given.
+def with_job_options(graph_item, precision=None, micro_batches=None, xla=None):
+    """``graph_item`` with its job's precision, micro-batch count and XLA setting overridden where given.
 
     ``precision`` is one of "fp32", "tf32", "fp16", "bf16" (a float32 job run
     at fp16/bf16 is priced as Keras mixed precision runs it: half-precision
     compute and activations, float32 variables and gradients);
     ``micro_batches`` the micro-batches whose gradients are accumulated
-    before one update.
+    before one update; ``xla`` one of "auto" (as Keras' default
+    ``jit_compile="auto"`` resolves it on the plan's devices), "on", "off"
+    (autodist.graph.xla).
     """
+    from autodist.graph.xla import XLA_CHOICES
     from cost_models.gpu import PRECISIONS
+
+    if xla is not None:
+        if xla not in XLA_CHOICES:
+            raise InputError(f"unknown XLA setting {xla!r} (one of {', '.join(XLA_CHOICES)})", field="--xla")
+        graph_item.job.jit_compile = xla
 
     if precision is not None:
         if precision not in PRECISIONS:
@@ -61,7 +69,7 @@ def cluster_of(cluster):
 
 
 def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, script_args=(), allreduce_only=False,
-                     precision=None, micro_batches=None, cost_model=None, allow_compression=False,
+                     precision=None, micro_batches=None, xla=None, cost_model=None, allow_compression=False,
                      allow_micro_batches=False, moves=None, global_batch=None, batch_per_replica=False):
     """Search the best placement of a training job on a cluster: the plan and the search that made it.
 
@@ -81,9 +89,9 @@ def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, scri
         Search only plans that allreduce every variable, one device per
         replica (a custom training loop's job gets only those whatever this
         says, see ``JobInfo.why_collective_only``).
-    precision, micro_batches : optional
-        Override the job's precision and gradient accumulation (see
-        :func:`with_job_options`).
+    precision, micro_batches, xla : optional
+        Override the job's precision, gradient accumulation and XLA setting
+        (see :func:`with_job_options`).
     cost_model : cost_models.CostModel, optional
         The cost model to plan with (default: the shipped one).
     allow_compression : bool
@@ -109,7 +117,7 @@ def plan_with_search(source, cluster, seed=0, budget_s=10.0, progress=None, scri
     from autodist.graph.semantics import planned_batch
     from autodist.plan import Plan
 
-    graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches)
+    graph_item = with_job_options(graph_of(source, script_args), precision, micro_batches, xla)
     resource_spec = cluster_of(cluster)
     graph_item = planned_batch(graph_item, len(resource_spec.compute_devices()), global_batch, batch_per_replica)
     cost_model = cost_model or CostModel.default()

@@ -6,6 +6,7 @@ patches nothing.
 
 - :func:`patched`: one attribute replaced (the way every hook here is made);
 - :func:`keras_fit`: ``keras.Model.fit`` calls go to a handler;
+- :func:`keras_compile`: what ``keras.Model.compile`` calls ask for as ``jit_compile`` goes to a handler;
 - :func:`optimizer_apply`: Keras optimizers' ``apply`` (behind
   ``apply_gradients``) goes to a handler;
 - :func:`training_steps`: calls of the script's training step (an
@@ -67,6 +68,24 @@ def keras_fit(handler):
         return handler(model, *args, **kwargs)
 
     with patched(keras.Model, "fit", fit) as original:
+        yield original
+
+
+@contextlib.contextmanager
+def keras_compile(record):
+    """Inside: ``model.compile(...)`` is Keras' own, after ``record(model, jit_compile)`` gets the ``jit_compile``
+    the call asked for ("auto" when it passed none), before Keras resolves "auto" for this host."""
+    import inspect
+
+    import keras
+
+    def compile(model, *args, **kwargs):
+        call = inspect.signature(original).bind(model, *args, **kwargs)
+        call.apply_defaults()
+        record(model, call.arguments.get("jit_compile", "auto"))
+        return original(model, *args, **kwargs)
+
+    with patched(keras.Model, "compile", compile) as original:
         yield original
 
 

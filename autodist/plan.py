@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from autodist.errors import InputError
 from autodist.io import check_document, read_json, write_json_atomic
+from autodist.graph.xla import resolve_xla
 from autodist.plan_checks import plan_problems
 from autodist.plan_layout import JOBS, device_assignments, task_device_strings
 from autodist.resource_spec.spec import ResourceSpec
@@ -195,7 +196,8 @@ def _prediction(simulation, lower_bound=None, candidates=()):
     }
 
 
-def _graph_summary(graph_item):
+def _graph_summary(graph_item, resource_spec):
+    xla = resolve_xla(graph_item.job, "GPU" if resource_spec.gpus() else "CPU")
     return {
         "model_name": graph_item.job.model_name,
         "batch_size": graph_item.job.batch_size,
@@ -206,7 +208,8 @@ def _graph_summary(graph_item):
         "parameter_bytes": graph_item.parameter_bytes(),
         "flops": graph_item.total_flops(),
         "precision": graph_item.job.precision,
-        "xla": bool(graph_item.job.xla),
+        "xla": xla.on,
+        "xla_reason": xla.reason,
         "micro_batches": int(graph_item.job.micro_batches),
         "script_batch": int(graph_item.job.script_batch or graph_item.job.batch_size),
         "batch_per_replica": bool(graph_item.job.batch_per_replica),
@@ -288,7 +291,7 @@ class Plan:
                 "seed": int(seed),
                 **({"search": search} if search else {}),
             },
-            "graph": _graph_summary(graph_item),
+            "graph": _graph_summary(graph_item, resource_spec),
             "tasks": tasks,
             "strategy": strategy.to_dict(),
             "device_assignments": device_assignments(tasks, resource_spec),

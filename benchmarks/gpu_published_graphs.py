@@ -8,14 +8,19 @@ equivalent Keras models (``--mixed-precision`` for the AMP runs; NVIDIA's
 TensorFlow 1 BERT with the tanh GELU, its AMP runs with
 ``--amp-graph-rewrite``, see cost_models.fitting.published.CONFIGS) at two
 small batch sizes in fresh processes, and writes each step's table
-(cost_models.step_table) at both sizes to
+(cost_models.step_table) at both sizes, with the job the capture recorded
+(autodist.graph.item.JobInfo: precision, XLA as the script asks for it), to
 ``cost_models/data/published/<config>.npz``; the tables scale to the
 published batch sizes exactly (FLOPs and bytes are affine in the batch).
+They are a cache of what ``autodist capture`` gives for the same command:
+``costmodel eval`` prices each row from them with the job options a user
+gives ``placement report`` (cost_models.fitting.published).
 
     python benchmarks/gpu_published_graphs.py [--only CONFIG ...]
 """
 
 import argparse
+import gzip
 import os
 import subprocess
 import sys
@@ -29,15 +34,23 @@ from cost_models.fitting.published import CONFIGS, DATA_DIR  # noqa: E402
 from cost_models.step_table import load_tables, save_tables  # noqa: E402
 
 BATCHES = (2, 4)
+# The captured graphs of the ResNet-50 configurations (about 130 kB each, gzipped), at the first batch, kept
+# for the tests that price calibration rows through ``placement report`` (tests/test_one_path.py).
+GRAPHS_DIR = os.path.join(REPO, "tests", "data", "published")
+KEPT_GRAPHS = ("resnet50-",)
 CAPTURE = """
+import dataclasses
+import json
 import sys
 from autodist.graph.capture import capture_script
 from cost_models.step_table import save_tables, step_table
 item = capture_script(sys.argv[1], sys.argv[3:])
+item.save(sys.argv[2] + ".graph.json")
 slots = sum(v.bytes for v in item.slot_variables())
 save_tables(sys.argv[2], {"step": step_table(item)},
             {"parameter_bytes": item.parameter_bytes(), "slot_bytes": slots, "batch": item.job.batch_size,
-             "ops": len(item.ops), "tf_version": item.job.tf_version})
+             "ops": len(item.ops), "tf_version": item.job.tf_version,
+             "job": json.dumps(dataclasses.asdict(item.job), sort_keys=True)})
 """
 
 
@@ -47,10 +60,15 @@ def capture(config):
     for batch in BATCHES:
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "t.npz")
-            subprocess.run([sys.executable, "-c", CAPTURE, os.path.join(HERE, "models", script), path,
+            subprocess.run([sys.executable, "-c", CAPTURE, os.path.join("benchmarks", "models", script), path,
                             "--steps", "1", "--batch-size", str(batch), *args], check=True, cwd=REPO,
                            stderr=subprocess.DEVNULL)
             got, meta = load_tables(path)
+            if batch == BATCHES[0] and config.startswith(KEPT_GRAPHS):
+                os.makedirs(GRAPHS_DIR, exist_ok=True)
+                with open(path + ".graph.json", "rb") as f, \
+                        gzip.GzipFile(os.path.join(GRAPHS_DIR, f"{config}.json.gz"), "wb", mtime=0) as out:
+                    out.write(f.read())
         tables[f"b{batch}"] = got["step"]
         scalars.update({k: v for k, v in meta.items() if k != "batch"})
         scalars[f"batch_b{batch}"] = batch

@@ -29,25 +29,24 @@ What a step costs on a GPU, as modelled:
   AMP ResNet-50 move about half the bytes per sample of its float32 step,
   as NVIDIA's fused fp16 kernels do.  The memory-bound kernels left are
   scaled by one factor per fuser: ``xla_memory`` under XLA (TensorFlow's
-  CNNs and transformers alike), ``fused_tf`` for TensorFlow's convolutional
-  examples without XLA, ``fused_pytorch`` for PyTorch's examples.
-  A user's job always says whether it runs XLA (capture
-  records it).  A published TensorFlow run whose source does not say is
+  CNNs and transformers alike), ``fused_pytorch`` for PyTorch's examples.
+  Whether a job runs XLA is resolved for the device it runs on
+  (autodist.graph.xla: Keras' jit_compile="auto" compiles with XLA on
+  GPUs).  A published TensorFlow run whose source does not say is
   priced between the two, at the geometric mean of its step with and
   without XLA (no parameter stands for what the source left out); XLA does
   not apply to PyTorch.
-- **The published runs' own kernels.**  The calibration steps are the Keras 3
-  equivalents of the published models, which run more elementwise kernels
-  than NVIDIA's TensorFlow and PyTorch examples did where those examples
-  used fused kernels (Keras 3 computes batch norm, GELU and dropout from
-  primitive ops).  Where a published run's framework fused them
-  (cost_models.step_table.fuses_elementwise: XLA, PyTorch's fused kernels,
-  TensorFlow's FusedBatchNorm in its convolutional examples), its chains
-  are fused as above; TensorFlow's transformers without XLA ran layer
-  norm, GELU and dropout as separate ops, as the Keras graph does (nothing
-  fused: G20/amp runs 2.3x slower than G20/amp-xla), and so does a user's
-  Keras job without XLA.  NVIDIA's TensorFlow 1 examples ran AMP as
-  TensorFlow's graph rewrite of their float32 step, which keeps BERT's layer
+- **The published runs' own kernels.**  The calibration steps are the zoo's
+  Keras 3 equivalents of the published models, captured as a user captures
+  them.  Keras 3 computes batch norm, GELU and dropout from primitive ops,
+  which run as kernels of their own without XLA; NVIDIA's TensorFlow 1
+  ResNets without XLA ran batch norm as FusedBatchNormV3, and their steps
+  are captured so (the zoo's ``--fused-batch-norm``).  PyTorch's examples
+  fused their elementwise chains by hand (``JobInfo.framework`` "pytorch",
+  cost_models.step_table.fuses_elementwise).  TensorFlow's transformers
+  without XLA ran layer norm, GELU and dropout as separate ops, as the
+  Keras graph does (G20/amp runs 2.3x slower than G20/amp-xla).  NVIDIA's
+  TensorFlow 1 examples ran AMP as TensorFlow's graph rewrite of their float32 step, which keeps BERT's layer
   norms, tanh GELU and softmax in float32; their BERT steps are captured
   that way (autodist.graph.amp_rewrite), as is a user's job that turns the
   rewrite on.
@@ -90,13 +89,14 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.presets import find_device_model
 from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
 from cost_models.step_table import fuses_elementwise, inside_elementwise_chains
 
 FORMAT = "autodist.gpu_kernel_model"
-VERSION = 2
+VERSION = 3
 MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernel_model.json")
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -106,9 +106,10 @@ HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
 # The fitted parameters, each a positive number (fitted in log space).
 SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "memory", "half_flops",
-          "launch", "xla_memory", "fused_tf", "fused_pytorch")
-# The framework of a published run -> the factor on its memory-bound kernels where it fuses without XLA.
-FRAMEWORK_FUSION = {"tf1": "fused_tf", "tf2": "fused_tf", "pytorch": "fused_pytorch"}
+          "launch", "xla_memory", "fused_pytorch")
+# The framework whose kernels run a step (JobInfo.framework) -> the factor on its memory-bound kernels where
+# it fuses without XLA.
+FRAMEWORK_FUSION = {"pytorch": "fused_pytorch"}
 PER_ARCHITECTURE = ("compute", "memory")
 LAYOUTS = ("nhwc", "nchw")
 
@@ -118,11 +119,6 @@ def architecture_of(device_model):
     name or alias), "" for a model the catalogue does not hold."""
     found = find_device_model(str(device_model))
     return found[1].architecture if found else ""
-
-
-def job_precision(graph_item):
-    """The job's precision: ``graph_item.job.precision``, "fp32" for graphs that do not record one."""
-    return getattr(graph_item.job, "precision", "") or "fp32"
 
 
 def peak_key(dtype, precision, peaks):
@@ -161,6 +157,14 @@ def halved_by_precision(table, precision):
     return (table["dtype"] == "float32") & (table["phase"] != "update")
 
 
+def job_step(table, job, device, xla="job"):
+    """The :class:`GpuStep` of ``job``'s step (its step ``table``; ``job`` a JobInfo) on ``device``, as the job
+    runs there: its precision, XLA resolved for the device (autodist.graph.xla), its micro-batches, framework
+    and layout.  ``xla`` True/False/None (not known: published runs only) replaces the resolved setting."""
+    on = resolve_xla(job, device.kind).on if xla == "job" else xla
+    return GpuStep(table, device, job.precision or "fp32", on, job.micro_batches, job.framework, job.layout or "nhwc")
+
+
 class GpuStep:
     """One step's ops on one GPU model, ready to price with any parameters.
 
@@ -178,18 +182,21 @@ class GpuStep:
         PyTorch run without XLA).
     micro_batches : int
     framework : str
-        "keras" for a captured job; a published run's framework otherwise
-        (see :data:`FRAMEWORK_FUSION`: its fuser without XLA).
+        Whose kernels run the step (``JobInfo.framework``): "" for
+        TensorFlow, "pytorch" for a published PyTorch run (see
+        :data:`FRAMEWORK_FUSION`: its fuser without XLA).
     layout : str
         "nchw" where cuDNN gets a published PyTorch run's convolution tensors
         NCHW and transposes them (see the module docstring); "nhwc" otherwise.
+
+    :func:`job_step` builds it from a job, as users' plans and the
+    calibration rows both do.
 
     Raises CostModelError when the device lists no peak for a precision the
     step needs.
     """
 
-    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1, framework="keras",
-                 layout="nhwc"):
+    def __init__(self, table, device, precision="fp32", xla=False, micro_batches=1, framework="", layout="nhwc"):
         if precision not in PRECISIONS:
             raise CostModelError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})",
                                  field="precision")
@@ -203,7 +210,7 @@ class GpuStep:
         # The factor on the memory-bound kernels left where elementwise chains are fused, without XLA and with it
         # (None: nothing fused).
         self.fuser = {x: (("xla_memory" if x else FRAMEWORK_FUSION[framework])
-                          if fuses_elementwise(table, x, framework) else None) for x in (False, True)}
+                          if fuses_elementwise(x, framework) else None) for x in (False, True)}
         op_type = table["op_type"]
         dtype = table["dtype"]
         classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)

@@ -7,7 +7,8 @@ A device holds, at the peak of a step:
 - every tensor alive at that moment: an op that runs a kernel allocates its
   outputs when it runs and they are freed after their last reader
   (cost_models.step_table's ``last_use``, which follows reshapes and
-  identities to the real reader).  Forward outputs are therefore held until
+  identities to the real reader; a multi-output op's outputs read earlier,
+  ``early_bytes``, are freed after their own last reader).  Forward outputs are therefore held until
   their backward use, gradients until the update, temporaries briefly.
   Ops that run no kernel (constants, variable reads, reshapes) allocate
   nothing; pruned ops never run;
@@ -73,10 +74,15 @@ def live_peak(table, precision="fp32", mask=None, fused_kernels=False):
     if n == 0:
         return 0
     index = np.arange(n)
+    # Outputs last read early (cost_models.step_table's early_bytes) are freed after their own last reader.
+    early = nbytes * np.divide(table["early_bytes"], table["output_bytes"], out=np.zeros(n),
+                               where=table["output_bytes"] > 0)
     freed = np.maximum(table["last_use"], index) + 1
+    freed_early = np.maximum(table["early_use"], index) + 1
     delta = np.zeros(n + 1)
     np.add.at(delta, index, nbytes)
-    np.add.at(delta, freed, -nbytes)
+    np.add.at(delta, freed, early - nbytes)
+    np.add.at(delta, freed_early, -early)
     return int(np.cumsum(delta)[:n].max())
 
 

@@ -19,7 +19,7 @@ from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import RAW_COLUMNS, design_matrix, device_peak
-from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, GpuStep, job_precision
+from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, job_step
 from cost_models.measured_steps import MeasuredStep, measured_steps_of
 from cost_models.prior import prior_seconds
 from cost_models.step_table import step_table
@@ -239,7 +239,7 @@ class CostModel:
         if self.gpu is None:
             raise CostModelError("this cost model has no GPU kernel model; it cannot price GPUs",
                                  source=GPU_MODEL)
-        return GpuStep(step_table(graph_item), device, job_precision(graph_item), getattr(graph_item.job, "xla", False))
+        return job_step(step_table(graph_item), graph_item.job, device)
 
     def _covered(self, step):
         """Per op, whether the published figures calibrate its kernel on ``step``'s architecture."""

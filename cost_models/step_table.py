@@ -18,7 +18,12 @@ Columns: the raw op features (cost_models.features.RAW_COLUMNS) plus
   the hand-fused normalisation kernels) never writes it out
   (:func:`inside_elementwise_chains`);
 - ``fused``: 1 where Grappler's remapper folds the op into the kernel of the
-  op that produces its input on a GPU (see :func:`remapper_fused`).
+  op that produces its input on a GPU (see :func:`remapper_fused`);
+- ``early_bytes``, ``early_use``: the bytes of the op's outputs that are
+  last read before ``last_use``, and the last op that reads one of them
+  (-1 and 0 bytes when none is): a multi-output op's outputs die apart
+  (FusedBatchNormV3's normalised output is read once in the forward pass,
+  its per-channel statistics by its gradient).
 
 A table at one batch size scales to another: every op's FLOPs, bytes and
 element counts are affine in the batch (:func:`at_batch`).
@@ -32,8 +37,9 @@ import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
 
-TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused")
-BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements")
+TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused", "early_bytes", "early_use")
+BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements",
+                "early_bytes")
 
 # Grappler's remapper (tensorflow/core/grappler/optimizers/remapper.cc, TF 2.21)
 # rewrites, on GPUs, a convolution or matrix product followed by BiasAdd and an
@@ -124,21 +130,44 @@ def _step_table(graph_item):
     table["last_use"] = _last_readers(ops, sources, lambda op: True)
     table["opaque_use"] = _last_readers(ops, sources, lambda op: op.type not in FUSIBLE_READERS)
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
+    table["early_bytes"], table["early_use"] = _early_outputs(ops, index, table["last_use"])
     return table
 
 
-def fuses_elementwise(table, xla, framework):
+def _early_outputs(ops, index, last_use):
+    """Per op, the bytes of its outputs last read before ``last_use`` (directly or through aliases) and the
+    last op reading one of them."""
+    last = {}  # (op index, output index) -> its last reader
+    for i, op in enumerate(ops):
+        for tensor in op.data_inputs:
+            src, _, k = tensor.rpartition(":")
+            if src in index:
+                key = (index[src], int(k or 0))
+                last[key] = max(last.get(key, -1), i)
+    for i in range(len(ops) - 1, -1, -1):  # an alias keeps its input's buffer alive as long as itself
+        if ops[i].type in ALIAS_TYPES and ops[i].data_inputs:
+            src, _, k = ops[i].data_inputs[0].rpartition(":")
+            if src in index:
+                key = (index[src], int(k or 0))
+                last[key] = max(last.get(key, -1), last_use[i])
+    early_bytes, early_use = np.zeros(len(ops)), np.full(len(ops), -1, dtype=np.int64)
+    for (i, k), reader in last.items():
+        if reader < last_use[i] and k < len(ops[i].output_bytes):
+            early_bytes[i] += ops[i].output_bytes[k]
+            early_use[i] = max(early_use[i], reader)
+    return early_bytes, early_use
+
+
+def fuses_elementwise(xla, framework=""):
     """Whether the step runs its elementwise chains fused (cost_models.memory and cost_models.gpu use it).
 
-    XLA fuses them; so do the hand-fused kernels of a published run's
-    framework: PyTorch's examples fuse GELU, layer norm and batch norm, and
-    TensorFlow's convolutional examples run batch norm as FusedBatchNorm
-    (their transformers' layer norm and GELU are separate ops without XLA).
-    A Keras job without XLA runs the ops its graph holds.
+    XLA fuses them; so do the hand-fused kernels of a published PyTorch run
+    (``framework`` "pytorch": GELU, layer and batch norm, dropout).  A
+    TensorFlow step without XLA runs the ops its graph holds: Keras 3's batch
+    norm as primitive ops, TensorFlow 1's as one FusedBatchNormV3 op (the
+    zoo's ``--fused-batch-norm``).
     """
-    if xla or framework == "pytorch":
-        return True
-    return framework in ("tf1", "tf2") and bool(np.isin(table["op_type"], CONV_TYPES).any())
+    return bool(xla) or framework == "pytorch"
 
 
 def inside_elementwise_chains(table):

@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from autodist.graph.rebatch import at_batch, replica_batch
+from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.emulated import machine_cores
 from cost_models import gradient_bytes
 from cost_models.comm import cast_seconds, wire_bytes
 from cost_models.memory import allocated_bytes, live_peak, runtime_overhead_bytes
-from cost_models.step_table import step_table
+from cost_models.step_table import fuses_elementwise, step_table
 from placement.grouping import group_ops
 from placement.prices import PhasePrices
 
@@ -98,6 +99,9 @@ class Problem:
         self.micro_batches = max(int(getattr(graph_item.job, "micro_batches", 1) or 1), 1)
         self.input_bytes = graph_item.input_bytes()  # one (micro-)batch of this problem's step
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
+        # XLA runs elementwise chains fused, and does not store their insides (cost_models.memory)
+        xla = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
+        self.fused_kernels = fuses_elementwise(xla, graph_item.job.framework)
         self._table = None
         self._op_group = None
         self._live = {}
@@ -277,7 +281,7 @@ class Problem:
     def allocated_bytes(self):
         """Bytes the ops of each group allocate in all (an upper bound of their live peak), and those of the updates."""
         self.step_table()
-        nbytes = allocated_bytes(self._table, self.precision)
+        nbytes = allocated_bytes(self._table, self.precision, self.fused_kernels)
         per_group = np.bincount(self._op_group[self._op_group >= 0], weights=nbytes[self._op_group >= 0],
                                 minlength=len(self.groups.groups))
         return [int(b) for b in per_group], int(nbytes[self._op_group < 0].sum())
@@ -302,6 +306,6 @@ class Problem:
             self.step_table()
             # Update ops (no group: index -1, the last entry) are counted on slot 0's device.
             on_slot = np.array([slots[u] == slot for u in self.group_unit] + [slot == 0])[self._op_group]
-            self._live[key] = (live_peak(self._table, self.precision, on_slot),
+            self._live[key] = (live_peak(self._table, self.precision, on_slot, self.fused_kernels),
                                runtime_overhead_bytes(self._table, on_slot))
         return self._live[key]

@@ -79,6 +79,9 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
         assert row["predicted"] > 0 and row["predicted_left_out"] > 0 and row["prior"] > 0 and row["fits"]
     assert [r["pair"] for r in gpu["precision_ratios"]] == ["ResNet-50, V100 (XLA)", "ResNet-50, V100"]
     assert not gpu["memory_check"]["fits"]
+    # One path: the rows are priced as placement report prices their jobs (tests/test_one_path.py), no other way.
+    assert "placement report" in gpu["user_path"]["how"]
+    assert gpu["user_path"]["median_error_left_out"] == gpu["summary"]["median_error_left_out"]
     # The held-out figures are priced by the fit on the calibration rows and never fitted on.
     held_out = gpu["validation"]["rows"]
     assert held_out and all(r["id"].startswith("LPT") and r["predicted"] > 0 for r in held_out)

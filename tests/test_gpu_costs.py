@@ -180,6 +180,25 @@ def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():
     assert live_peak(step_table(item)) == 550
 
 
+def test_a_multi_output_ops_outputs_die_apart():
+    """bn = FusedBatchNormV3(x) -> y(400), stats(4); r = Relu(y)(400); g = Sum(r)(8); h(g)(500);
+    grad(stats, h)(4).
+
+    y is read only by r: it dies there, while the statistics live until the gradient.  The peak is while r runs
+    (bn's 404 and r's 400: 804); held whole until the gradient, y would make it 404 + 8 + 500 = 912 at h.
+    """
+    def op(name, inputs, sizes, op_type):
+        return OpInfo(name, op_type, inputs, [[b // 4] for b in sizes], ["float32"] * len(sizes), sizes,
+                      phase="forward")
+
+    ops = [op("x", [], [400], "Placeholder"), op("bn", ["x:0"], [400, 4], "FusedBatchNormV3"),
+           op("r", ["bn:0"], [400], "Relu"), op("g", ["r:0"], [8], "Sum"), op("h", ["g:0"], [500], "Tile"),
+           op("grad", ["bn:1", "h:0"], [4], "Mul"), op("out", ["grad:0"], [0], "NoOp")]
+    table = step_table(GraphItem(ops, [], JobInfo(model_name="toy", batch_size=1)))
+    assert (table["early_bytes"][1], table["early_use"][1]) == (400, 2)
+    assert live_peak(table) == 804
+
+
 def test_fused_kernels_store_only_what_a_non_elementwise_op_reads():
     """x(100) -> a=MatMul(200) -> b=Mul(300) -> c=Tanh(50) -> d=MatMul(10) -> e=Mul(b, d)(20) -> out.
 
@@ -261,18 +280,19 @@ def _published(run_id):
 
 
 def test_fused_chains_cost_nothing_and_their_fuser_scales_the_kernels_left():
-    """TF1's ResNet-50 ran batch norm fused (chains dropped, fused_tf on the rest); TF1's BERT without XLA ran
-    its layer norm and GELU as separate ops, as the Keras graph does, and XLA fused them (xla_memory on the rest)."""
+    """A TensorFlow step without XLA runs the ops its graph holds (TF1's ResNet-50 its FusedBatchNormV3 kernels,
+    BERT its layer norm and GELU as separate ops); XLA fuses the elementwise chains (xla_memory on the kernels
+    left), and so do a PyTorch run's hand-fused kernels (fused_pytorch)."""
     params = GpuKernelParams.load()
-    for run_id, fused_without_xla in (("G4/amp", True), ("G20/amp", False)):
+    for run_id in ("G4/amp", "G20/amp"):
         run, table, device = _published(run_id)
-        keras = GpuStep(table, device, run.precision, False).kernel_seconds(params)
-        for xla, fuser in ((False, "fused_tf" if fused_without_xla else None), (True, "xla_memory")):
-            step = GpuStep(table, device, run.precision, xla, framework="tf1")
+        tensorflow = GpuStep(table, device, run.precision, False).kernel_seconds(params)
+        for xla, framework, fuser in ((False, "", None), (True, "", "xla_memory"), (False, "pytorch", "fused_pytorch")):
+            step = GpuStep(table, device, run.precision, xla, framework=framework)
             seconds = step.kernel_seconds(params)
             left = step.memory & ~step.chained if fuser else step.memory
             assert step.chained.any() and not seconds[step.memory & ~left].any(), (run_id, xla)
-            ratio = seconds[left] / keras[left]
+            ratio = seconds[left] / tensorflow[left]
             expected = params.shared[fuser] if fuser else 1.0
             assert ratio == pytest.approx(np.full(ratio.shape, expected)), (run_id, xla)
 
@@ -293,7 +313,7 @@ def test_a_tf_run_of_unstated_xla_is_priced_at_the_geometric_mean_and_pytorch_wi
     params = GpuKernelParams.load()
     run, table, device = _published("G8/amp")
     assert run.xla is None and run.framework == "tf1"
-    seconds = {x: GpuStep(table, device, run.precision, x, run.micro_batches, "tf1").step_seconds(params)
+    seconds = {x: GpuStep(table, device, run.precision, x, run.micro_batches).step_seconds(params)
                for x in (None, False, True)}
     assert seconds[True] < seconds[None] < seconds[False]
     assert seconds[None] == pytest.approx(np.sqrt(seconds[True] * seconds[False]))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def add_job_arguments(parser):
-    """Add ``--precision`` and ``--micro-batches`` (both default to what the capture recorded)."""
+    """Add ``--precision``, ``--micro-batches`` and ``--xla`` (each defaults to what the capture recorded)."""
+    from autodist.graph.xla import XLA_CHOICES
     from cost_models.gpu import PRECISIONS
 
     group = parser.add_argument_group("job (default: as captured)")
@@ -14,6 +15,9 @@ def add_job_arguments(parser):
     group.add_argument("--micro-batches", type=_positive_int, metavar="N",
                        help="cut each replica's share of a step's batch into N micro-batches and accumulate "
                             "their gradients before one update")
+    group.add_argument("--xla", choices=XLA_CHOICES,
+                       help="compile the step with XLA: auto (as Keras' default jit_compile='auto' does on the "
+                            "plan's devices: on GPUs, unless a layer does not support it), on, or off")
     batch = parser.add_argument_group("batch semantics (default: the script's batch is the global batch, split among "
                                       "the replicas)")
     batch.add_argument("--global-batch", type=_positive_int, metavar="N",
@@ -46,7 +50,8 @@ def _positive_int(text):
 
 def job_options(args):
     """The job overrides given on the command line, as keyword arguments of ``autodist.api.with_job_options``."""
-    return {"precision": getattr(args, "precision", None), "micro_batches": getattr(args, "micro_batches", None)}
+    return {"precision": getattr(args, "precision", None), "micro_batches": getattr(args, "micro_batches", None),
+            "xla": getattr(args, "xla", None)}
 
 
 def batch_options(args):

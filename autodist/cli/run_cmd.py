@@ -64,7 +64,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
     from autodist.api import graph_of
     from autodist.api import make_plan
     from autodist.cli.cluster_args import cluster_from_args
-    from autodist.cli.job_options import batch_options, search_allowances
+    from autodist.cli.job_options import batch_options, job_options, search_allowances
     from autodist.cli.plan_cmd import batch_line, summary, warn_if_unsearched
     from autodist.cli.options import check_search_size, search_budget
     from autodist.cli.progress import SearchProgress
@@ -83,8 +83,7 @@ def _searched_plan(args, resource_spec=None, graph_item=None):
         print(f"autodist: {collective_only}: searching plans that allreduce every variable", flush=True)
     plan = make_plan(graph_item, resource_spec, seed=args.seed, progress=SearchProgress(), **search_budget(args),
                      cost_model=load_cost_model(args.cost_model),
-                     precision=args.precision, micro_batches=args.micro_batches, **search_allowances(args),
-                     **batch_options(args))
+                     **job_options(args), **search_allowances(args), **batch_options(args))
     plan.save(args.output)
     warn_if_unsearched(plan)
     print(f"{args.output}: {summary(plan)}", flush=True)

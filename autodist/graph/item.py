@@ -110,8 +110,21 @@ class JobInfo:
     precision: str = ""
     # The Keras dtype policy the script ran under ("float32", "mixed_float16", ...).
     dtype_policy: str = ""
-    # Whether the step is compiled with XLA (Keras' jit_compile, tf.function(jit_compile=True)).
+    # Whether the step is compiled with XLA on the host that captured it (Keras' jit_compile,
+    # tf.function(jit_compile=True)).
     xla: bool = False
+    # What the script asked for: "on", "off" or "auto" (Keras' default, resolved per device where the step is
+    # priced: autodist.graph.xla); "" for graphs that do not say ("on" where ``xla``, else "off").
+    jit_compile: str = ""
+    # Keras' model_supports_jit: every layer supports XLA and op determinism is off (for "auto").
+    jit_supported: bool = True
+    # The tf.distribute strategy the model was built under ("" for none), which turns Keras' "auto" off.
+    distribute_strategy: str = ""
+    # Whose kernels run the step: "" TensorFlow (the graph's ops, as Grappler and XLA leave them), or "pytorch",
+    # a published PyTorch run's hand-fused kernels (cost_models.gpu; only calibration rows say so), and the
+    # layout cuDNN gets its convolution tensors in: "" (TensorFlow's NHWC on GPUs) or "nchw" (PyTorch's default).
+    framework: str = ""
+    layout: str = ""
     # Whether TensorFlow's automatic mixed precision graph rewrite runs the float32 step in float16 on GPUs
     # (autodist.graph.amp_rewrite: the ops are the rewritten graph's).
     amp_rewrite: bool = False

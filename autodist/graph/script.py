@@ -137,8 +137,21 @@ def _without_loss_scaling(model):
         model.optimizer = wrapper
 
 
-def fit_step_item(model, x, y, batch_size, sample_weight, model_name, source):
-    """The GraphItem of the step ``model.fit(x, y, batch_size, sample_weight=...)`` would run (traced, not run)."""
+def keras_jit_facts(model, asked=None):
+    """The JobInfo fields that say how Keras compiles ``model``'s step (autodist.graph.xla): ``asked`` is the
+    ``jit_compile`` its ``compile`` call asked for (None: not seen, the model's own setting)."""
+    from keras.src.trainers.trainer import model_supports_jit
+
+    asked = model.jit_compile if asked is None else asked
+    strategy = getattr(model, "_distribute_strategy", None)
+    return {"jit_compile": "auto" if asked == "auto" else ("on" if asked else "off"),
+            "jit_supported": bool(model_supports_jit(model)),
+            "distribute_strategy": type(strategy).__name__ if strategy is not None else ""}
+
+
+def fit_step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_compile=None):
+    """The GraphItem of the step ``model.fit(x, y, batch_size, sample_weight=...)`` would run (traced, not run);
+    ``jit_compile``: what the model's ``compile`` asked for (see :func:`keras_jit_facts`)."""
     import tensorflow as tf
 
     if getattr(model, "optimizer", None) is None:
@@ -149,7 +162,8 @@ def fit_step_item(model, x, y, batch_size, sample_weight, model_name, source):
     traced = tf.function(model.train_step)
     with _without_loss_scaling(model):
         return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
-                          input_shapes=shapes, step="fit", xla=model.jit_compile)
+                          input_shapes=shapes, step="fit", xla=model.jit_compile,
+                          jit=keras_jit_facts(model, jit_compile))
 
 
 class _ScriptCapture:
@@ -159,6 +173,7 @@ class _ScriptCapture:
         self.source = path
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
+        self.jit_asked = {}  # id of a compiled model -> the jit_compile its compile call asked for
 
     def step_source(self):
         """``script:line`` of the innermost line of the script on the stack (the call being captured)."""
@@ -167,12 +182,17 @@ class _ScriptCapture:
         return f"{self.source}:{lines[-1]}" if lines else self.source
 
     def capture_fit(self, model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
-        self.item = fit_step_item(model, x, y, batch_size, sample_weight, self.model_name, self.step_source())
+        self.item = fit_step_item(model, x, y, batch_size, sample_weight, self.model_name, self.step_source(),
+                                  self.jit_asked.get(id(model)))
         given = dict(kwargs, sample_weight=sample_weight)
         in_data = "sample_weight" in self.item.job.input_shapes  # a dataset of (x, y, sample_weight)
         self.item.job.fit_arguments = [a for a in ONE_CLIENT_FIT_ARGS
                                        if given.get(a) is not None or (a == "sample_weight" and in_data)]
         raise _StopScript
+
+    def record_compile(self, model, jit_compile):
+        """What ``model.compile`` asked for as ``jit_compile`` (before Keras resolves "auto" for this host)."""
+        self.jit_asked[id(model)] = jit_compile
 
     def capture_step(self, step, args, kwargs):
         """The script's training step (an ``autodist.function`` or a ``tf.function``): trace it and stop."""
@@ -183,7 +203,8 @@ class _ScriptCapture:
     @contextlib.contextmanager
     def installed(self):
         """Send ``keras.Model.fit`` and the training step's calls here; undo both on exit."""
-        with hooks.keras_fit(self.capture_fit), hooks.training_steps(self.capture_step), \
+        with hooks.keras_fit(self.capture_fit), hooks.keras_compile(self.record_compile), \
+                hooks.training_steps(self.capture_step), \
                 hooks.single_replica_strategies():
             yield
 

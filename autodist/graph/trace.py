@@ -215,13 +215,14 @@ def precision_facts():
 
 
 def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_shapes=None, step="function",
-               xla=False, collective_only=False):
+               xla=False, collective_only=False, jit=None):
     """Trace ``traced`` (a tf.function) on ``args``/``kwargs`` and build its GraphItem.
 
     ``optimizer`` and ``input_shapes`` override what is found from the
     function itself (``model.fit`` knows them better); ``step`` says how the
     script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`);
-    ``xla`` whether the step runs compiled by XLA; ``collective_only``
+    ``xla`` whether the step runs compiled by XLA here, ``jit`` how Keras decides it per device
+    (autodist.graph.script.keras_jit_facts); ``collective_only``
     whether the runtime runs it on collective ops only (a script's custom loop).
     """
     import tensorflow as tf
@@ -257,6 +258,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         amp_rewrite=rewrite,
         collective_only=collective_only,
         batch_pinned=pinned_batch(traced, specs, kwspecs, _batch_size((specs, kwspecs))),
+        **(jit or {}),
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)
 

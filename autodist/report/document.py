@@ -112,7 +112,8 @@ def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
         else:
             entry["basis"] = "measured" if name in model.learned_devices else "assumed"
         devices.append(entry)
-    return {"precision": precision, "micro_batches": micro_batches, "devices": devices}
+    xla = {"xla": data["graph"]["xla"], "xla_reason": data["graph"]["xla_reason"]} if "xla_reason" in data["graph"] else {}
+    return {"precision": precision, "micro_batches": micro_batches, "devices": devices, **xla}
 
 
 def _exposed(simulation):

@@ -99,6 +99,8 @@ def _job(doc, md):
     runs_as = "; ".join(f"{p} on {', '.join(m for q, m in other if q == p)}" for p in dict.fromkeys(q for q, _ in other))
     rows.append(["precision", costs["precision"] + (f" (runs as {runs_as}: no TF32 there)" if runs_as else "")
                  + (f", {accumulation} micro-batches per step" if accumulation > 1 else "")])
+    if "xla" in costs:
+        rows.append(["XLA", f"{'on' if costs['xla'] else 'off'} ({costs['xla_reason']})"])
     rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
     semantics = job.get("batch_semantics")
     batch = f"\n\n{_paragraph(f'Batch: {semantics}.', md)}" if semantics else ""

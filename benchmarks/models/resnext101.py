@@ -41,10 +41,14 @@ def build(classes=1000):
 
 
 def main():
-    args = parse_args(__doc__, batch_size=2)
+    args = parse_args(__doc__, batch_size=2, batch_norm=True)
     keras.utils.set_random_seed(args.seed)
     x, y = images(args.steps * args.batch_size, (224, 224, 3), 1000, seed=args.seed)
     model = build()
+    if args.fused_batch_norm:
+        from fused_bn import with_fused_batch_norm
+
+        model = with_fused_batch_norm(model)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
                   loss=keras.losses.SparseCategoricalCrossentropy())
     model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=2)

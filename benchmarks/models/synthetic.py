@@ -13,9 +13,10 @@ import argparse
 import numpy as np
 
 
-def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=None):
+def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=None, batch_norm=False):
     """Parse ``--steps``, ``--batch-size``, ``--seed``, ``--mixed-precision`` and ``--amp-graph-rewrite``
-    (``--seq-len`` and ``--gelu`` if ``seq_len``, ``--rows`` if ``rows``).
+    (``--seq-len`` and ``--gelu`` if ``seq_len``, ``--rows`` if ``rows``, ``--fused-batch-norm`` if
+    ``batch_norm``: see fused_bn).
 
     ``--mixed-precision`` sets Keras' global dtype policy to ``mixed_float16``
     before the script builds its model; ``--amp-graph-rewrite`` turns on
@@ -38,6 +39,10 @@ def parse_args(description, batch_size, steps=2, argv=None, seq_len=None, rows=N
                                  "TensorFlow BERT)")
     if rows is not None:
         parser.add_argument("--rows", type=int, default=rows, help="rows of each embedding table")
+    if batch_norm:
+        parser.add_argument("--fused-batch-norm", action="store_true",
+                            help="batch norm as TensorFlow's FusedBatchNormV3 kernel, as NVIDIA's TensorFlow 1 "
+                                 "ResNets run it (Keras 3: primitive ops)")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1 or getattr(args, "seq_len", 1) < 1 or getattr(args, "rows", 1) < 1:
         parser.error("--steps, --batch-size, --seq-len and --rows must be positive")

@@ -144,16 +144,16 @@ DLE_BERT_XLA = True
 ROWS = tuple(
     _runs("M1", "fp32", "resnet50-fp32", "fp32", True, "tf1", 128, "DGX-1", [(1, 1, 3170, 7.69 / 8)])
     + _runs("M1", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX-1", [(1, 1, 9510, 7.48 / 8)])
-    + _runs("M2", "fp32", "resnet50-fp32", "fp32", False, "tf1", 128, "DGX-1", [(1, 1, 2785.81, 7.54 / 8)])
-    + _runs("M2", "amp", "resnet50-mp", "fp16", False, "tf1", 256, "DGX-1", [(1, 1, 8277.91, 7.53 / 8)])
+    + _runs("M2", "fp32", "resnet50-fp32-fbn", "fp32", False, "tf1", 128, "DGX-1", [(1, 1, 2785.81, 7.54 / 8)])
+    + _runs("M2", "amp", "resnet50-mp-fbn", "fp16", False, "tf1", 256, "DGX-1", [(1, 1, 8277.91, 7.53 / 8)])
     + _runs("M3", "tf32", "resnet50-fp32", "tf32", True, "tf1", 256, "DGX A100 40GB", [(1, 1, 7000, 7.70 / 8)])
     + _runs("M3", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX A100 40GB", [(1, 1, 17400, 7.32 / 8)])
     + _runs("M4", "fp32", "resnet50-fp32", "fp32", True, "tf1", 128, "DGX-2", [(1, 1, 6500, 15.05 / 16)])
     + _runs("M4", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX-2", [(1, 1, 17250, 13.27 / 16)])
-    + _runs("M5", "fp32", "resnet50-fp32", "fp32", False, "tf1", 128, "DGX-2", [(1, 1, 5347.83, 13.88 / 16)])
-    + _runs("M5", "amp", "resnet50-mp", "fp16", False, "tf1", 256, "DGX-2", [(1, 1, 16290.42, 15.95 / 16)])
-    + _runs("M6", "fp32", "resnext101-fp32", "fp32", None, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
-    + _runs("M6", "amp", "resnext101-mp", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
+    + _runs("M5", "fp32", "resnet50-fp32-fbn", "fp32", False, "tf1", 128, "DGX-2", [(1, 1, 5347.83, 13.88 / 16)])
+    + _runs("M5", "amp", "resnet50-mp-fbn", "fp16", False, "tf1", 256, "DGX-2", [(1, 1, 16290.42, 15.95 / 16)])
+    + _runs("M6", "fp32", "resnext101-fp32-fbn", "fp32", None, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
+    + _runs("M6", "amp", "resnext101-mp-fbn", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
     + _runs("M7", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
             (134.34, "G10/amp"))
     + _runs("M7", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1",
@@ -192,7 +192,7 @@ ROWS = tuple(
             (833, "G30/amp"), layout="nchw",
             note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced as Horovod's; NCHW "
                  "as G30 (LambdaPT's configs pass no --memory-format)")
-    + _runs("M42", "fp16", "resnet50-mp", "fp16", None, "tf1", 256, "p3.16xlarge",
+    + _runs("M42", "fp16", "resnet50-mp-fbn", "fp16", None, "tf1", 256, "p3.16xlarge",
             [(1, 1, 5000, None), (2, 1, 9860, None), (4, 1, 21300, None), (8, 1, 37000, None)],
             (740, "single GPU stated in the row"),
             note="precision not stated: mixed assumed (float32 ResNet-50 at batch 256 does not fit a 16 GB V100)")
@@ -232,7 +232,7 @@ def _step(run):
     from cost_models.fitting.gpu_calibration import published_gpu_step
 
     table, scalars = step_at(run.config, run.batch)
-    step = published_gpu_step(run, table)
+    step = published_gpu_step(run, table, scalars)
     _, share = step.shares(_params())
     train = np.where(step.update, 0.0, share)
     start = float(train[table["phase"] == "forward"].sum())  # the backward starts once the forward ran

@@ -323,6 +323,7 @@ def _gpu_lines(published):
                      f"({r['error'] * 100:+6.1f}%) / {r['predicted_left_out']:9.1f} ({r['error_left_out'] * 100:+6.1f}%)"
                      f" / {r['prior']:8.1f} ({r['error_prior'] * 100:+6.1f}%)  memory "
                      f"{r['peak_memory_bytes'] / 1e9:5.1f}/{r['memory_bytes'] / 1e9:.0f} GB")
+    lines.append(f"  user path: {published['user_path']['how']}")
     lines.append(f"  left out: median |error| {_pct(summary['median_error_left_out'])} (target <= 12%), worst "
                  f"{_pct(summary['max_error_left_out'])} (target <= 30%); prior alone: median "
                  f"{_pct(summary['median_error_prior'])}, worst {_pct(summary['max_error_prior'])}")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, GpuStep
+from autodist.errors import CostModelError
+from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, job_step, peak_key
 from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
-from cost_models.fitting.published import VALIDATION_CSV, published_step, read_calibration
+from cost_models.fitting.published import VALIDATION_CSV, published_step, read_calibration, run_job
 from cost_models.step_table import fuses_elementwise
 
 # Starting values and bounds of the fit (efficiencies are fractions of peak; their start is also their prior).
@@ -30,7 +31,7 @@ from cost_models.step_table import fuses_elementwise
 FIXED = {"memory": 0.8}
 START = {"matmul_half": 0.5, "matmul_tf32": 0.5, "matmul_fp32": 0.7, "conv_half": 0.5, "conv_tf32": 0.5,
          "conv_fp32": 0.7, "memory": FIXED["memory"], "half_flops": 1e8, "launch": 5e-6, "xla_memory": 0.5,
-         "fused_tf": 0.7, "fused_pytorch": 0.7}
+         "fused_pytorch": 0.7}
 EFFICIENCY = (0.02, 1.0)
 # cuDNN's Winograd and FFT convolutions do fewer multiplies than the direct FLOP count, so a convolution may
 # run above its nominal efficiency (up to 2.25x fewer for 3x3 Winograd F(2x2,3x3), Lavin and Gray 2016).
@@ -45,7 +46,7 @@ FUSED = (0.05, 4.0)
 BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": EFFICIENCY,
           "conv_half": CONV_EFFICIENCY, "conv_tf32": CONV_EFFICIENCY, "conv_fp32": CONV_EFFICIENCY,
           "half_flops": (1e5, 1e11),
-          "launch": LAUNCH, "xla_memory": FUSED, "fused_tf": FUSED, "fused_pytorch": FUSED}
+          "launch": LAUNCH, "xla_memory": FUSED, "fused_pytorch": FUSED}
 FREE = tuple(k for k in SHARED if k not in FIXED)
 # Log-throughput residuals beyond ~30% weigh less, and less the larger they are (Cauchy loss): a source the
 # shared physics does not match does not drag the parameters every other model shares (G20/amp, DLPerf's BERT-base
@@ -74,6 +75,11 @@ PRECISION_RATIOS = (("ResNet-50, V100 (XLA)", "G2/amp", "G1/fp32"), ("ResNet-50,
 # A configuration published runs could not use: ResNet-50 at batch 256 in float32 on a 16 GB V100
 # (NVIDIA's scripts use batch 128 there, G1/G3).
 MUST_NOT_FIT = ("resnet50-fp32", "V100-16GB", 256)
+# How every row is priced (the ``user_path`` figures of :func:`evaluate`).
+USER_PATH = ("each row's job is its zoo script's capture (cached by benchmarks/gpu_published_graphs.py) at the row's "
+             "batch with the row's --xla and --micro-batches (and a PyTorch row's kernels), priced by "
+             "cost_models.gpu.job_step on one GPU of the row's device, as placement report prices it "
+             "(tests/test_one_path.py: the report prints the same throughput)")
 # A kernel class is calibrated on an architecture where it takes at least this share of a fitted figure's kernel time.
 COVERAGE_SHARE = 0.1
 
@@ -85,14 +91,27 @@ def device_of(model):
     return DEVICE_MODELS[model].device(model, "published", 0)
 
 
-def published_gpu_step(run, table):
-    """The :class:`GpuStep` of a published run (single- or multi-GPU) on its step ``table``."""
-    return GpuStep(table, device_of(run.device), run.precision, run.xla, run.micro_batches, run.framework, run.layout)
+# The peak_flops key float32 products run at -> the precision a calibration row names.
+RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def published_gpu_step(run, table, scalars):
+    """The :class:`GpuStep` of a published run (single- or multi-GPU) on its step ``table``, built as a user's
+    ``placement report`` builds it (cost_models.gpu.job_step) from the run's job (published.run_job).
+
+    Raises CostModelError where the job would not run at the precision the row says.
+    """
+    job, device = run_job(run, scalars), device_of(run.device)
+    runs_as = RUNS_AS[peak_key("float32", job.precision or "fp32", device.peak_flops)]
+    if runs_as != run.precision:
+        raise CostModelError(f"row {run.id}: the captured {run.config} job runs at {runs_as} on {run.device}, "
+                             f"not {run.precision}", field="precision")
+    return job_step(table, job, device, xla="job" if run.xla is not None else None)
 
 
 def prepared(runs):
     """``(run, GpuStep)`` for every evaluated run."""
-    return [(run, published_gpu_step(run, published_step(run)[0]).kernels_only()) for run in runs if run.evaluated]
+    return [(run, published_gpu_step(run, *published_step(run)).kernels_only()) for run in runs if run.evaluated]
 
 
 def throughput(step, run, params):
@@ -166,7 +185,8 @@ def _prior_throughput(step_table, run):
 def evaluate(runs=None, validation=None):
     """The ``gpu_published`` report: every calibration row, leave-one-model-out errors, ratios, memory; and the
     held-out figures of ``validation`` (default: the shipped validation file), priced by the fit on every
-    calibration row and never fitted on."""
+    calibration row and never fitted on.  Every row is priced through the user's path (``user_path``:
+    :data:`USER_PATH`); there is no other."""
     runs = read_calibration() if runs is None else runs
     validation = read_calibration(VALIDATION_CSV) if validation is None else validation
     steps = prepared(runs)
@@ -202,7 +222,9 @@ def evaluate(runs=None, validation=None):
         "targets": TARGETS,
     }
     held_out = [dict(_row(run), **_predicted(run, step, everything)) for run, step in prepared(validation)]
-    return {"summary": summary, "rows": rows, "precision_ratios": _ratios(rows), "memory_check": _must_not_fit(runs),
+    user_path = {"how": USER_PATH, **{k: summary[k] for k in ("median_error_left_out", "max_error_left_out",
+                                                               "median_error_fit", "max_error_fit")}}
+    return {"summary": summary, "user_path": user_path, "rows": rows, "precision_ratios": _ratios(rows), "memory_check": _must_not_fit(runs),
             "validation": {"rows": held_out, "median_error": _median_abs(r["error"] for r in held_out),
                            "max_error": _max_abs(r["error"] for r in held_out)},
             "parameters": everything.to_dict()}
@@ -225,8 +247,9 @@ def _predicted(run, step, params):
 
 def _published_peak(table, scalars, run):
     persistent = scalars["parameter_bytes"] + scalars["slot_bytes"]
+    job = run_job(run, scalars)
     return step_peak_bytes(table, persistent, scalars["parameter_bytes"], run.micro_batches, run.precision,
-                           fused_kernels=fuses_elementwise(table, run.xla, run.framework))
+                           fused_kernels=fuses_elementwise(run.xla, job.framework))
 
 
 def _ratios(rows):

@@ -19,11 +19,13 @@ and no fit reads them.
 from __future__ import annotations
 
 import csv
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from autodist.errors import CostModelError
+from autodist.graph.item import JobInfo
 from cost_models.gpu import LAYOUTS
 from cost_models.step_table import at_batch, load_tables
 
@@ -40,6 +42,11 @@ CONFIGS = {
     "resnet50-mp": ("resnet50.py", ["--mixed-precision"]),
     "resnext101-fp32": ("resnext101.py", []),
     "resnext101-mp": ("resnext101.py", ["--mixed-precision"]),
+    # NVIDIA's TensorFlow 1 ResNets without XLA: batch norm as TensorFlow's FusedBatchNormV3 kernel.
+    "resnet50-fp32-fbn": ("resnet50.py", ["--fused-batch-norm"]),
+    "resnet50-mp-fbn": ("resnet50.py", ["--mixed-precision", "--fused-batch-norm"]),
+    "resnext101-fp32-fbn": ("resnext101.py", ["--fused-batch-norm"]),
+    "resnext101-mp-fbn": ("resnext101.py", ["--mixed-precision", "--fused-batch-norm"]),
     # NVIDIA's TensorFlow 1 BERT: Google's tanh GELU, and AMP as TensorFlow's graph rewrite of the float32 step.
     "bert_base-s128-tf1-fp32": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh"]),
     "bert_base-s128-tf1-amp": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh", "--amp-graph-rewrite"]),
@@ -130,6 +137,21 @@ def _tables(config):
     if not os.path.exists(path):
         raise CostModelError(f"no captured step for {config!r} (run benchmarks/gpu_published_graphs.py)", source=path)
     return load_tables(path)
+
+
+def run_job(run, scalars):
+    """The job of ``run`` as a user gives it to ``placement report``: the job its capture recorded (``scalars``
+    of its cached step), at the run's batch, with the run's XLA setting (``--xla on|off``; a setting the source
+    does not state leaves the capture's), micro-batches (``--micro-batches``) and, for a PyTorch run, the
+    framework and layout of its kernels (``JobInfo.framework``, ``JobInfo.layout``)."""
+    if "job" not in scalars:
+        raise CostModelError(f"the cached step of {run.config!r} records no job "
+                             "(run benchmarks/gpu_published_graphs.py)", source=os.path.join(DATA_DIR, f"{run.config}.npz"))
+    job = JobInfo(**json.loads(scalars["job"]))
+    return replace(job, batch_size=run.batch, micro_batches=run.micro_batches,
+                   jit_compile={True: "on", False: "off", None: job.jit_compile}[run.xla],
+                   framework="pytorch" if run.framework == "pytorch" else "",
+                   layout="nchw" if run.layout == "nchw" else "")
 
 
 def published_step(run):

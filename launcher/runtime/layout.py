@@ -61,6 +61,7 @@ class RunLayout:
     micro_batches: int = 1  # parts each replica's slice of a step is cut into, their gradients accumulated
     script_batch: int = 0  # the batch the script gives a step, where the plan is for another (0: batch_size)
     per_replica: bool = False  # every replica runs the script's batch (batch_size = replicas x script_batch)
+    xla: bool = False  # whether the step was priced compiled by XLA on the plan's devices (autodist.graph.xla)
 
     @classmethod
     def from_plan(cls, plan):
@@ -92,9 +93,15 @@ class RunLayout:
             group_slots=dict(strategy.group_slots),
             batch_size=int(plan.graph.get("batch_size") or 0),
             micro_batches=plan.micro_batches,
+            xla=bool(plan.graph.get("xla", False)),
             script_batch=int(plan.graph.get("script_batch") or 0),
             per_replica=bool(plan.graph.get("batch_per_replica")),
         )
+
+    def jit_compile(self, device_type):
+        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: as priced on GPUs; None (as the
+        script says) elsewhere, where TensorFlow's CPU step is what the plan was priced on."""
+        return self.xla if device_type == "GPU" else None
 
     @property
     def step_rows(self):

@@ -75,8 +75,6 @@ class CollectiveRun:
         """One call of a custom loop's step: traced once, first call checks data and broadcasts weights."""
         import tensorflow as tf
 
-        from autodist.hooks import step_options
-
         traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
             if self.group.layout.rebatched:
@@ -87,7 +85,7 @@ class CollectiveRun:
                 self._plan_phase(phases.step_layout(self.group.layout, self.plan_path, step, args, kwargs,
                                                     self._call_site()))
             check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
-            traced = tf.function(self.group.replica_step(step.python_function), **step_options(step))
+            traced = tf.function(self.group.replica_step(step.python_function), **self._step_options(step))
             traced.get_concrete_function(*args, **kwargs)
             self.group.broadcast_from_first(self.group.variables.values())
             self._traced[id(step)] = (step, traced)
@@ -100,6 +98,14 @@ class CollectiveRun:
     def _samples(self, rows):
         """Samples of the global batch a step of ``rows`` trains on: every replica's where each runs its own."""
         return rows * self.group.size if rows and self.group.layout.per_replica else rows
+
+    def _step_options(self, step):
+        """``tf.function`` options of a custom loop's replica step: the script's, compiled as the plan priced it."""
+        from autodist.hooks import step_options
+
+        options = step_options(step)
+        jit = self.group.layout.jit_compile(self.group.device_type)
+        return options if jit is None else dict(options, jit_compile=jit)
 
     def _count(self, out, seconds, samples):
         loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
@@ -126,6 +132,9 @@ class CollectiveRun:
 
             model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
+        jit = self.group.layout.jit_compile(self.group.device_type)
+        if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
+            model.jit_compile = jit
         try:
             with _batch_mismatch_is_a_launch_error():
                 return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)

@@ -1,0 +1,131 @@
+"""The step as it runs on the target: Keras' jit_compile='auto' resolved per device, XLA's fusion priced, the
+runtime compiling replicas as priced (issue 42)."""
+
+import copy
+
+import pytest
+
+from autodist.graph.item import JobInfo
+from autodist.graph.xla import resolve_xla
+from autodist.resource_spec.presets import DEVICE_MODELS
+from cost_models.gpu import GpuStep
+from cost_models.step_table import step_table
+
+# A default Keras 3 compile (jit_compile="auto", or what argv[1] says) of a small CNN with a BatchNormalization.
+SCRIPT = """
+import sys
+import keras
+import numpy as np
+
+asked = {"auto": "auto", "on": True, "off": False}[sys.argv[1]]
+model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                          keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+options = {} if asked == "auto" else {"jit_compile": asked}
+model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", **options)
+model.fit(np.zeros((16, 8, 8, 3), "float32"), np.zeros(16, "int32"), batch_size=8)
+"""
+
+
+@pytest.fixture(scope="module")
+def bn_script(tmp_path_factory):
+    path = tmp_path_factory.mktemp("xla") / "bn_cnn.py"
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def captured(bn_script):
+    """The script captured (on this CPU-only host) with jit_compile auto, on and off."""
+    from autodist.graph.capture import capture_script
+
+    return {asked: capture_script(bn_script, [asked]) for asked in ("auto", "on", "off")}
+
+
+def test_a_default_keras_compile_is_recorded_as_auto_and_runs_xla_on_a_gpu_not_on_a_cpu(captured):
+    job = captured["auto"].job
+    assert (job.jit_compile, job.jit_supported, job.distribute_strategy) == ("auto", True, "")
+    assert job.xla is False  # what Keras resolved on this CPU-only host
+    assert resolve_xla(job, "GPU").on is True
+    assert resolve_xla(job, "CPU").on is False
+    assert "auto" in resolve_xla(job, "GPU").reason
+
+
+def test_an_explicit_jit_compile_holds_on_every_device(captured):
+    for asked, on in (("on", True), ("off", False)):
+        job = captured[asked].job
+        assert job.jit_compile == asked
+        assert {resolve_xla(job, kind).on for kind in ("GPU", "CPU")} == {on}
+
+
+@pytest.mark.parametrize("fields, on", [
+    ({"jit_compile": "auto"}, True),
+    ({"jit_compile": "auto", "distribute_strategy": "OneDeviceStrategy"}, False),
+    ({"jit_compile": "auto", "jit_supported": False}, False),
+    ({"xla": True}, True),  # a graph saved before jit_compile was recorded
+    ({"xla": False}, False),
+])
+def test_keras_rule_for_auto_on_a_gpu(fields, on):
+    assert resolve_xla(JobInfo(**fields), "GPU").on is on
+
+
+def _asking(item, choice):
+    """A copy of ``item`` whose job asks for XLA ``choice`` (as ``--xla`` does)."""
+    from autodist.api import with_job_options
+
+    return with_job_options(copy.deepcopy(item), xla=choice)
+
+
+ONE_V100 = ("name: one-v100\nnodes:\n  - name: gpu\n    count: 1\n    cpus: {model: xeon-e5-2686v4-2s}\n"
+            "    gpus: {model: V100-16GB, count: 1}\n")
+
+
+def _bn_forward_kernels(item, xla):
+    """Names of the BatchNormalization's forward ops that launch a kernel of their own on a V100."""
+    device = DEVICE_MODELS["V100-16GB"].device("V100-16GB", "n", 0)
+    table = step_table(item)
+    step = GpuStep(table, device, "fp32", xla)
+    launching = step._launching(xla)
+    return [(name, table["op_type"][i]) for i, name in enumerate(item.ops)
+            if "batch_normalization" in name and table["phase"][i] == "forward" and launching[i]]
+
+
+def test_keras_batch_norm_runs_fused_under_xla(captured):
+    """Keras 3 computes batch norm from primitive ops: without XLA each launches a kernel; under XLA the
+    normalisation is one fused elementwise chain inside its consumer's kernel, and only the two moment
+    reductions (the variance reads the mean, so XLA cannot fuse them into one) launch."""
+    item = captured["auto"]
+    unfused = _bn_forward_kernels(item, False)
+    fused = _bn_forward_kernels(item, True)
+    assert len(unfused) >= 8
+    assert sorted(t for _, t in fused) == ["Mean", "Mean"]
+
+
+def test_the_plan_and_the_runtime_compile_the_step_as_priced(captured, tmp_path):
+    from autodist.api import make_plan
+    from launcher.runtime.layout import RunLayout
+
+    cluster = tmp_path / "one-v100.yaml"
+    cluster.write_text(ONE_V100)
+    for choice, on in (("auto", True), ("off", False), ("on", True)):
+        plan = make_plan(_asking(captured["auto"], choice), str(cluster), moves=1)
+        assert plan.graph["xla"] is on, choice
+        layout = RunLayout.from_plan(plan)
+        assert layout.jit_compile("GPU") is on  # what a replica on a GPU builds its step with
+        assert layout.jit_compile("CPU") is None  # on a CPU the script's own setting, which a CPU plan prices
+    cpu_plan = make_plan(_asking(captured["auto"], "auto"), "cpu-local:1", moves=1)
+    assert cpu_plan.graph["xla"] is False
+
+
+def test_xla_prices_a_gpu_step_faster_and_in_less_memory(captured, tmp_path):
+    """The same ResNet-like step priced on one V100 under --xla on and off: fused chains move fewer bytes."""
+    from autodist.api import make_plan
+
+    cluster = tmp_path / "one-v100.yaml"
+    cluster.write_text(ONE_V100)
+    predicted = {}
+    for choice in ("on", "off"):
+        plan = make_plan(_asking(captured["auto"], choice), str(cluster), moves=1)
+        gpu = [d for d in plan.prediction["memory"] if "GPU" in d]
+        predicted[choice] = (plan.prediction["step_time"], plan.prediction["memory"][gpu[0]])
+    assert predicted["on"][0] < predicted["off"][0]
+    assert predicted["on"][1] < predicted["off"][1]
