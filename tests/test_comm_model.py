@@ -321,7 +321,7 @@ def test_collectives_of_processes_sharing_an_emulated_nodes_core_take_turns():
     spec = load_cluster(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "clusters", "emu-1gbit-2x2.yaml"))
     comm = cm.comm_model(spec)
     pair = ["emu-0/CPU:0", "emu-0/CPU:1"]
-    measured = ring_allreduce_seconds(cm.collectives.predict, 2**24, 2)
+    measured = ring_allreduce_seconds(cm.comm.collectives.predict, 2**24, 2)
     cores = spec.cores_of(pair[0])
     assert sum(p.seconds for p in comm.allreduce_phases(2**24, pair, collective_ops=True)) == pytest.approx(
         measured * max(1, 2 / cores))

@@ -10,7 +10,10 @@ order; ``TF_CPP_MIN_LOG_LEVEL=2`` quiets the lines logged after start-up.
 Errors (``E``-level lines) and Python's output are never dropped.  The
 command's children are awaited before it exits (local tasks, replicas), so
 their last lines pass too; a child left running past its command's exit
-would lose its standard error.
+would lose its standard error.  A process that may be killed before it
+exits (launcher.runtime.joining's watchdog) writes its last line to the
+command's own standard error, named in
+``launcher.runtime.joining.TERMINAL_STDERR_ENV``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import os
 import re
 import sys
 import threading
+
+from launcher.runtime.joining import TERMINAL_STDERR_ENV
 
 VERBOSE_ENV = "AUTODIST_VERBOSE"
 
@@ -67,5 +72,6 @@ def quiet_tensorflow_logs():
         reader.join(timeout=5)
 
     reader_terminal = os.dup(terminal)
+    os.environ[TERMINAL_STDERR_ENV] = f"{os.getpid()}:{reader_terminal}"
     atexit.register(restore)
     quiet_tensorflow_logs.active = True

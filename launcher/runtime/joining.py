@@ -21,6 +21,9 @@ import time
 from autodist.errors import LaunchError
 from launcher.supervision import die_with_launcher, launched_env
 
+# "<pid>:<fd>": process <pid>'s own standard error while the command filters its fd 2 (autodist.cli.tf_logs).
+TERMINAL_STDERR_ENV = "AUTODIST_TERMINAL_STDERR"
+
 JOIN_TIMEOUT_S = 300.0
 PROBE_TIMEOUT_S = 0.5
 
@@ -60,12 +63,19 @@ def joining(cluster, me, seconds=JOIN_TIMEOUT_S):
     SIGKILLs it.  The block's end stops the helper.
     """
     helper = subprocess.Popen([sys.executable, "-m", "launcher.runtime.joining", f"{seconds:g}", f"{me[0]}:{me[1]}",
-                               json.dumps(cluster)], env=launched_env(os.environ))
+                               json.dumps(cluster)], env=launched_env(os.environ), stderr=terminal_stderr())
     try:
         yield
     finally:
         helper.kill()
         helper.wait()
+
+
+def terminal_stderr():
+    """This process's own standard error where the command filters its fd 2 through a pipe (autodist.cli.tf_logs),
+    else None: the helper's line must not go through a pipe whose reader dies with this process."""
+    pid, _, fd = os.environ.get(TERMINAL_STDERR_ENV, "").partition(":")
+    return int(fd) if pid == str(os.getpid()) and fd.isdigit() else None
 
 
 def give_up_message(cluster, me, seconds):
