@@ -28,7 +28,7 @@ def test_two_nodes_of_two_replicas():
 def test_three_nodes_interleaved_keep_each_nodes_replicas_together():
     nodes = ["a", "b", "c", "a", "b", "c"]
     scatter, across, gather = stages("hierarchical", nodes)
-    assert scatter.groups == gather.groups == ((0, 3), (1, 4), (2, 5)) and scatter.shards == 3 - 1
+    assert scatter.groups == gather.groups == ((0, 3), (1, 4), (2, 5)) and scatter.shards == 2
     assert across.groups == ((0, 1, 2), (3, 4, 5))
     inside, masters, bcast = stages("master", nodes)
     assert masters.groups == ((0, 1, 2),) and bcast.groups == ((0, 3), (1, 4), (2, 5))

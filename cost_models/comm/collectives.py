@@ -106,24 +106,24 @@ class Collectives:
         return self._with_fixed(phases, devices, True, horovod)
 
     def _staged(self, algorithm, nbytes, devices, horovod=False):
-        """``algorithm``'s stages (autodist.collective_stages) over ``devices``, one phase per stage: each
-        group's collective (of ``Stage.size``) priced by :data:`STAGE_PRICERS`, the groups at once, a link
-        that several groups cross carrying all of theirs (the slowest group or the busiest link sets it)."""
+        """``algorithm``'s stages (autodist.collective_stages) over ``devices``: each group's collective (of
+        ``Stage.size``) priced by :data:`STAGE_PRICERS`.  A stage of one group keeps its collective's phases (the
+        ring's are the ring pricer's); a stage of several is one phase, its groups at once, a link that several
+        cross carrying all of theirs (the slowest group or the busiest link sets it)."""
         spec = self.resource_spec
         out = []
         for stage in stages(algorithm, [spec.device(d).node for d in devices]):
-            per_group = []
-            for group in stage.groups:
-                members = devices if len(group) == len(devices) else [devices[r] for r in group]
-                if len(members) > 1:
-                    phases = STAGE_PRICERS[stage.op](self, stage.size(nbytes), members, horovod)
-                    per_group.append([Phase(sum(p.seconds for p in phases),
-                                            tuple(sorted({link for p in phases for link in p.links})))])
-            if per_group:
+            priced = [STAGE_PRICERS[stage.op](self, stage.size(nbytes), members, horovod)
+                      for members in (devices if len(g) == len(devices) else [devices[r] for r in g]
+                                      for g in stage.groups) if len(members) > 1]
+            if len(priced) == 1:
+                out += priced[0]
+            elif priced:
+                per_group = [[Phase(sum(p.seconds for p in phases), tuple(sorted({l for p in phases for l in p.links})))]
+                             for phases in priced]
                 busiest = max(link_busy(per_group).values(), default=0.0)
-                slowest = max(p.seconds for phases in per_group for p in phases)
-                out.append(Phase(max(busiest, slowest),
-                                 tuple(sorted({link for phases in per_group for p in phases for link in p.links}))))
+                slowest = max(group[0].seconds for group in per_group)
+                out.append(Phase(max(busiest, slowest), tuple(sorted({l for g in per_group for l in g[0].links}))))
         return out
 
     def _part_of_loopback(self, nbytes, devices, share):
