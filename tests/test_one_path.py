@@ -75,3 +75,17 @@ def test_amp_resnet50_at_the_published_batches_fits_through_the_users_path(devic
     assert plan.graph["xla"] is True
     (gpu, peak), = [(d, b) for d, b in plan.prediction["memory"].items() if "GPU" in d]
     assert peak <= plan.resource_spec.device(gpu).memory_bytes
+
+
+@pytest.mark.slow
+def test_a_real_capture_of_the_g3_job_reports_what_eval_prints(tmp_path):
+    """The user's commands for row G3 (NVIDIA's TF1 ResNet-50 without XLA): ``autodist capture resnet50.py --
+    --batch-size 128 --fused-batch-norm``, ``placement report --xla off`` on one V100-16GB."""
+    from autodist.graph.capture import capture_script
+
+    run = next(r for r in read_calibration() if r.id == "G3/fp32")
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "models", "resnet50.py")
+    item = capture_script(script, ["--steps", "1", "--batch-size", str(run.batch), "--fused-batch-norm"])
+    plan = make_plan(with_job_options(item, xla="off"), one_gpu_cluster(tmp_path, run.device), moves=1)
+    evaluated = throughput(published_gpu_step(run, *published_step(run)), run, GpuKernelParams.load())
+    assert run.batch / plan.prediction["step_time"] == pytest.approx(evaluated, rel=1e-6)

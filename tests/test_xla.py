@@ -17,7 +17,7 @@ import sys
 import keras
 import numpy as np
 
-asked = {"auto": "auto", "on": True, "off": False}[sys.argv[1]]
+asked = {"auto": "auto", "on": True, "off": False}[sys.argv[1] if len(sys.argv) > 1 else "auto"]
 model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
                           keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
 options = {} if asked == "auto" else {"jit_compile": asked}
@@ -129,3 +129,18 @@ def test_xla_prices_a_gpu_step_faster_and_in_less_memory(captured, tmp_path):
         predicted[choice] = (plan.prediction["step_time"], plan.prediction["memory"][gpu[0]])
     assert predicted["on"][0] < predicted["off"][0]
     assert predicted["on"][1] < predicted["off"][1]
+
+
+def test_run_refuses_an_xla_setting_the_plan_was_not_priced_with(captured, bn_script, tmp_path):
+    """Replicas compile the step as the plan priced it: another --xla is one line, exit 2, nothing run."""
+    import subprocess
+    import sys
+
+    from autodist.api import make_plan
+
+    plan_path = tmp_path / "plan.json"
+    make_plan(_asking(captured["auto"], "off"), "cpu-local:1", moves=1).save(str(plan_path))
+    out = subprocess.run([sys.executable, "-m", "autodist", "run", "--plan", str(plan_path), "--xla", "on",
+                          bn_script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "--xla" in out.stderr and len(out.stderr.strip().splitlines()) == 1

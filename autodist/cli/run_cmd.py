@@ -162,6 +162,10 @@ def run(args):
         if args.micro_batches and args.micro_batches != plan.micro_batches:
             raise InputError(f"{args.plan} was made for {plan.micro_batches} micro-batches per step; plan again with "
                              f"--micro-batches {args.micro_batches}", field="--micro-batches")
+        priced = "on" if plan.graph.get("xla") else "off"
+        if getattr(args, "xla", None) in ("on", "off") and args.xla != priced:
+            raise InputError(f"{args.plan} was priced with XLA {priced} (its replicas compile the step so); plan "
+                             f"again with --xla {args.xla}", field="--xla")
         if args.replan:
             plan, plan_path = _replanned(args, plan)
     else:
