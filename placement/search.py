@@ -365,13 +365,14 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     allreduce_only = allreduce_only or collective_only is not None
     problem = Problem(graph_item, resource_spec, cost_model)
     simulator = Simulator(problem)
-    candidates = all_baselines(simulator, trace=True)  # with their timelines, which the report reads
+    candidates = all_baselines(simulator)
     if allreduce_only:
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     starts = _starts(candidates)
     bound = lower_bound(problem, replicas=starts[0].replicas, group_slots=starts[0].group_slots)
-    # kept for the final simulation with its timeline: as long as the slowest baseline's took
-    budget.reserve = max(c.seconds for c in candidates)
+    tracing = time.perf_counter()
+    simulator.simulate(starts[0], trace=True)
+    budget.reserve = time.perf_counter() - tracing
     space = StrategySpace(problem, random.Random(seed), allow_ps=not allreduce_only,
                           compressions=COMPRESSIONS if allow_compression else ("none",),
                           allow_micro_batches=allow_micro_batches)
