@@ -22,9 +22,10 @@ import time
 from autodist.io import write_json_atomic
 from cost_models.profiling.transfers import machine_description
 from cost_models.fitting.dataset import read_meta, read_timings
-from cost_models.fitting.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out, meets,
-                                   op_holdout, section_lines, step_target)
+from cost_models.fitting.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out,
+                                            op_holdout, section_lines)
 from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
+from targets import meets, step_target, target_lines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ZOO = os.path.join(HERE, "models")
@@ -82,7 +83,8 @@ def update_section(path, name):
     section = evaluate_section(name)
     print("\n".join(section_lines(name, section)))
     result["evaluation"][name] = section
-    result["evaluation"]["meets"] = meets(result["evaluation"])
+    result["meets"] = meets(result["evaluation"])
+    print("\n".join(target_lines(result["evaluation"])))
     result.setdefault("sections_updated", {})[name] = {"command": "python " + " ".join(
         shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]), "machine": machine_description()}
     write_json_atomic(path, result)
@@ -99,10 +101,12 @@ def main(argv=None):
         return update_section(args.out, args.section)
     report = evaluate()
     print(format_report(report))
+    print("\n".join(target_lines(report)))
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]),
         "machine": machine_description(),
         "evaluation": report,
+        "meets": meets(report),
         "estimators": compare_estimators(),
         "op_costs_timing": time_op_costs(),
     }

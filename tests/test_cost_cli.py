@@ -16,6 +16,17 @@ from cost_models.model import DATA_DIR, TIMINGS, TIMINGS_META
 from cost_models.profiling.transfers import SIZES
 
 
+def _benchmark_targets():
+    """benchmarks/targets.py, which is not part of the package."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "targets.py")
+    spec = importlib.util.spec_from_file_location("benchmark_targets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _autodist(*args, timeout=600):
     return subprocess.run([sys.executable, "-m", "autodist", *args], capture_output=True, text=True, timeout=timeout)
 
@@ -70,8 +81,13 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
         assert 0 < r["executor_on_measured_ops"]["predicted_seconds"] <= one_after_another * (1 + 1e-9)
         assert r["executor_on_measured_ops"]["measured_seconds"] == r["default_executor"]["measured_seconds"]
     assert set(report["allreduce_busbw"]) == {"dgx-h100", "dgx-a100"}
-    assert set(report["meets"]) == {"op_mape", "step_error", "busbw_error", "gpu_median_error", "gpu_max_error",
-                                    "gpu_precision_ratio", "gpu_memory", "cluster_throughput", "cluster_efficiency"}
+    # The figures only: the project's targets judge them in benchmarks/ (benchmarks/targets.py), not the package.
+    assert "meets" not in report and "targets" not in report
+    judged = _benchmark_targets().meets(report)
+    assert set(judged) == {"op_mape", "step_error", "busbw_error", "gpu_median_error", "gpu_max_error",
+                           "gpu_precision_ratio", "gpu_memory", "collectives_busbw", "cluster_throughput",
+                           "cluster_efficiency"}
+    assert all(isinstance(met, bool) for met in judged.values())
     assert report["cluster_published"]["rows"] and report["collectives_published"]["rows"]
     gpu = report["gpu_published"]
     assert {r["id"].split("/")[0] for r in gpu["rows"]} == set(SMALL_GPU_ROWS)

@@ -55,7 +55,6 @@ from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay, loc
 from cost_models.gpu import GpuKernelParams
 from cost_models.fitting.published import step_at
 
-TARGETS = {"median_throughput_error": 0.15, "efficiency_points": 0.08}
 # Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB; horovod.readthedocs.io,
 # "Tensor Fusion").
 FUSION_BYTES = 64 * 2**20
@@ -374,7 +373,7 @@ def evaluate(runs=ROWS):
         rows.append(row)
     return {"rows": rows, "skipped": [{"row": r, "reason": why} for r, why in SKIPPED],
             "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(runs)),
-            "fitted_without_system": {system: _constants(o) for system, o in left_out.items()}, "targets": TARGETS,
+            "fitted_without_system": {system: _constants(o) for system, o in left_out.items()},
             "summary": {**_summary(rows, ""), **_summary(rows, "_left_out")}}
 
 
@@ -397,10 +396,7 @@ def _summary(rows, suffix):
     median = statistics.median(errors)
     return {f"median_throughput_error{suffix}": median, f"max_throughput_error{suffix}": max(errors),
             f"max_efficiency_points{suffix}": max(points),
-            f"rows_within_efficiency_target{suffix}": sum(p <= TARGETS["efficiency_points"] for p in points),
-            "rows_with_published_efficiency": len(points),
-            f"meets{suffix}": median <= TARGETS["median_throughput_error"]
-            and max(points) <= TARGETS["efficiency_points"]}
+            "rows_with_published_efficiency": len(points)}
 
 
 def report_lines(section):
@@ -423,9 +419,8 @@ def report_lines(section):
     summary = section["summary"]
     for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")):
         lines.append(f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
-                     f"(target <= 15%), worst {summary['max_throughput_error' + suffix] * 100:.1f}%; efficiency within "
-                     f"8 points on {summary['rows_within_efficiency_target' + suffix]} of "
-                     f"{summary['rows_with_published_efficiency']} rows, worst "
+                     f"worst {summary['max_throughput_error' + suffix] * 100:.1f}%; efficiency on "
+                     f"{summary['rows_with_published_efficiency']} rows: worst "
                      f"{summary['max_efficiency_points' + suffix] * 100:.1f} points")
     return lines
 

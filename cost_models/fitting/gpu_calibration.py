@@ -68,7 +68,6 @@ EFFICIENCIES = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_
 # came out 55% fast.
 EFFICIENCY_PRIOR_SIGMA = np.log(2.0) / 0.1
 ARCH_PRIOR_SIGMA = 0.5  # log-scale spread allowed to an architecture factor by the ridge term
-TARGETS = {"median_error": 0.12, "max_error": 0.30, "ratio_error": 0.15}
 # AMP over FP32 throughput pairs (same software, same GPU) checked against the published ratio.
 PRECISION_RATIOS = (("ResNet-50, V100 (XLA)", "G2/amp", "G1/fp32"), ("ResNet-50, V100", "G4/amp", "G3/fp32"),
                     ("ResNet-50, A100 (XLA)", "G6/amp", "G5/tf32"))
@@ -219,7 +218,6 @@ def evaluate(runs=None, validation=None):
         "median_error_prior": _median_abs(r["error_prior"] for r in evaluated),
         "max_error_prior": _max_abs(r["error_prior"] for r in evaluated),
         "all_fit_in_memory": all(r["fits"] for r in evaluated),
-        "targets": TARGETS,
     }
     held_out = [dict(_row(run), **_predicted(run, step, everything)) for run, step in prepared(validation)]
     user_path = {"how": USER_PATH, **{k: summary[k] for k in ("median_error_left_out", "max_error_left_out",
