@@ -75,3 +75,25 @@ def test_allreduced_variables_of_units_on_a_later_slot_are_summed_where_the_runt
     layout = RunLayout.from_plan(plan)
     assert [plan.device_string(r[0], job="worker") for r in replicas] == list(layout.replica_devices)
     assert list(Pricing(mlp_graph, spec, cost_model, simulator=sim).buckets(strategy)) == [c.key for c in graph.collectives]
+
+
+def test_allreduced_variables_of_units_on_a_later_slot_are_held_on_the_replicas_first_device(mlp_graph, cost_model):
+    """Memory as the runtime holds it: every allreduced variable (with its optimizer slots) on its replica's first
+    device, whatever slot its unit computes on: with every unit on the second device, the variables stay on the
+    first."""
+    from placement.grouping import group_ops
+
+    spec = load_cluster(preset="dgx-h100:1")
+    gpus = [d.name for d in spec.gpus()]
+    replicas = [gpus[i:i + 2] for i in range(0, 8, 2)]
+    sync = {v.name: VarSync("allreduce", bucket=0) for v in mlp_graph.trainable_variables()}
+    units = group_ops(mlp_graph).units
+    sim = Simulator(Problem(mlp_graph, spec, cost_model))
+    strategy = Strategy(replicas=replicas, sync=sync, group_slots={u: 1 for u in units})
+    memory = sim.simulate(strategy).memory
+    share = sim.problem.at_replicas(len(replicas), sim.problem.micro_batches_of(strategy))  # one replica's batch
+    variables = sum(share.dense_bytes[name] + share.slot_bytes[name] for name in sync)
+    slots = tuple(1 for _ in share.groups.units)
+    (live_first, reserve), (live_second, _) = (share.slot_peak(slots, slot) for slot in (0, 1))
+    assert memory[replicas[0][0]] == reserve + live_first + variables
+    assert memory[replicas[0][1]] == reserve + live_second

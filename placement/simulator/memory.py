@@ -6,9 +6,10 @@ from __future__ import annotations
 def memory_of(problem, strategy, slots, var_slot, whole):
     """Peak bytes per device (see cost_models.memory).
 
-    A replica device holds, for allreduce variables of its groups, the
-    variable and its optimizer slots (and an accumulation buffer when
-    the step accumulates micro-batches); for PS variables, its local copy
+    A replica's first device holds every allreduce variable, with its
+    optimizer slots (and an accumulation buffer when the step accumulates
+    micro-batches), as the runtimes hold them (launcher.runtime.layout);
+    a replica device holds, for PS variables of its groups, its local copy
     of what it reads; and the peak of the live tensors of the ops of its
     groups (gradients included, until their update).  A PS device holds
     its shards of the variables and of their slots.  ``var_slot``: each variable's slot (None: all on
@@ -17,12 +18,11 @@ def memory_of(problem, strategy, slots, var_slot, whole):
     dense, sparse = problem.dense_bytes, problem.sparse_bytes
     persistent, accumulated, ps_bytes = {}, {}, {}
     for name, s in strategy.sync.items():
-        slot = var_slot[name] if var_slot else 0
         if s.method == "allreduce":
-            held = whole[name]
-            accumulated[slot] = accumulated.get(slot, 0) + dense[name]
+            slot, held = 0, whole[name]
+            accumulated[0] = accumulated.get(0, 0) + dense[name]
         else:
-            held = sparse[name]
+            slot, held = (var_slot[name] if var_slot else 0), sparse[name]
             tasks = s.ps_tasks
             share = -(-whole[name] // len(tasks))
             for task in tasks:
