@@ -27,5 +27,11 @@ def train(name, layers, d_model, heads, d_ff, description, batch_size, seq_len=1
     n = args.steps * args.batch_size
     x, y = tokens(n, args.seq_len, VOCAB, args.seed), binary_labels(n, args.seed)
     model = build(name, layers, d_model, heads, d_ff, args.seq_len, args.gelu)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    compile_model(model)
     model.fit(x, y, batch_size=args.batch_size, epochs=1, verbose=2)
+
+
+def compile_model(model, **options):
+    """Compile as the zoo's encoders train: AdamW, binary cross-entropy on logits."""
+    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                  **options)
