@@ -168,14 +168,21 @@ def markdown(report):
 def _throughput(t):
     """The section on search throughput: moves per CPU second of the search alone, before and after a change,
     measured in one run on one machine (recorded by hand in placement.json's ``throughput``)."""
+    setup = all("setup_before" in r for r in t["rows"])
     lines = ["", "## Search throughput", "", f"Command: `{t['command']}`  ", f"Machine: {t['machine']}  ", t["note"], "",
              f"| model | cluster | GPUs | global batch | moves | {t['before']} moves/CPU s | {t['after']} moves/CPU s "
-             "| speed-up |", "|---|---|---|---|---|---|---|---|"]
+             "| speed-up |" + (f" {t['before']} set-up CPU s | {t['after']} set-up CPU s |" if setup else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if setup else "")]
     for r in t["rows"]:
         lines.append(f"| {r['model']} | {r['cluster']} | {r['gpus']} | {r['batch']} | {r['moves']} "
-                     f"| {' / '.join(f'{x:.0f}' for x in r['before'])} | {' / '.join(f'{x:.0f}' for x in r['after'])} "
-                     f"| {min(r['after']) / max(r['before']):.2f}-{max(r['after']) / min(r['before']):.2f}x |")
+                     f"| {_runs(r['before'], '.0f')} | {_runs(r['after'], '.0f')} "
+                     f"| {min(r['after']) / max(r['before']):.2f}-{max(r['after']) / min(r['before']):.2f}x |"
+                     + (f" {_runs(r['setup_before'], '.1f')} | {_runs(r['setup_after'], '.1f')} |" if setup else ""))
     return lines
+
+
+def _runs(values, spec):
+    return " / ".join(format(x, spec) for x in values)
 
 
 def _share(value, spec=".0%"):

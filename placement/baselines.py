@@ -29,6 +29,7 @@ and the benchmarks read that list.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from autodist.errors import PlacementError
@@ -45,11 +46,12 @@ MIN_SHARD_BYTES = 256 << 10
 
 @dataclass
 class Candidate:
-    """A named strategy with its simulated step."""
+    """A named strategy with its simulated step (and the seconds that simulation took)."""
 
     name: str
     strategy: Strategy
     simulation: object
+    seconds: float = 0.0
 
 
 def fused_buckets(problem, names, limit=FUSION_BYTES):
@@ -238,8 +240,9 @@ def greedy_op_placer(problem):
     return strategy
 
 
-def all_baselines(simulator):
-    """Every applicable baseline of ``simulator.problem``, simulated: a list of :class:`Candidate`.
+def all_baselines(simulator, trace=False):
+    """Every applicable baseline of ``simulator.problem``, simulated (with its timeline where ``trace``, which a
+    report reads rather than simulate it again): a list of :class:`Candidate`.
 
     Each data-parallel baseline runs on every node; where it is faster on
     fewer whole nodes (:func:`node_scales`), the fastest of those joins as
@@ -253,21 +256,23 @@ def all_baselines(simulator):
     out, scaled = [], []
     for baseline in BASELINES:
         name = baseline.name
-        everywhere = _candidate(simulator, name, baseline.build(problem))
+        everywhere = _candidate(simulator, name, baseline.build(problem), trace)
         out.append(everywhere)
-        fewer = [_candidate(simulator, f"{k}-node {name}", baseline.build(problem, nodes=k))
+        fewer = [_candidate(simulator, f"{k}-node {name}", baseline.build(problem, nodes=k), trace)
                  for k in ([] if fixed else node_scales(problem.resource_spec)[:-1])]
         best = min(fewer, key=_speed, default=None)
         if best is not None and _speed(best) < _speed(everywhere):
             scaled.append(best)
     out += scaled
     if not fixed and not any(c.simulation.fits for c in out):
-        out.append(_candidate(simulator, "greedy-op-placer", greedy_op_placer(problem)))
+        out.append(_candidate(simulator, "greedy-op-placer", greedy_op_placer(problem), trace))
     return out
 
 
-def _candidate(simulator, name, strategy):
-    return Candidate(name, strategy, simulator.simulate(strategy))
+def _candidate(simulator, name, strategy, trace):
+    started = time.perf_counter()
+    simulation = simulator.simulate(strategy, trace=trace)
+    return Candidate(name, strategy, simulation, time.perf_counter() - started)
 
 
 def _speed(candidate):

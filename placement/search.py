@@ -31,6 +31,11 @@ walk cooled.  The best strategy seen
 returns anything worse than the best baseline, nor than training on one
 replica (evaluated before the first round: the later rounds start from it
 where it is the best).
+
+A candidate whose step takes, before a one-client plan's pulls are run,
+long enough that its move is rejected anyway (the draw an uphill move is
+judged by is taken then) is not simulated further (``Annealer._judge``):
+the walk and its result are those of full simulations.
 """
 
 from __future__ import annotations
@@ -45,8 +50,9 @@ from autodist.strategy import COMPRESSIONS
 from placement.baselines import all_baselines
 from placement.bounds import lower_bound
 from placement.problem import Problem
+from placement.schedule import Budget, temperature_for
 from placement.simulator import Simulator
-from placement.space import StrategySpace, copy_strategy
+from placement.space import StrategySpace, changes, copy_strategy
 
 SAMPLE_MOVES = 32
 # A wall-clock budget's share, of what is left when the search starts, that the calibration may take.
@@ -110,57 +116,6 @@ def _rank(score):
     return (not score.fits, score.energy)
 
 
-class Budget:
-    """What the search may spend: wall-clock seconds from ``started``, or an exact number of moves.
-
-    ``reserve``: seconds kept for the work after the search (the final
-    simulation with its timeline).
-    """
-
-    def __init__(self, started, seconds=None, moves=None):
-        self.started = started
-        self.seconds = seconds
-        self.moves = moves
-        self.made = 0
-        self.reserve = 0.0
-
-    def fraction(self):
-        """How much is spent, from 0 to 1."""
-        if self.moves is not None:
-            return min(1.0, self.made / self.moves)
-        return min(1.0, (time.perf_counter() - self.started) / max(self.seconds - self.reserve, 1e-9))
-
-    def spent(self):
-        return self.fraction() >= 1.0
-
-
-def changes(strategy, moved):
-    """What ``moved``, a move's copy of ``strategy``, changes of it: a hashable record, empty when nothing."""
-    sync = strategy.sync
-    changed = tuple((name, s) for name, s in moved.sync.items() if s is not sync[name] and s != sync[name])
-    if moved.replicas is not strategy.replicas and moved.replicas != strategy.replicas:
-        changed += (("replicas", tuple(map(tuple, moved.replicas))),)
-    if moved.ps_devices != strategy.ps_devices:
-        changed += (("ps_devices", tuple(moved.ps_devices)),)
-    if moved.group_slots != strategy.group_slots:
-        changed += (("group_slots", tuple(sorted(moved.group_slots.items()))),)
-    if moved.micro_batches != strategy.micro_batches:
-        changed += (("micro_batches", moved.micro_batches),)
-    return changed
-
-
-def temperature_for(deltas, acceptance):
-    """The temperature at which an uphill delta of ``deltas`` is accepted with mean probability ``acceptance``."""
-    low, high = 1e-12, 1e3
-    for _ in range(100):
-        mid = math.sqrt(low * high)
-        if sum(math.exp(-d / mid) for d in deltas) / len(deltas) < acceptance:
-            low = mid
-        else:
-            high = mid
-    return math.sqrt(low * high)
-
-
 class Annealer:
     """Anneals strategies with :class:`~placement.space.StrategySpace` moves, evaluated by a Simulator."""
 
@@ -181,6 +136,25 @@ class Annealer:
         """The :class:`Score` of ``strategy``'s simulation."""
         self.evaluations += 1
         return Score.of(self.simulator.simulate(strategy))
+
+    def _judge(self, candidate, current_energy, base, temperature):
+        """``(Score, draw)`` of ``candidate``, the Score None where a time its step takes at least (Simulator's
+        ``give_up``, before a one-client plan's pulls) rejects it already; ``draw``: the uniform number an uphill
+        move is judged by, where it was drawn for that.  The decisions and the draws are the full simulation's."""
+        drawn = []
+
+        def give_up(at_least):
+            delta = (at_least - current_energy) / base
+            if delta <= PLATEAU:
+                return False
+            if temperature == 0.0:
+                return True
+            drawn.append(self.rng.random())
+            return drawn[0] >= math.exp(-delta / temperature)
+
+        self.evaluations += 1
+        simulation = self.simulator.simulate(candidate, give_up=give_up)
+        return (None if simulation is None else Score.of(simulation)), (drawn[0] if drawn else None)
 
     def _offer(self, strategy, score):
         if self.best_score is None or _rank(score) < _rank(self.best_score):
@@ -246,6 +220,7 @@ class Annealer:
             candidate = copy_strategy(current)
             label = self.space.move(candidate)
             change = changes(current, candidate)
+            draw = None
             if not change:  # a move that found nothing to change (e.g. no free PS task)
                 score = current_score
             elif change in tried:
@@ -253,18 +228,23 @@ class Annealer:
             else:
                 if len(tried) >= MAX_TRIED:
                     tried.clear()
-                score = tried[change] = self.evaluate(candidate)
+                score, draw = self._judge(candidate, current_energy, base, temperature)
+                if score is not None:
+                    tried[change] = score
             self.budget.made += 1
-            energy = score.energy
-            delta = (energy - current_energy) / base
-            if delta < -PLATEAU:
-                accepted = True
-            elif temperature == 0.0:
+            if score is None:  # what its step takes at least rejects it (see _judge)
                 accepted = False
-            elif delta <= PLATEAU:
-                accepted = self.rng.random() < temperature / self.t_start
             else:
-                accepted = self.rng.random() < math.exp(-delta / temperature)
+                energy = score.energy
+                delta = (energy - current_energy) / base
+                if delta < -PLATEAU:
+                    accepted = True
+                elif temperature == 0.0:
+                    accepted = False
+                elif delta <= PLATEAU:
+                    accepted = self.rng.random() < temperature / self.t_start
+                else:
+                    accepted = (self.rng.random() if draw is None else draw) < math.exp(-delta / temperature)
             self.accepted.append(accepted)
             self.made_at.append(fraction)
             if accepted:
@@ -365,14 +345,13 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
     allreduce_only = allreduce_only or collective_only is not None
     problem = Problem(graph_item, resource_spec, cost_model)
     simulator = Simulator(problem)
-    candidates = all_baselines(simulator)
+    candidates = all_baselines(simulator, trace=True)  # with their timelines, which the report reads
     if allreduce_only:
         candidates = [c for c in candidates if c.strategy.allreduces_everything()]
     starts = _starts(candidates)
     bound = lower_bound(problem, replicas=starts[0].replicas, group_slots=starts[0].group_slots)
-    tracing = time.perf_counter()
-    simulator.simulate(starts[0], trace=True)
-    budget.reserve = time.perf_counter() - tracing
+    # kept for the final simulation with its timeline: as long as the best baseline's took
+    budget.reserve = next(c.seconds for c in candidates if c.strategy == starts[0])
     space = StrategySpace(problem, random.Random(seed), allow_ps=not allreduce_only,
                           compressions=COMPRESSIONS if allow_compression else ("none",),
                           allow_micro_batches=allow_micro_batches)
@@ -390,7 +369,10 @@ def optimize(graph_item, resource_spec, cost_model, seed=0, budget_s=10.0, moves
         rest = ", calibrating the temperature the rest" if setup_s < budget_s else ""
         warning = (f"the search made no move: set-up and the baselines took {setup_s:.1f} s of the {budget_s:g} s "
                    f"budget{rest}; the plan is the best baseline (a larger budget lets it search)")
-    final = simulator.simulate(best, trace=True)
+    # one simulation of the plan, with its timeline: a baseline's own where the search kept it
+    final = next((c.simulation for c in candidates if c.strategy == best), None)
+    if final is None:
+        final = simulator.simulate(best, trace=True)
     if (best.replicas, best.group_slots) != (starts[0].replicas, starts[0].group_slots):
         bound = lower_bound(problem, replicas=best.replicas, group_slots=best.group_slots)
     stats = annealer.stats()

@@ -325,3 +325,18 @@ class StrategySpace:
             if not kept:
                 kept = [self.rng.randrange(last)]
             strategy.sync[name] = replace(s, ps_tasks=tuple(kept))
+
+
+def changes(strategy, moved):
+    """What ``moved``, a move's copy of ``strategy``, changes of it: a hashable record, empty when nothing."""
+    sync = strategy.sync
+    changed = tuple((name, s) for name, s in moved.sync.items() if s is not sync[name] and s != sync[name])
+    if moved.replicas is not strategy.replicas and moved.replicas != strategy.replicas:
+        changed += (("replicas", tuple(map(tuple, moved.replicas))),)
+    if moved.ps_devices != strategy.ps_devices:
+        changed += (("ps_devices", tuple(moved.ps_devices)),)
+    if moved.group_slots != strategy.group_slots:
+        changed += (("group_slots", tuple(sorted(moved.group_slots.items()))),)
+    if moved.micro_batches != strategy.micro_batches:
+        changed += (("micro_batches", moved.micro_batches),)
+    return changed

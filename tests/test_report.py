@@ -246,3 +246,41 @@ def test_a_tf32_job_is_reported_at_the_precision_each_gpu_runs_it(capsys, mlp_fi
     status, out, _ = placement(capsys, "report", mlp_file, "--preset", preset, "--budget", BUDGET)
     row = next(line for line in out.splitlines() if line.startswith("precision"))
     assert ("runs as fp32 on V100-16GB" in row) == (runs_as == "fp32") and "xeon" not in row
+
+
+def test_every_number_of_a_row_comes_from_one_simulation(capsys, embedding_file, monkeypatch):
+    """The plan's step time, exposed split and client time are those of one traced simulation of its strategy,
+    and so are each baseline's: the search's own, which the report reads without simulating any of them again.
+    Counted on the real Simulator and report, which still run."""
+    import autodist.report
+    from autodist.report.bottleneck import exposed_split
+    from placement.simulator import Simulator
+
+    traced, depth, reporting = [], [0], [False]
+    simulate, build_report = Simulator.simulate, autodist.report.build_report
+
+    def counted(self, strategy, trace=False, overlap=True, give_up=None):
+        depth[0] += 1  # a share of the batch is simulated by a Simulator of its own: count the outer call
+        try:
+            result = simulate(self, strategy, trace, overlap, give_up)
+        finally:
+            depth[0] -= 1
+        if trace and not depth[0]:
+            traced.append((reporting[0], result))
+        return result
+
+    def report(*args, **kwargs):
+        reporting[0] = True
+        return build_report(*args, **kwargs)
+
+    monkeypatch.setattr(Simulator, "simulate", counted)
+    monkeypatch.setattr(autodist.report, "build_report", report)
+    status, out, err = placement(capsys, "report", embedding_file, "--preset", "dgx-a100:2", "--moves", "300",
+                                 "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert traced and not any(while_reporting for while_reporting, _ in traced), "the report simulated again"
+    for row in [doc["plan"]] + doc["baselines"]:
+        result = next(r for _, r in traced if r.step_time == row["step_time"])
+        assert row["client_time"] == result.client_time and row["compute_time"] == result.compute_time
+        assert (row["exposed_comm_time"], row["update_time"]) == exposed_split(result)

@@ -189,3 +189,54 @@ def test_buckets_that_only_their_algorithm_told_apart_stay_two_collectives_in_th
     assert len({s.bucket for s in named.sync.values()}) == 2
     simulator = Simulator(problem)
     assert simulator.simulate(named).step_time == pytest.approx(simulator.simulate(split).step_time, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", ["cpu-2s-25g:4", "dgx-h100:2"])
+def test_what_a_step_takes_at_least_before_its_pulls_is_at_most_its_step(embedding_graph, cost_model, preset):
+    """The time a one-client plan's step takes at least, given before its pulls run (Simulator.simulate's
+    give_up), never exceeds its step time, and giving up there returns no result."""
+    from placement.space import StrategySpace, copy_strategy
+
+    problem = Problem(embedding_graph, load_cluster(preset=preset), cost_model)
+    simulator = Simulator(problem)
+    space, walk = StrategySpace(problem, random.Random(5)), random.Random(9)
+    current, bounded = baselines.greedy_ps(problem), 0
+    for _ in range(60):
+        candidate = copy_strategy(current)
+        space.move(candidate)
+        seen = []
+        step = simulator.simulate(candidate, give_up=lambda at_least: seen.append(at_least) or False).step_time
+        assert all(at_least <= step for at_least in seen)
+        assert (simulator.simulate(candidate, give_up=lambda at_least: True) is None) == bool(seen)
+        bounded += bool(seen)
+        if walk.random() < 0.5:
+            current = candidate
+    assert bounded, "no one-client plan was visited"
+
+
+def test_moves_rejected_before_their_pulls_make_the_search_of_full_simulations(embedding_graph, cost_model,
+                                                                                monkeypatch):
+    """A move whose step already takes too long before its pulls is rejected there, with the same draw a full
+    simulation would be judged by: the search walks and returns what it does when every move is simulated in
+    full (the Simulator below runs each simulation, given up or not)."""
+    spec = load_cluster(preset="cpu-2s-25g:4")
+    gave_up, simulate = [], Simulator.simulate
+
+    def counted(self, strategy, trace=False, overlap=True, give_up=None):
+        result = simulate(self, strategy, trace, overlap, give_up)
+        gave_up.append(result is None)
+        return result
+
+    monkeypatch.setattr(Simulator, "simulate", counted)
+    early = optimize(embedding_graph, spec, cost_model, seed=2, moves=600)
+    assert any(gave_up), "no move was rejected before its pulls"
+
+    def in_full(self, strategy, trace=False, overlap=True, give_up=None):
+        return simulate(self, strategy, trace, overlap)
+
+    monkeypatch.setattr(Simulator, "simulate", in_full)
+    full = optimize(embedding_graph, spec, cost_model, seed=2, moves=600)
+    assert early.strategy == full.strategy
+    assert early.simulation.step_time == full.simulation.step_time
+    for key in ("moves_tried", "moves_accepted", "acceptance_start", "acceptance_end", "accepted_by_move"):
+        assert early.stats[key] == full.stats[key]

@@ -127,18 +127,15 @@ def _client_time(prediction):
     return max(prediction["step_time"] - prediction["compute_time"] - prediction["exposed_comm_time"], 0.0)
 
 
-def _baselines(data, candidates, batch_size, spec, pricing):
+def _baselines(data, candidates, batch_size, spec):
     """Every baseline with its breakdown (from the search) or its stored step time.
 
-    With ``pricing``, each baseline is simulated again with its timeline, to
-    split its exposed time, and every number of its row is that simulation's.
-    Returns the entries and each baseline's step time (of the global batch,
-    whatever its replica count).
+    Every number of a row is its search's simulation of the baseline (placement.search.optimize keeps their
+    timelines, which split the exposed time).  Returns the entries and each baseline's step time (of the
+    global batch, whatever its replica count).
     """
     if candidates:
-        # one simulation per row: with ``pricing``, the traced one that also splits its exposed time
-        simulated = [(c.name, pricing.simulate(c.strategy, trace=True) if pricing else c.simulation)
-                     for c in candidates]
+        simulated = [(c.name, c.simulation) for c in candidates]
         entries = [
             {
                 "name": name,
@@ -146,7 +143,7 @@ def _baselines(data, candidates, batch_size, spec, pricing):
                 "samples_per_s": samples_per_second(batch_size, sim.step_time),
                 "compute_time": sim.compute_time,
                 "client_time": sim.client_time,
-                **_exposed(sim if pricing else None),
+                **_exposed(sim),
                 "memory": _memory(sim.memory, spec),
             }
             for name, sim in simulated
@@ -267,7 +264,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     split = None if simulation is None else (exposed["exposed_comm_time"], exposed["update_time"])
     latency_share = _latency_share(pricing, plan.strategy) if pricing else None
     client_time = simulation.client_time if simulation else _client_time(prediction)
-    baselines, steps = _baselines(data, search.candidates if search else (), batch, plan.resource_spec, pricing)
+    baselines, steps = _baselines(data, search.candidates if search else (), batch, plan.resource_spec)
     best = min(steps.items(), key=lambda kv: (kv[1], kv[0]), default=(None, None))
     lower = prediction.get("lower_bound")
     stats = search.stats if search else None

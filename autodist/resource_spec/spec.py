@@ -180,6 +180,7 @@ class ResourceSpec:
         self.collectives = tuple(collectives)
         self._nodes = {n.name: n for n in self.nodes}
         self._devices = {d.name: d for n in self.nodes for d in n.devices}
+        self._paths = {}  # (src, dst) -> Path: a search prices the same pairs again and again
 
     # -- lookups ---------------------------------------------------------
     def devices(self, kind=None):
@@ -226,6 +227,12 @@ class ResourceSpec:
     # -- paths -----------------------------------------------------------
     def path(self, src, dst):
         """The :class:`Path` from device ``src`` to device ``dst``."""
+        found = self._paths.get((src, dst))
+        if found is None:
+            found = self._paths[(src, dst)] = self._path(src, dst)
+        return found
+
+    def _path(self, src, dst):
         a, b = self.device(src), self.device(dst)
         if a.name == b.name:
             return Path("same-device", (), float("inf"), 0.0)

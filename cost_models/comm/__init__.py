@@ -76,6 +76,7 @@ class CommModel(Links, LoopOverheads, GrpcTransfers, Collectives):
         self.emulated_link = emulated_link
         self.overlap = overlap
         self._on_gpus = {}  # devices of a collective -> whether all are GPUs
+        self._rings = {}  # devices of a ring, in order -> its (bandwidth, latency, links) (see _ring_links)
         self.calibration = calibration
         self.collectives = collectives
         self.per_tensor_overhead = calibration.overhead if calibration is not None else 0.0

@@ -117,8 +117,16 @@ class Links:
 
         NCCL runs one ring per NIC (multi-rail): where the ring crosses from
         one node to the next, it crosses on every NIC its devices on those
-        nodes send through, so that hop carries their summed bandwidth.
+        nodes send through, so that hop carries their summed bandwidth.  Cached per device order: a pricer asks
+        for one ring at several sizes.
         """
+        key = tuple(devices)
+        ring = self._rings.get(key)
+        if ring is None:
+            ring = self._rings[key] = self._walk_ring(devices)
+        return ring
+
+    def _walk_ring(self, devices):
         spec = self.resource_spec
         rails = {}
         for name in devices:

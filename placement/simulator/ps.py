@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from placement.simulator.cpu import accumulate, add_share, transfer_cpu
+from placement.simulator.links import WIDE_PHASE
+
+# How much below the step time :meth:`ParameterServerSync._pull_bound` is kept (its busy seconds are summed in
+# another order than the run's).
+BOUND_MARGIN = 1e-9
+
+
+class GaveUp(Exception):
+    """A run stopped before its pulls: its step would take longer than its ``give_up`` allows (see SyncRun)."""
 
 
 class ParameterServerSync:
@@ -50,6 +59,8 @@ class ParameterServerSync:
         if not self.pulls:
             return
         start = self.end()
+        if self.give_up is not None and self.give_up(self._pull_bound(start)):
+            raise GaveUp
         one_core = self.one_core
         arrivals = []  # (arrival, CPU) of each pull, on one-core replicas
 
@@ -66,6 +77,18 @@ class ParameterServerSync:
         for t, cpu in arrivals:
             if t > computing:
                 add_share(self.beside_compute, cpu, t - computing)
+
+    def _pull_bound(self, start):
+        """At most the step time, before the pulls are run: the client's dispatch, then the later of ``start`` and
+        the busiest narrow link once it has carried the pulls too (every link carries its phases one at a time;
+        :meth:`pull` ends the step no sooner), less a margin for the order the busy seconds are summed in."""
+        busy = dict(self.engine.links.narrow_busy)
+        for pull in self.pulls:
+            for _, occupancy, links in pull[2]:
+                if occupancy > 0 and len(links) < WIDE_PHASE:
+                    for link in links:
+                        busy[link] = busy.get(link, 0.0) + occupancy
+        return (self.client_time + max(start, max(busy.values(), default=0.0))) * (1.0 - BOUND_MARGIN)
 
     def feed(self):
         """The next step's input, sent with its pulls: a one-client plan's client, on the first worker's node,

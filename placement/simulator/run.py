@@ -22,7 +22,7 @@ class SyncRun(CollectiveSync, ParameterServerSync):
     :class:`~placement.simulator.ps.ParameterServerSync`'s.
     """
 
-    def __init__(self, sim, strategy, classes, trace, overlap, collectives_overlap, collective_ops):
+    def __init__(self, sim, strategy, classes, trace, overlap, collectives_overlap, collective_ops, give_up=None):
         self.sim = sim
         self.problem = sim.problem
         self.strategy = strategy
@@ -45,11 +45,15 @@ class SyncRun(CollectiveSync, ParameterServerSync):
         self.cpu = {}  # (pool, cores) -> CPU seconds its processes spend on gRPC transfers (Problem.grpc_cpu)
         self.beside_compute = {}  # (pool, cores) -> the part of those spent while one-core replicas compute
         self.cpu_updates = []  # (start, end) of the optimizer updates that replica CPUs apply
+        # called, before the pulls, with at most the step time: True stops the run (ps.GaveUp)
+        self.give_up = give_up
+        self.client_time = 0.0
 
     def execute(self, graph):
         """Run the synchronisation of lowered ``graph`` (:class:`~placement.simulator.taskgraph.StepGraph`):
         its compute classes' activations' CPU, its collectives in issue order, its PS variables, then the
         next step's input feeds and pulls."""
+        self.client_time = graph.client_time
         for schedule, members in graph.classes:
             if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
                 self.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})

@@ -7,6 +7,7 @@ from placement.problem import Problem
 from placement.simulator import run as run_module
 from placement.simulator.compute import run_compute
 from placement.simulator.memory import memory_of
+from placement.simulator.ps import GaveUp
 from placement.simulator.result import Expanded, SimResult
 from placement.simulator.run import SyncRun
 from placement.simulator.stream import StreamLog
@@ -75,7 +76,7 @@ class Simulator:
         classes = self._replica_classes(strategy.replicas, slots, trace, self.problem.micro_batches_of(strategy))
         return self.lowering.lower(strategy, classes, self._var_slots(strategy))
 
-    def simulate(self, strategy, trace=False, overlap=True):
+    def simulate(self, strategy, trace=False, overlap=True, give_up=None):
         """Simulate one step of ``strategy``: lower it (:meth:`lower`), then run its graph.
 
         Parameters
@@ -86,19 +87,26 @@ class Simulator:
         overlap : bool
             If False, synchronisation waits for the end of compute (a what-if
             that shows how much overlap gains).
+        give_up : callable, optional
+            Called once, before a one-client plan's pulls, with a time the step
+            takes at least; where it returns True the run stops there (a
+            search that would reject the strategy at that time anyway).
 
         Returns
         -------
-        SimResult
+        SimResult, or None where ``give_up`` stopped the run
         """
         share = self._share(strategy)
         if share is not self:
-            return share.simulate(strategy, trace, overlap)
+            return share.simulate(strategy, trace, overlap, give_up)
         graph = self._lower(strategy, trace)
         classes = graph.classes
         run = SyncRun(self, strategy, classes, trace, overlap,
-                      overlap and self.problem.overlaps_compute(strategy.replicas), graph.collective_ops)
-        run.execute(graph)
+                      overlap and self.problem.overlaps_compute(strategy.replicas), graph.collective_ops, give_up)
+        try:
+            run.execute(graph)
+        except GaveUp:
+            return None
 
         compute_time = run.finish[0]
         client_time = graph.client_time
