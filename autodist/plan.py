@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from autodist.errors import InputError
 from autodist.io import check_document, read_json, write_json_atomic
-from autodist.graph.xla import resolve_xla
+from autodist.graph.xla import plan_xla
 from autodist.plan_checks import plan_problems
 from autodist.plan_layout import JOBS, device_assignments, task_device_strings
 from autodist.resource_spec.spec import ResourceSpec
@@ -196,8 +196,8 @@ def _prediction(simulation, lower_bound=None, candidates=()):
     }
 
 
-def _graph_summary(graph_item, resource_spec):
-    xla = resolve_xla(graph_item.job, "GPU" if resource_spec.gpus() else "CPU")
+def _graph_summary(graph_item, resource_spec, strategy):
+    xla = plan_xla(graph_item.job, "GPU" if resource_spec.gpus() else "CPU", not strategy.allreduces_everything())
     return {
         "model_name": graph_item.job.model_name,
         "batch_size": graph_item.job.batch_size,
@@ -291,7 +291,7 @@ class Plan:
                 "seed": int(seed),
                 **({"search": search} if search else {}),
             },
-            "graph": _graph_summary(graph_item, resource_spec),
+            "graph": _graph_summary(graph_item, resource_spec, strategy),
             "tasks": tasks,
             "strategy": strategy.to_dict(),
             "device_assignments": device_assignments(tasks, resource_spec),

@@ -10,6 +10,7 @@ benchmarks/results/costmodel_eval.json.
 
     python benchmarks/costmodel_eval.py [--out PATH]
     python benchmarks/costmodel_eval.py --section cluster_published   # recompute one section of the file
+    python benchmarks/costmodel_eval.py --section cluster_published --refit-overlap   # refit, ship, then recompute
 """
 
 import argparse
@@ -96,7 +97,16 @@ def main(argv=None):
     parser.add_argument("--out", default=os.path.join(HERE, "results", "costmodel_eval.json"))
     parser.add_argument("--section", choices=SECTIONS, default=None,
                         help="recompute only this section and replace it in the existing --out file")
+    parser.add_argument("--refit-overlap", action="store_true",
+                        help="first refit NCCL's overlap constants on the multi-GPU rows and ship them "
+                             "(cost_models.fitting.cluster_published.write_shipped); the evaluation after it reuses "
+                             "the refit's simulations")
     args = parser.parse_args(argv)
+    if args.refit_overlap:
+        from cost_models.fitting.cluster_published import write_shipped
+
+        print(write_shipped(command="python " + " ".join(
+            shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:])))
     if args.section:
         return update_section(args.out, args.section)
     report = evaluate()

@@ -34,7 +34,6 @@ Writes benchmarks/results/ps_direction.json.
 """
 
 import argparse
-import dataclasses
 import os
 import shlex
 import subprocess
@@ -81,13 +80,6 @@ def big_vocab_lm(vocab, batch_size=8):
         return GraphItem.load(graph)
 
 
-def sparse_as_dense(strategy, sparse):
-    """``strategy`` with the allreduced gradients among ``sparse`` densified and summed (``sparse_sync: dense``)."""
-    sync = {name: dataclasses.replace(s, sparse_sync="dense") if name in sparse and s.method == "allreduce" else s
-            for name, s in strategy.sync.items()}
-    return dataclasses.replace(strategy, sync=sync)
-
-
 def compare(graph_item, preset):
     """Per strategy: ``(step seconds, busiest NIC's busy seconds)``; the compared baselines, and ring with sparse
     gradients densified where the model has any."""
@@ -99,7 +91,7 @@ def compare(graph_item, preset):
     sim = Simulator(problem)
     strategies = {name: baselines.named(name).build(problem) for name in COMPARED}
     if problem.sparse_gradients:
-        strategies[DENSIFIED] = sparse_as_dense(strategies["ring"], problem.sparse_gradients)
+        strategies[DENSIFIED] = baselines.sparse_as_dense(strategies["ring"], problem.sparse_gradients)
     out = {}
     for name, strategy in strategies.items():
         result = sim.simulate(strategy)

@@ -2,7 +2,8 @@
 
 Three constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
 set ``../shared/reference/published-training-figures.md`` by
-:func:`cost_models.fitting.cluster_published.fit` and shipped as
+:func:`cost_models.fitting.cluster_published.fit`, which prices each row
+with the simulator itself (``placement.baselines.horovod_step``), and shipped as
 ``cost_models/data/nccl_overlap.json`` (refit with ``python -m
 cost_models.fitting.cluster_published --fit``):
 
@@ -13,21 +14,20 @@ cost_models.fitting.cluster_published --fit``):
   at a time on one stream, so every bucket pays it in turn.  The published
   rows are Horovod runs, so they pay it; autodist's runtime sums buckets
   with TensorFlow's collective ops, which have no such coordination, so
-  the simulator does not (the fit cannot tell how much of the fixed cost is
+  the simulator charges it only where it prices Horovod
+  (``Simulator(horovod=True)``) (the fit cannot tell how much of the fixed cost is
   Horovod's and how much any runtime's: the contention fitted beside it
   may absorb part of the difference).
 - ``contention``: the fraction of the time a collective runs beside compute
   that the compute loses (NCCL's kernels take SMs and memory bandwidth).
-  A property of NCCL on the GPU, so the product's simulator
+  A property of NCCL on the GPU, priced by the simulator
   (``placement.simulator``, through :class:`cost_models.comm.CommModel`)
-  prices it as the published-scaling evaluation
-  (``cost_models.fitting.cluster_published``) does, with the functions here.
+  with the functions here, for the published rows and for users' plans alike.
 - ``speed_spread``: the relative standard deviation of the speed of GPUs
   of one model across a job (boost clocks differ by chip, power and
   temperature; a chip keeps its pace from step to step).  Replicas that
   step in lock-step wait for the slowest of them
-  (:func:`lockstep_pace`), so this is a property of the GPUs, priced the
-  same way by the simulator and the evaluation, and gradient accumulation
+  (:func:`lockstep_pace`), so this is a property of the GPUs, and gradient accumulation
   does not average it out.  It is what costs BERT-large 2-9% on one
   8-GPU node even where the allreduce runs once per 64 to 1024
   micro-batches (rows M7, M13 1n of the calibration set).

@@ -22,6 +22,10 @@
   room (TensorFlow's original greedy placer), synchronised through greedy
   PS so that GPUs hold no weights or optimizer slots.
 
+Besides them, :func:`horovod_step` prices the job as Horovod runs it, the
+reference the published multi-GPU runs are priced as: not a baseline, since
+autodist's runtime does not run Horovod.
+
 The named baselines are :class:`Baseline` records of options of
 :func:`data_parallel`, listed once in :data:`BASELINES`; the CLI, the report
 and the benchmarks read that list.
@@ -30,7 +34,7 @@ and the benchmarks read that list.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autodist.errors import PlacementError
 from autodist.strategy import Strategy, VarSync
@@ -170,6 +174,35 @@ def parallax(problem, nodes=None):
     return named("parallax").build(problem, nodes)
 
 
+def sparse_as_dense(strategy, names):
+    """``strategy`` with the allreduced gradients among ``names`` summed as dense tensors (``sparse_sync: dense``,
+    as Horovod's ``DistributedOptimizer(sparse_as_dense=True)`` sums them) instead of their rows all-gathered."""
+    sync = {name: replace(s, sparse_sync="dense") if name in names and s.method == "allreduce" else s
+            for name, s in strategy.sync.items()}
+    return replace(strategy, sync=sync)
+
+
+def horovod_step(problem, nodes=None, dense=False):
+    """The simulated step (a SimResult) of ``problem``'s job as Horovod runs it on the first ``nodes`` compute nodes.
+
+    The ``ring`` baseline's strategy, every gradient fused in gradient-ready
+    order into buckets of Horovod's default 64 MiB and allreduced by NCCL
+    (its ring, or its tree across nodes where faster), on a simulator that
+    charges each fused collective Horovod's fixed cost
+    (``Simulator(horovod=True)``).  The ``ring`` baseline is the same plan
+    without that cost: autodist's runtime sums the buckets with TensorFlow's
+    collective ops, which do not coordinate each tensor between ranks.
+    ``dense``: sparse gradients summed as dense tensors (:func:`sparse_as_dense`),
+    else their rows all-gathered (Horovod's default).
+    """
+    from placement.simulator import Simulator
+
+    strategy = named("ring").build(problem, nodes)
+    if dense:
+        strategy = sparse_as_dense(strategy, problem.sparse_gradients)
+    return Simulator(problem, horovod=True).simulate(strategy)
+
+
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
     """How many axis-0 shards ``MinSizePartitioner(min_shard_bytes, max_shards)`` makes of a variable.
 
@@ -201,7 +234,7 @@ def greedy_op_placer(problem):
     replicas = [r[:width] for r in replicas]
     first = replicas[0]
     devices = [spec.device(d) for d in first]
-    costs = [problem.at_replicas(len(replicas)).device_costs(d)[0] for d in devices]
+    costs = [problem.at_replicas(len(replicas), one_client=True).device_costs(d)[0] for d in devices]
     groups = problem.groups
     preds = groups.predecessors()
     capacity = [d.memory_bytes - problem.runtime_reserve(d) for d in devices]

@@ -72,7 +72,11 @@ class PhasePrices:
 
     def __init__(self, comm):
         self.comm = comm
-        self.overhead = float(getattr(comm, "per_tensor_overhead", 0.0))
+        self.reset()
+
+    def reset(self):
+        """Forget every cached price (after ``comm``'s constants changed: cost_models.fitting.cluster_published)."""
+        self.overhead = float(getattr(self.comm, "per_tensor_overhead", 0.0))
         self._stages = {}
         self._link_tuples = {}
         self._affine_fits = {}
@@ -97,15 +101,16 @@ class PhasePrices:
             self._stages[key] = stages
         return stages
 
-    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False):
+    def allreduce_phases(self, devices, algorithm, nbytes, collective_ops=False, horovod=False):
         """One allreduce as the runtime runs it, from a per-(devices, algorithm) affine fit when exact.
 
         ``collective_ops``: on collective ops (``CommModel.allreduce_phases``),
-        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``).
+        else summed by ordinary ops over gRPC (``CommModel.graph_allreduce_phases``);
+        ``horovod``: one of Horovod's fused collectives (on collective ops).
         See :meth:`_affine` for the fit.
         """
-        return self._affine(("ar", devices, algorithm, collective_ops), nbytes,
-                            lambda n: self._priced_allreduce(n, list(devices), algorithm, collective_ops))
+        return self._affine(("ar", devices, algorithm, collective_ops, horovod), nbytes,
+                            lambda n: self._priced_allreduce(n, list(devices), algorithm, collective_ops, horovod))
 
     def sparse_allgather_phases(self, devices, nbytes):
         """``CommModel.sparse_allgather_phases`` (``nbytes`` of rows per replica), from an affine fit when exact."""
@@ -119,9 +124,9 @@ class PhasePrices:
         """``CommModel.ps_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""
         return self._affine(("ps", src, dst), nbytes, lambda n: self.comm.ps_phases(src, dst, n))
 
-    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops):
+    def _priced_allreduce(self, nbytes, devices, algorithm, collective_ops, horovod):
         if collective_ops:
-            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True)
+            return self.comm.allreduce_phases(nbytes, devices, algorithm, collective_ops=True, horovod=horovod)
         return self.comm.graph_allreduce_phases(nbytes, devices, algorithm)
 
     def _affine(self, key, nbytes, price):

@@ -12,8 +12,11 @@ the simulator evaluates strategies.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from autodist.graph.item import GraphItem
 from autodist.graph.rebatch import at_batch, replica_batch
 from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.emulated import machine_cores
@@ -100,8 +103,8 @@ class Problem:
         self.input_bytes = graph_item.input_bytes()  # one (micro-)batch of this problem's step
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         # XLA runs elementwise chains fused, and does not store their insides (cost_models.memory)
-        xla = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
-        self.fused_kernels = fuses_elementwise(xla, graph_item.job.framework)
+        self.xla = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
+        self.fused_kernels = fuses_elementwise(self.xla, graph_item.job.framework)
         self._table = None
         self._op_group = None
         self._live = {}
@@ -142,26 +145,33 @@ class Problem:
         """
         return not self.one_core or not all(d in self.one_core for replica in replicas for d in replica)
 
-    def at_replicas(self, replicas, micro_batches=None):
+    def at_replicas(self, replicas, micro_batches=None, one_client=False):
         """The problem of one micro-batch of one replica's share of the global batch (cached).
 
         Its step is re-scaled to ``autodist.graph.rebatch.replica_batch``
         samples (``replicas`` replicas, ``micro_batches`` parts, by default the
         job's), and where the replicas are processes on this machine's
-        unpinned CPUs they share its cores; it shares this problem's grouping
-        and cost model, and is this problem itself where the part is the
-        whole captured batch on unshared cores.
+        unpinned CPUs they share its cores; ``one_client``: the plan is driven
+        by one client, whose step XLA does not compile (autodist.graph.xla.plan_xla),
+        so a job XLA would compile is priced without it.  It shares this
+        problem's grouping and cost model, and is this problem itself where the
+        part is the whole captured batch on unshared cores, as the job runs.
         """
         whole = self._whole
         batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
         sharing = replicas if whole.on_this_machine else 1
-        if batch == whole.graph_item.job.batch_size and sharing == 1:
+        uncompiled = one_client and whole.xla
+        if batch == whole.graph_item.job.batch_size and sharing == 1 and not uncompiled:
             return whole
-        if (batch, sharing) not in whole._shares:
-            whole._shares[(batch, sharing)] = Problem(at_batch(whole.graph_item, batch), whole.resource_spec,
-                                                      whole.cost_model, groups=whole.groups, share_of=whole,
-                                                      sharing=sharing)
-        return whole._shares[(batch, sharing)]
+        key = (batch, sharing, uncompiled)
+        if key not in whole._shares:
+            item = at_batch(whole.graph_item, batch)
+            if uncompiled:
+                item = GraphItem(list(item.ops.values()), list(item.variables.values()),
+                                 replace(item.job, jit_compile="off"))
+            whole._shares[key] = Problem(item, whole.resource_spec, whole.cost_model, groups=whole.groups,
+                                         share_of=whole, sharing=sharing)
+        return whole._shares[key]
 
     def micro_batches_of(self, strategy):
         """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""

@@ -63,7 +63,8 @@ def small_calibration(tmp_path_factory):
 
 
 def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration):
-    out = _autodist("costmodel", "eval", "--json", "--data", str(small_data), "--gpu-calibration", str(small_calibration))
+    out = _autodist("costmodel", "eval", "--json", "--data", str(small_data), "--gpu-calibration", str(small_calibration),
+                    "--cluster-rows", "M1", "M42")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["op_holdout"]["test_rows_at_least_50us"] > 0
@@ -88,7 +89,8 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
                            "gpu_precision_ratio", "gpu_memory", "collectives_busbw", "cluster_throughput",
                            "cluster_efficiency"}
     assert all(isinstance(met, bool) for met in judged.values())
-    assert report["cluster_published"]["rows"] and report["collectives_published"]["rows"]
+    assert {r["id"].split("/")[0] for r in report["cluster_published"]["rows"]} == {"M1", "M42"}
+    assert report["collectives_published"]["rows"]
     gpu = report["gpu_published"]
     assert {r["id"].split("/")[0] for r in gpu["rows"]} == set(SMALL_GPU_ROWS)
     for row in gpu["rows"]:

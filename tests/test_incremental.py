@@ -74,7 +74,7 @@ def test_allreduce_phases_from_the_fit_equal_the_comm_models_at_every_size(mlp_g
         exact = comm.allreduce_phases(nbytes, list(devices), "ring", collective_ops=True)
         assert [p.links for p in fitted] == [p.links for p in exact]
         assert [p.seconds for p in fitted] == pytest.approx([p.seconds for p in exact], rel=1e-9, abs=0)
-    pieces = problem.prices._affine_fits[("ar", devices, "ring", True)]
+    pieces = problem.prices._affine_fits[("ar", devices, "ring", True, False)]  # on collective ops, not Horovod's
     assert len(pieces) == 2  # the tree's and the ring's, not a price asked of the CommModel at every size
 
 

@@ -144,3 +144,40 @@ def test_run_refuses_an_xla_setting_the_plan_was_not_priced_with(captured, bn_sc
                           bn_script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr
     assert "--xla" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+TWO_V100 = ONE_V100.replace("one-v100", "two-v100").replace("count: 1}", "count: 2}")
+
+
+def test_a_plan_one_client_drives_is_priced_and_reported_without_xla(captured, tmp_path):
+    """PS and hybrid plans run as the single client's one uncompiled tf.function (launcher.runtime.trainer): a job
+    that asks for XLA is priced there as the same job without it, and the plan says so; the plan on collective ops
+    (each replica's own step, compiled as priced) keeps XLA."""
+    from autodist.api import cluster_of, make_plan
+    from cost_models import CostModel
+    from placement import Problem, Simulator
+    from autodist.plan import Plan
+    from autodist.strategy import VarSync
+    from placement.baselines import named
+
+    spec = cluster_of(str(_write(tmp_path, "two-v100.yaml", TWO_V100)))
+    problems = {choice: Problem(_asking(captured["auto"], choice), spec, CostModel.default()) for choice in ("on", "off")}
+    ps = {c: Simulator(p).simulate(named("greedy-ps").build(p)) for c, p in problems.items()}
+    assert ps["on"].compute_time == ps["off"].compute_time and ps["on"].memory == ps["off"].memory
+    ring = {c: Simulator(p).simulate(named("ring").build(p)) for c, p in problems.items()}
+    assert ring["on"].compute_time < ring["off"].compute_time
+    # A plan with a PS variable: the plan records the step as it runs.
+    problem = problems["on"]
+    strategy = named("ring").build(problem)
+    first = next(iter(strategy.sync))
+    strategy.sync[first] = VarSync("ps", ps_tasks=(0,))
+    strategy.ps_devices = list(problem.ps_candidates[:1])
+    plan = Plan.from_strategy(problem.graph_item, spec, strategy, Simulator(problem).simulate(strategy), "m", 0)
+    assert plan.graph["xla"] is False and "one client" in plan.graph["xla_reason"]
+    assert make_plan(_asking(captured["auto"], "on"), spec, moves=1, allreduce_only=True).graph["xla"] is True
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path

@@ -17,6 +17,9 @@ def register(subparsers):
                     help="folder with op_timings.csv.gz and op_timings.json (default: the shipped data)")
     ev.add_argument("--gpu-calibration", default=None, metavar="CSV",
                     help="published single-GPU figures to judge the GPU model on (default: the shipped calibration set)")
+    ev.add_argument("--cluster-rows", nargs="+", default=None, metavar="ROW",
+                    help="evaluate only these multi-GPU rows of the calibration set (ids such as M9/amp-4n, or whole "
+                         "rows such as M42), the constants fitted on them (default: every row)")
     ev.add_argument("--section", default=None,
                     choices=("gpu_published", "collectives_published", "cluster_published"),
                     help="compute and print only this section (it needs only the shipped data)")
@@ -44,11 +47,11 @@ def run_eval(args):
     from cost_models.fitting.evaluation import evaluate, evaluate_section, format_report, section_lines
 
     if args.section:
-        section = evaluate_section(args.section)
+        section = evaluate_section(args.section, cluster_rows=args.cluster_rows)
         print(json.dumps({args.section: section}, indent=1, sort_keys=True) if args.json
               else "\n".join(section_lines(args.section, section)))
         return 0
-    report = evaluate(args.data, gpu_calibration=args.gpu_calibration)
+    report = evaluate(args.data, gpu_calibration=args.gpu_calibration, cluster_rows=args.cluster_rows)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
     else:

@@ -71,13 +71,16 @@ def _carrying_dim(shape, batch, inputs):
     return 0 if 0 in candidates else candidates[0]
 
 
-_BROADCASTS = ("Tile", "BroadcastTo", "Fill")
+# Ops that build a tensor of the shape they are given: a broadcast (a reduction's gradient), a fill, random numbers
+# (dropout's mask: its shape is the batch-carrying input's, computed from a Shape op whose value no shape shows).
+_BROADCASTS = ("Tile", "BroadcastTo", "Fill", "RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+               "StatelessRandomUniformV2", "StatelessRandomNormalV2", "StatelessTruncatedNormalV2")
 
 
 def _built_at_batch(op, shape, batch, constant):
-    """A tensor expanded to the batch from something that does not carry it: a tile or broadcast (a reduction's
-    gradient) or a folded constant of rank 2+, whose first dimension is the batch (a rank-1 constant of the
-    batch's length is more likely a shape)."""
+    """A tensor expanded to the batch from something that does not carry it: a tile, broadcast, fill or random
+    draw (:data:`_BROADCASTS`) or a folded constant of rank 2+, whose first dimension is the batch (a rank-1 constant
+    of the batch's length is more likely a shape)."""
     if not shape or shape[0] != batch:
         return False
     if op.type in _BROADCASTS:

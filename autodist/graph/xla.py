@@ -13,6 +13,11 @@ step is priced as Keras compiles it on the plan's device.  autodist's runtime
 replaces a script's ``MirroredStrategy`` (its replicas run without one) and
 compiles each replica's step as it was priced (launcher.runtime).
 
+A plan that one client drives (any PS variable, or a replica over several
+devices) runs its step as the client's one ``tf.function``, which nothing
+compiles with XLA (launcher.runtime.trainer): such a plan is priced, and
+reported, without XLA whatever the job asks (:func:`plan_xla`).
+
 ``--xla {auto,on,off}`` (``plan``, ``placement report``, ``run``) overrides
 what the script asked for (autodist.api.with_job_options).
 """
@@ -48,3 +53,14 @@ def resolve_xla(job, device_kind):
         return XlaChoice(False, "Keras' jit_compile='auto' does not compile with XLA: a layer of the model does not "
                                 "support it, or op determinism is on")
     return XlaChoice(True, f"Keras' jit_compile='auto' compiles the step with XLA on a {device_kind}")
+
+
+def plan_xla(job, device_kind, one_client):
+    """The :class:`XlaChoice` of ``job`` under a plan on devices of ``device_kind``: :func:`resolve_xla`'s, but off
+    where ``one_client`` (the plan is driven by one client, launcher.runtime.trainer, whose step XLA does not
+    compile)."""
+    choice = resolve_xla(job, device_kind)
+    if choice.on and one_client:
+        return XlaChoice(False, "the plan's one client (PS variables, or a replica over several devices) runs the "
+                                "step as one tf.function that XLA does not compile: priced without XLA, as it runs")
+    return choice

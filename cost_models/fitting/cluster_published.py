@@ -3,66 +3,65 @@
 The rows are Table 2 (M) of the calibration set,
 ``../shared/reference/published-training-figures.md``: data-parallel
 training with Horovod (NCCL allreduce) on 8 to 512 GPUs.  Each evaluated
-point names a captured step (cost_models.fitting.published: the Keras equivalent of
-the published model, a step table at the published per-GPU batch), its GPU,
-precision, gradient accumulation and cluster; the rows we cannot rebuild
-are listed in :data:`SKIPPED` with the reason.
+point names the zoo configuration of the published model
+(cost_models.fitting.published.CONFIGS), its GPU, precision, gradient
+accumulation and cluster; the rows we cannot rebuild are listed in
+:data:`SKIPPED` with the reason.
 
-How one multi-GPU step is priced (:func:`multi_gpu_step`): every GPU runs
-its micro-batches as the GPU kernel model prices them (cost_models.gpu, the
-shipped fit on the single-GPU rows); during the backward pass of the last
-micro-batch the gradients become ready at an even rate over the backward
-ops' time, and Horovod fuses them, in that order, into buckets of at most
-64 MiB; the buckets are allreduced in order on one stream (NCCL runs one
-collective at a time per communicator), each priced by the communication
-model the simulator uses (cost_models.comm: NCCL on collective ops, a ring,
-or NCCL's tree across nodes where faster, plus Horovod's fixed cost per
-fused collective, which the simulator leaves out for autodist's own
-runtime); compute loses the contention share of the
-time a collective runs beside it (cost_models.overlap.contention_delay, as
-in the simulator); the optimizer update follows the last allreduce.  Every
-GPU's compute takes as long as the slowest of the job's GPUs' does
-(cost_models.overlap.lockstep_pace, as in the simulator).
+One path: every point is priced by the code ``placement report --global-batch
+N`` runs.  Its job is the configuration's cached capture with the row's
+``--xla`` and ``--micro-batches`` at the row's global batch
+(cost_models.fitting.published.row_graph), its cluster the row's nodes
+(:func:`cluster_of`), and the step is what the simulator gives the job run as
+Horovod runs it (placement.baselines.horovod_step: the ``ring`` baseline's
+64 MiB buckets in gradient-ready order, NCCL's ring or tree, and Horovod's
+fixed cost per fused collective).  The simulator prices the GPUs' compute
+with the shipped GPU kernel model, the collectives with the communication
+model, the compute they slow beside them and the lock-step of GPUs of
+uneven speed with cost_models.overlap's constants.
 
-The three constants of cost_models.overlap are fitted here (:func:`fit`, a
-grid) on the points whose published scaling efficiency is known, and
-:func:`write_shipped` saves that fit as the package data the simulator
-takes NCCL's contention from.  :func:`evaluate` reports every point
-with the shipped constants and with constants fitted without the point's
-system (leave one system out).
+Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput.
+The predicted one divides by the same job's throughput on one GPU of the
+row's device, priced the same way (what ``placement report`` prints on a
+one-GPU cluster); the published one is the row's stated speedup over one
+GPU, or the single-GPU figure of the same source and software (a G row),
+else unknown.
 
-Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput;
-the published one is the row's stated speedup over one GPU, or the
-single-GPU figure of the same source and software (a G row), else unknown.
-Where it is known, the predicted efficiency prices the same step with its
-single-GPU times scaled to that published single-GPU throughput, so that it
-judges the communication and the overlap alone (how much of the step they
-cannot hide depends on how long the step is): the GPU model's own error on
-the row (ResNet-50 on p3.16xlarge, M42: 1018 img/s modelled, 740
-published) shows in the predicted throughput, not twice.
+The three constants of cost_models.overlap are fitted here (:func:`fit`) on
+the points whose published efficiency is known, by coordinate descent over
+the grid :data:`GRID` from its middle: each sweep tries every value of one
+constant with the others held.  Every (point, constants) pair is simulated
+once per process and kept (:func:`shared_pricer`), so the fits that leave one
+system out, which :func:`evaluate` reports beside the shipped constants,
+mostly reuse the fit on every row's simulations, and an evaluation after a
+refit (``--fit``) reuses the refit's.  :func:`write_shipped`
+saves the fit on every row as the package data the simulator reads.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from cost_models.comm import CommModel
-from cost_models.overlap import OVERLAP_FILE, NcclOverlap, contention_delay, lockstep_pace
-from cost_models.gpu import GpuKernelParams
-from cost_models.fitting.published import step_at
+from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 
-# Horovod's default tensor-fusion threshold (HOROVOD_FUSION_THRESHOLD, 64 MiB; horovod.readthedocs.io,
-# "Tensor Fusion").
-FUSION_BYTES = 64 * 2**20
-# Grid the three constants are fitted over: seconds per collective, the fraction of a collective's time that
-# the compute beside it loses, and the relative spread of GPU speed (the fit lands inside each range).
-COLLECTIVE_SECONDS = tuple(np.linspace(0.0, 0.02, 41))
-CONTENTION = tuple(np.linspace(0.0, 1.0, 21))
-SPEED_SPREAD = tuple(np.linspace(0.0, 0.06, 13))
+# The grid the three constants are fitted over: seconds of Horovod's fixed cost per fused collective, the fraction of
+# a collective's time that the compute beside it loses, and the relative spread of GPU speed.
+GRID = {"collective_seconds": tuple(float(x) for x in np.linspace(0.0, 0.02, 21)),
+        "contention": tuple(float(x) for x in np.linspace(0.0, 1.0, 11)),
+        "speed_spread": tuple(float(x) for x in np.linspace(0.0, 0.06, 13))}
+# Horovod sums the rows of a sparse gradient (BERT's token embedding) as a dense tensor: NVIDIA's TensorFlow 1 BERT
+# wraps its optimizer in hvd.DistributedOptimizer(optimizer, sparse_as_dense=True) (DeepLearningExamples,
+# TensorFlow/LanguageModeling/BERT/optimization.py); the TensorFlow 2 rows (M13, M14) are priced the same, their script
+# unchecked.  The other models have no sparse gradient.
+SPARSE_AS_DENSE = True
+HOW = ("each point's job is its zoo configuration's cached capture with the row's --xla and --micro-batches at "
+       "--global-batch (per-GPU batch x micro-batches x GPUs), priced by placement report's simulator on the row's "
+       "cluster as Horovod runs it (placement.baselines.horovod_step, sparse gradients summed dense); efficiency over "
+       "the same job on one GPU")
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class ClusterRun:
     config: str
     device: str
     precision: str
-    xla: bool | None
+    xla: bool  # the row's --xla on|off
     framework: str
     layout: str  # as cost_models.fitting.published.PublishedRun's
     batch: int
@@ -140,6 +139,10 @@ GA_NOTE = "micro-batches at 4 and 16 nodes from the stated global batch 65536"
 # 69/82, dgx2 64/32 lines 41/54, dgxa100 64/64 and 16/8 lines 13/26; TensorFlow2/LanguageModeling/BERT/scripts/configs/
 # pretrain_config.sh: 312/176 lines 27/46, 60/32 lines 67/86), as the single-GPU rows G10-G18 record.
 DLE_BERT_XLA = True
+# A user gives placement report --xla on or off; where a TensorFlow 1 row does not state it (M6, M42), off:
+# TensorFlow 1 compiles nothing with XLA unless the script asks, and the -fbn configurations are its runs without
+# XLA (TensorFlow's FusedBatchNormV3 kernel).  PyTorch rows (M35) have no XLA.
+NOT_STATED_XLA = False
 ROWS = tuple(
     _runs("M1", "fp32", "resnet50-fp32", "fp32", True, "tf1", 128, "DGX-1", [(1, 1, 3170, 7.69 / 8)])
     + _runs("M1", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX-1", [(1, 1, 9510, 7.48 / 8)])
@@ -151,8 +154,8 @@ ROWS = tuple(
     + _runs("M4", "amp", "resnet50-mp", "fp16", True, "tf1", 256, "DGX-2", [(1, 1, 17250, 13.27 / 16)])
     + _runs("M5", "fp32", "resnet50-fp32-fbn", "fp32", False, "tf1", 128, "DGX-2", [(1, 1, 5347.83, 13.88 / 16)])
     + _runs("M5", "amp", "resnet50-mp-fbn", "fp16", False, "tf1", 256, "DGX-2", [(1, 1, 16290.42, 15.95 / 16)])
-    + _runs("M6", "fp32", "resnext101-fp32-fbn", "fp32", None, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
-    + _runs("M6", "amp", "resnext101-mp-fbn", "fp16", None, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
+    + _runs("M6", "fp32", "resnext101-fp32-fbn", "fp32", NOT_STATED_XLA, "tf1", 64, "DGX-1", [(1, 1, 1210, 7.29 / 8)])
+    + _runs("M6", "amp", "resnext101-mp-fbn", "fp16", NOT_STATED_XLA, "tf1", 128, "DGX-1", [(1, 1, 4160, 7.35 / 8)])
     + _runs("M7", "amp", "bert_large-s128-tf1-amp", "fp16", DLE_BERT_XLA, "tf1", 16, "DGX-1", [(1, 512, 1001.39, None)],
             (134.34, "G10/amp"))
     + _runs("M7", "fp32", "bert_large-s128-tf1-fp32", "fp32", DLE_BERT_XLA, "tf1", 8, "DGX-1",
@@ -187,11 +190,11 @@ ROWS = tuple(
             note="DGX-2H's 450 W V100s priced as V100-32GB")
     + _runs("M14", "fp32", "bert_large-s128-fp32", "fp32", DLE_BERT_XLA, "tf2", 32, "DGX-2H", [(32, 4, 20094.14, None)],
             note="DGX-2H's 450 W V100s priced as V100-32GB")
-    + _runs("M35", "v100", "resnet50-mp", "fp16", None, "pytorch", 256, "DGX-1", [(1, 1, 6174, None)],
+    + _runs("M35", "v100", "resnet50-mp", "fp16", False, "pytorch", 256, "DGX-1", [(1, 1, 6174, None)],
             (833, "G30/amp"), layout="nchw",
             note="interconnect not stated: a DGX-1's NVLink assumed; PyTorch DDP's buckets priced as Horovod's; NCHW "
                  "as G30 (LambdaPT's configs pass no --memory-format)")
-    + _runs("M42", "fp16", "resnet50-mp-fbn", "fp16", None, "tf1", 256, "p3.16xlarge",
+    + _runs("M42", "fp16", "resnet50-mp-fbn", "fp16", NOT_STATED_XLA, "tf1", 256, "p3.16xlarge",
             [(1, 1, 5000, None), (2, 1, 9860, None), (4, 1, 21300, None), (8, 1, 37000, None)],
             (740, "single GPU stated in the row"),
             note="precision not stated: mixed assumed (float32 ResNet-50 at batch 256 does not fit a 16 GB V100)")
@@ -211,159 +214,148 @@ SKIPPED = (
 )
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What pricing one run's multi-GPU step needs, computed once (seconds)."""
 
-    micro_batch: float  # one micro-batch's forward and backward on one GPU
-    backward_start: float  # when its backward starts: after the forward ops
-    update: float
-    buckets: tuple  # (fraction of the backward done when the bucket's gradients are all ready, bytes)
+
+def select(names):
+    """The rows of :data:`ROWS` named by ``names``: point ids (``M9/amp-4n``) or whole rows (``M42``), in table order.
+
+    Raises InputError naming a name that matches no row.
+    """
+    from autodist.errors import InputError
+
+    for name in names:
+        if not any(name in (run.id, run.row) for run in ROWS):
+            raise InputError(f"no evaluated multi-GPU row {name!r} (e.g. {ROWS[0].row} or {ROWS[0].id})",
+                             field="--cluster-rows")
+    return tuple(run for run in ROWS if run.id in names or run.row in names)
+
+
+def one_gpu(model):
+    """The :class:`ResourceSpec` of one GPU of ``model``: where the efficiency's single-GPU step is priced."""
+    from autodist.resource_spec.cluster_file import cluster_from_dict
+
+    node = {"name": "n", "count": 1, "gpus": {"model": model, "count": 1}}
+    return cluster_from_dict({"name": f"one {model}", "nodes": [node]}, source=f"one {model}")
 
 
 @lru_cache(maxsize=1)
-def _params():
-    return GpuKernelParams.load()
+def _cost_model():
+    from cost_models import CostModel
 
-
-@lru_cache(maxsize=None)
-def _step(run):
-    from cost_models.fitting.gpu_calibration import published_gpu_step
-
-    table, scalars = step_at(run.config, run.batch)
-    step = published_gpu_step(run, table, scalars)
-    _, share = step.shares(_params())
-    train = np.where(step.update, 0.0, share)
-    start = float(train[table["phase"] == "forward"].sum())  # the backward starts once the forward ran
-    total = int(scalars["parameter_bytes"])
-    buckets = tuple(((done + min(FUSION_BYTES, total - done)) / total, min(FUSION_BYTES, total - done))
-                    for done in range(0, total, FUSION_BYTES))
-    return _Step(float(train.sum()), start, float(share[step.update].sum()), buckets)
-
-
-@lru_cache(maxsize=None)
-def _devices(run):
-    spec = cluster_of(run)
-    return spec, tuple(d.name for d in spec.gpus())
-
-
-@lru_cache(maxsize=None)
-def _collectives(run, collective_seconds):
-    """``(seconds of each bucket's allreduce, whether they take from compute)`` as the simulator's communication
-    model prices them with ``collective_seconds`` per collective: NCCL on collective ops, a ring or its tree
-    across nodes."""
-    bare, takes_compute = _bare_collectives(run)
-    # The model adds Horovod's fixed cost to every collective on GPUs (CommModel.allreduce_phases), to nothing else.
-    fixed = collective_seconds if takes_compute else 0.0
-    return tuple(seconds + fixed for seconds in bare), takes_compute
-
-
-@lru_cache(maxsize=None)
-def _bare_collectives(run):
-    """:func:`_collectives` without a fixed cost per collective (priced once per run: the fit varies only that)."""
-    spec, devices = _devices(run)
-    comm = CommModel(spec, overlap=NcclOverlap(0.0, 1.0))
-    seconds = {}
-    for _, nbytes in _step(run).buckets:
-        if nbytes not in seconds:
-            phases = comm.allreduce_phases(nbytes, devices, "ring", collective_ops=True, horovod=True)
-            seconds[nbytes] = sum(p.seconds for p in phases)
-    return tuple(seconds[nbytes] for _, nbytes in _step(run).buckets), comm.compute_contention(devices) is not None
-
-
-def multi_gpu_step(step, micro_batches, bucket_seconds, contention, pace=1.0):
-    """Seconds of one data-parallel step (see the module docstring).
-
-    Buckets run in order on one stream, bucket ``i`` for
-    ``bucket_seconds[i]``; compute loses ``contention`` of the time they run
-    beside it (cost_models.overlap.contention_delay); every micro-batch takes
-    ``pace`` times ``step.micro_batch``, the slowest GPU's time
-    (cost_models.overlap.lockstep_pace).
-    """
-    micro_batch, backward_start = pace * step.micro_batch, pace * step.backward_start
-    earlier = (micro_batches - 1) * micro_batch
-    compute_end = earlier + micro_batch
-    span = micro_batch - backward_start
-    free = 0.0
-    spans = []
-    for (fraction, _), seconds in zip(step.buckets, bucket_seconds):
-        start = max(earlier + backward_start + fraction * span, free)
-        free = start + seconds
-        spans.append((start, free, contention))
-    return max(compute_end, free) + contention_delay(compute_end, spans) + step.update
-
-
-@lru_cache(maxsize=None)
-def _anchored_step(run):
-    """:func:`_step` with its times scaled to the row's published single-GPU throughput where it has one, so that
-    the scaling efficiency judges the communication and the overlap, not the GPU model's error on the row."""
-    step = _step(run)
-    if run.efficiency is None:
-        return step
-    published = run.throughput / (_gpus(run) * run.efficiency)
-    modelled = run.batch * run.micro_batches / (run.micro_batches * step.micro_batch + step.update)
-    scale = modelled / published
-    return replace(step, micro_batch=scale * step.micro_batch, backward_start=scale * step.backward_start,
-                   update=scale * step.update)
+    return CostModel.default()
 
 
 def _gpus(run):
     return run.nodes * SYSTEMS[run.system][1]
 
 
-def _step_seconds(run, step, overlap):
-    """Seconds of ``run``'s multi-GPU step whose single-GPU times are ``step`` (a :class:`_Step`)."""
-    seconds, takes_compute = _collectives(run, overlap.collective_seconds)
-    return multi_gpu_step(step, run.micro_batches, seconds, overlap.contention if takes_compute else 0.0,
-                          lockstep_pace(_gpus(run), overlap.speed_spread))
+class Pricer:
+    """The simulated steps of the points, each ``(point, constants)`` once.
+
+    A point's problem (placement.problem.Problem, as ``placement report``
+    builds it) is built once, its op costs priced once; each set of
+    constants is put into its communication model in turn, the cached
+    phase prices forgotten, and its Horovod step simulated afresh.
+    """
+
+    def __init__(self):
+        self._problems = {}
+        self._seconds = {}
+        self._single = {}
+
+    def _problem(self, run):
+        from placement.problem import Problem
+        from cost_models.fitting.gpu_calibration import check_precision
+        from cost_models.fitting.published import row_graph
+
+        if run.id not in self._problems:
+            item = row_graph(run, _gpus(run))
+            check_precision(run, item.job)
+            self._problems[run.id] = Problem(item, cluster_of(run), _cost_model())
+        return self._problems[run.id]
+
+    def step_seconds(self, run, overlap):
+        """Seconds of ``run``'s Horovod step on its cluster with ``overlap``'s constants."""
+        from placement.baselines import horovod_step
+
+        key = (run.id, overlap.collective_seconds, overlap.contention, overlap.speed_spread)
+        if key not in self._seconds:
+            problem = self._problem(run)
+            problem.comm.overlap = overlap
+            problem.prices.reset()
+            self._seconds[key] = horovod_step(problem, dense=SPARSE_AS_DENSE).step_time
+        return self._seconds[key]
+
+    def single_throughput(self, run):
+        """Samples per second of ``run``'s job on one GPU of its device (no constant of the overlap applies)."""
+        from placement.baselines import horovod_step
+        from placement.problem import Problem
+        from cost_models.fitting.published import row_graph
+
+        key = (run.config, run.device, run.precision, run.xla, run.framework, run.layout, run.batch,
+               run.micro_batches)
+        if key not in self._single:
+            problem = Problem(row_graph(run, 1), one_gpu(run.device), _cost_model())
+            self._single[key] = run.batch * run.micro_batches / horovod_step(problem, dense=SPARSE_AS_DENSE).step_time
+        return self._single[key]
+
+    def predict(self, run, overlap):
+        """``(samples per second, scaling efficiency)`` predicted for ``run`` with ``overlap``."""
+        throughput = run.batch * run.micro_batches * _gpus(run) / self.step_seconds(run, overlap)
+        return throughput, throughput / (_gpus(run) * self.single_throughput(run))
 
 
-def efficiency(run, overlap):
-    """The scaling efficiency predicted for ``run`` with ``overlap``, from the published single-GPU step where
-    known (:func:`_anchored_step`)."""
-    step = _anchored_step(run)
-    return (run.micro_batches * step.micro_batch + step.update) / _step_seconds(run, step, overlap)
+@lru_cache(maxsize=1)
+def shared_pricer():
+    """The process's :class:`Pricer`: a refit and the evaluation after it reuse each other's simulations."""
+    return Pricer()
 
 
-def predict(run, overlap):
-    """``(samples per second, scaling efficiency)`` predicted for ``run`` with ``overlap`` (a :class:`NcclOverlap`):
-    the throughput from the GPU model's step, the efficiency as :func:`efficiency` gives it."""
-    seconds = _step_seconds(run, _step(run), overlap)
-    return run.batch * run.micro_batches * _gpus(run) / seconds, efficiency(run, overlap)
+def _overlap(index):
+    return NcclOverlap(*(GRID[name][i] for name, i in zip(GRID, index)))
 
 
-def fit(runs):
+def fit(runs, pricer=None):
     """The :class:`NcclOverlap` that minimises the squared efficiency error of ``runs`` (those with a published
-    efficiency), over a grid of the fixed cost per collective, the contention and the GPU speed spread."""
+    efficiency): coordinate descent over :data:`GRID` from its middle, until a sweep of every constant changes
+    nothing."""
+    pricer = pricer or shared_pricer()
     scored = [r for r in runs if r.efficiency is not None]
-    contentions = np.array(CONTENTION)
-    best = None
-    for spread in SPEED_SPREAD:
-        for fixed in COLLECTIVE_SECONDS:
-            # every contention of the grid priced at once (cost_models.overlap.contention_delay takes an array)
-            losses = sum((efficiency(r, NcclOverlap(float(fixed), contentions, float(spread))) - r.efficiency) ** 2
-                         for r in scored)
-            for contention, loss in zip(CONTENTION, losses):
-                if best is None or loss < best[0] - 1e-15:
-                    best = (loss, NcclOverlap(float(fixed), float(contention), float(spread)))
-    fitted = best[1]
+
+    def loss(index):
+        overlap = _overlap(index)
+        return sum((pricer.predict(r, overlap)[1] - r.efficiency) ** 2 for r in scored)
+
+    point = tuple(len(values) // 2 for values in GRID.values())
+    best, moved = loss(point), True
+    while moved:
+        moved = False
+        for axis, values in enumerate(GRID.values()):
+            for i in range(len(values)):
+                trial = point[:axis] + (i,) + point[axis + 1:]
+                trial_loss = loss(trial)
+                if trial_loss < best - 1e-15:
+                    best, point, moved = trial_loss, trial, True
+    fitted = _overlap(point)
     return NcclOverlap(fitted.collective_seconds, fitted.contention, fitted.speed_spread, [r.id for r in scored])
 
 
 def evaluate(runs=ROWS):
     """The ``cluster_published`` section: every point with the shipped constants (the product's), and with the
-    constants fitted without the point's system (leave one system out)."""
+    constants fitted without the point's system (leave one system out), all through the user's path (:data:`HOW`)."""
+    pricer = shared_pricer()
     shipped = NcclOverlap.load(OVERLAP_FILE)
     systems = dict.fromkeys(r.system for r in runs)
-    left_out = {system: fit([r for r in runs if r.system != system]) for system in systems}
+    left_out = {system: fit([r for r in runs if r.system != system], pricer) for system in systems}
     rows = []
     for run in runs:
-        fitted = predict(run, shipped)
-        lono = predict(run, left_out[run.system])
+        fitted = pricer.predict(run, shipped)
+        lono = pricer.predict(run, left_out[run.system])
         row = {"id": run.id, "config": run.config, "system": run.system, "nodes": run.nodes,
-               "gpus": _gpus(run), "precision": run.precision, "batch": run.batch,
-               "micro_batches": run.micro_batches, "published": run.throughput,
-               "published_efficiency": run.efficiency, "efficiency_source": run.efficiency_source,
+               "gpus": _gpus(run), "precision": run.precision, "xla": run.xla, "batch": run.batch,
+               "micro_batches": run.micro_batches, "global_batch": run.batch * run.micro_batches * _gpus(run),
+               "published": run.throughput, "published_efficiency": run.efficiency,
+               "efficiency_source": run.efficiency_source, "single_gpu": pricer.single_throughput(run),
                "predicted": fitted[0], "error": fitted[0] / run.throughput - 1, "predicted_efficiency": fitted[1],
                "predicted_left_out": lono[0], "error_left_out": lono[0] / run.throughput - 1,
                "predicted_efficiency_left_out": lono[1], "note": run.note}
@@ -371,8 +363,8 @@ def evaluate(runs=ROWS):
             row["efficiency_points"] = fitted[1] - run.efficiency
             row["efficiency_points_left_out"] = lono[1] - run.efficiency
         rows.append(row)
-    return {"rows": rows, "skipped": [{"row": r, "reason": why} for r, why in SKIPPED],
-            "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(runs)),
+    return {"how": HOW, "rows": rows, "skipped": [{"row": r, "reason": why} for r, why in SKIPPED],
+            "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(runs, pricer)),
             "fitted_without_system": {system: _constants(o) for system, o in left_out.items()},
             "summary": {**_summary(rows, ""), **_summary(rows, "_left_out")}}
 
@@ -393,19 +385,18 @@ def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.fitting.clus
 def _summary(rows, suffix):
     errors = [abs(r[f"error{suffix}"]) for r in rows]
     points = [abs(r[f"efficiency_points{suffix}"]) for r in rows if "efficiency_points" in r]
-    median = statistics.median(errors)
-    return {f"median_throughput_error{suffix}": median, f"max_throughput_error{suffix}": max(errors),
-            f"max_efficiency_points{suffix}": max(points),
-            "rows_with_published_efficiency": len(points)}
+    return {f"median_throughput_error{suffix}": statistics.median(errors), f"max_throughput_error{suffix}": max(errors),
+            f"median_efficiency_points{suffix}": statistics.median(points) if points else None,
+            f"max_efficiency_points{suffix}": max(points, default=None), "rows_with_published_efficiency": len(points)}
 
 
 def report_lines(section):
     """Human-readable lines of :func:`evaluate`'s section."""
     fitted = section["shipped"]
-    lines = [f"multi-GPU throughput vs published scaling rows (shipped fixed cost per collective "
-             f"{fitted['collective_seconds'] * 1e3:.1f} ms, compute loses {fitted['contention'] * 100:.0f}% of the "
-             f"time a collective runs beside it, GPU speed spread {fitted['speed_spread'] * 100:.1f}%, fitted on all "
-             "rows / fitted without the row's system):"]
+    lines = [f"multi-GPU throughput vs published scaling rows, priced as placement report --global-batch N prices "
+             f"Horovod (shipped fixed cost per collective {fitted['collective_seconds'] * 1e3:.1f} ms, compute loses "
+             f"{fitted['contention'] * 100:.0f}% of the time a collective runs beside it, GPU speed spread "
+             f"{fitted['speed_spread'] * 100:.1f}%; fitted on all rows / fitted without the row's system):"]
     for r in section["rows"]:
         eff = ""
         if r["published_efficiency"] is not None:
@@ -418,10 +409,13 @@ def report_lines(section):
         lines.append(f"  {s['row']:<12} not evaluated: {s['reason']}")
     summary = section["summary"]
     for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")):
-        lines.append(f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
-                     f"worst {summary['max_throughput_error' + suffix] * 100:.1f}%; efficiency on "
-                     f"{summary['rows_with_published_efficiency']} rows: worst "
+        line = (f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
+                f"worst {summary['max_throughput_error' + suffix] * 100:.1f}%")
+        if summary["rows_with_published_efficiency"]:
+            line += (f"; efficiency on {summary['rows_with_published_efficiency']} rows: median "
+                     f"{summary['median_efficiency_points' + suffix] * 100:.1f} points, worst "
                      f"{summary['max_efficiency_points' + suffix] * 100:.1f} points")
+        lines.append(line)
     return lines
 
 

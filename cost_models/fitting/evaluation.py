@@ -193,8 +193,13 @@ def _published_sections():
 SECTIONS = ("gpu_published", "collectives_published", "cluster_published")
 
 
-def evaluate_section(name):
-    """One of :data:`SECTIONS`, computed alone."""
+def evaluate_section(name, cluster_rows=None):
+    """One of :data:`SECTIONS`, computed alone; ``cluster_rows``: the multi-GPU rows the ``cluster_published``
+    section evaluates (cost_models.fitting.cluster_published.select; default: every row)."""
+    if name == "cluster_published" and cluster_rows is not None:
+        from cost_models.fitting import cluster_published
+
+        return cluster_published.evaluate(cluster_published.select(cluster_rows))
     return _published_sections()[name][0]()
 
 
@@ -203,11 +208,12 @@ def section_lines(name, section):
     return _published_sections()[name][1](section)
 
 
-def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None):
+def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None, cluster_rows=None):
     """The whole evaluation as a JSON-ready dict (see the module docstring).
 
     ``gpu_calibration``: the published-figures file to judge the GPU model on
-    (default: the shipped one).
+    (default: the shipped one); ``cluster_rows``: the multi-GPU rows to judge
+    the cluster pricing on (default: every row, see :func:`evaluate_section`).
     """
     from cost_models.fitting import gpu_calibration as gpu
     from cost_models.fitting.published import CALIBRATION_CSV, read_calibration
@@ -232,7 +238,7 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
         "allreduce_busbw": busbw,
         "gpu_published": published,
         "collectives_published": evaluate_section("collectives_published"),
-        "cluster_published": evaluate_section("cluster_published"),
+        "cluster_published": evaluate_section("cluster_published", cluster_rows),
     }
     return report
 

@@ -101,11 +101,17 @@ def published_gpu_step(run, table, scalars):
     Raises CostModelError where the job would not run at the precision the row says.
     """
     job, device = run_job(run, scalars), device_of(run.device)
-    runs_as = RUNS_AS[peak_key("float32", job.precision or "fp32", device.peak_flops)]
+    check_precision(run, job)
+    return job_step(table, job, device, xla="job" if run.xla is not None else None)
+
+
+def check_precision(run, job):
+    """Raise CostModelError where ``job`` (the JobInfo of ``run``'s capture) would not run at the precision the
+    row says on the row's device."""
+    runs_as = RUNS_AS[peak_key("float32", job.precision or "fp32", device_of(run.device).peak_flops)]
     if runs_as != run.precision:
         raise CostModelError(f"row {run.id}: the captured {run.config} job runs at {runs_as} on {run.device}, "
                              f"not {run.precision}", field="precision")
-    return job_step(table, job, device, xla="job" if run.xla is not None else None)
 
 
 def prepared(runs):

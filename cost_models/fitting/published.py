@@ -9,6 +9,12 @@ at two batch sizes.  Rows whose step is not captured, or whose batch size the
 source does not state, are listed with an empty ``config`` and a note, and
 are reported, never fitted.
 
+``data/published/graphs/<config>.json.gz`` holds the captured graph itself,
+as ``autodist capture`` wrote it, at the second of those batches: the jobs
+that ``placement report`` prices for the multi-GPU rows
+(cost_models.fitting.cluster_published) and the tests that check a row's
+report against its evaluation (tests/test_one_path.py).
+
 ``data/published/validation.csv``, in the same columns, holds published
 single-GPU figures that are not in the calibration set (rows ``LPT*``: the
 other LambdaPT cells of the sources G30/G33/G34 cite).  They are held out:
@@ -19,6 +25,7 @@ and no fit reads them.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 from dataclasses import dataclass, replace
@@ -30,6 +37,7 @@ from cost_models.gpu import LAYOUTS
 from cost_models.step_table import at_batch, load_tables
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "published")
+GRAPHS_DIR = os.path.join(DATA_DIR, "graphs")
 CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
 VALIDATION_CSV = os.path.join(DATA_DIR, "validation.csv")
 COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "layout", "batch",
@@ -164,3 +172,39 @@ def step_at(config, batch):
     tables, scalars = _tables(config)
     (a, ta), (b, tb) = sorted((int(scalars[f"batch_{k}"]), t) for k, t in tables.items())
     return at_batch(ta, a, tb, b, batch), scalars
+
+
+@lru_cache(maxsize=None)
+def _captured(config):
+    from autodist.graph.item import GraphItem
+
+    path = os.path.join(GRAPHS_DIR, f"{config}.json.gz")
+    if not os.path.exists(path):
+        raise CostModelError(f"no captured graph for {config!r} (run benchmarks/gpu_published_graphs.py)", source=path)
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return GraphItem.from_dict(json.load(f), where=path)
+
+
+def captured_graph(config):
+    """A new GraphItem of ``config``'s cached capture (what ``autodist capture`` wrote for its zoo command): read
+    once per process; each call's item shares its op and variable records, which nothing changes, and has a job
+    of its own."""
+    from autodist.graph.item import GraphItem
+
+    item = _captured(config)
+    return GraphItem(list(item.ops.values()), list(item.variables.values()), replace(item.job))
+
+
+def row_graph(run, gpus=1):
+    """The job of ``run`` (a PublishedRun, or a multi-GPU row of cost_models.fitting.cluster_published) as a user
+    hands it to ``placement report`` on ``gpus`` GPUs: the cached capture with the row's ``--xla`` and
+    ``--micro-batches`` (:func:`run_job`), at ``--global-batch`` of the row's batch per GPU times its micro-batches
+    times ``gpus`` (autodist.graph.semantics.planned_batch); for a PyTorch row, the framework and layout of its
+    kernels (JobInfo fields no capture sets)."""
+    from autodist.api import with_job_options
+    from autodist.graph.semantics import planned_batch
+
+    job = run_job(run, published_step(run)[1])
+    item = with_job_options(captured_graph(run.config), micro_batches=run.micro_batches, xla=job.jit_compile)
+    item.job = replace(item.job, framework=job.framework, layout=job.layout)
+    return planned_batch(item, gpus, run.batch * run.micro_batches * gpus)

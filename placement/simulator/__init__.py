@@ -33,7 +33,8 @@ What one step does, as simulated:
    collectives on GPUs take the share of the compute they run beside that
    cost_models.overlap fits on published scaling (not the fixed cost per
    bucket fitted beside it: that is Horovod's, which TensorFlow's
-   collective ops do not pay): the step grows by what the slowed compute outlasts
+   collective ops do not pay; ``Simulator(horovod=True)`` charges it, to
+   price a job as Horovod runs it: ``placement.baselines.horovod_step``): the step grows by what the slowed compute outlasts
    (``contention_delay``, counted as exposed communication).  PS, as the
    runtime (launcher.runtime.trainer) runs it: every worker task (one per
    node) sums its replicas' gradient of each shard on its first replica

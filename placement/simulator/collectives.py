@@ -54,9 +54,10 @@ class CollectiveSync:
         nbytes = dense if compression == "none" else sum(problem.compressed_bytes[v] for v in summed)
         cast = problem.cast_seconds(devices, dense, nbytes)
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
+        horovod = self.sim.horovod and collective_ops
         phases = problem.prices.phase_list(
-            ("ar", devices, algorithm, nbytes, collective_ops),
-            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops),
+            ("ar", devices, algorithm, nbytes, collective_ops, horovod),
+            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops, horovod),
         ) if summed else []
         for v in gathered:
             rows = problem.sparse_bytes[v]

@@ -23,11 +23,16 @@ class Simulator:
     incremental : bool
         Evaluate each strategy from the one before it (placement.simulator.taskgraph.Lowering,
         placement.simulator.stream): False evaluates each in full, with the same results.
+    horovod : bool
+        Price the collectives of a plan on collective ops as Horovod's fused collectives: each pays Horovod's
+        fixed cost per collective (cost_models.overlap), which autodist's runtime does not.  The reference the
+        published multi-GPU runs are priced as (placement.baselines.horovod_step).
     """
 
-    def __init__(self, problem, incremental=True):
+    def __init__(self, problem, incremental=True, horovod=False):
         self.problem = problem
         self.incremental = incremental
+        self.horovod = horovod
         self.lowering = Lowering(self, incremental)
         self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
@@ -43,11 +48,12 @@ class Simulator:
     def _share(self, strategy):
         """The simulator of ``strategy``'s part of the batch (one micro-batch of one replica's slice): this one
         where that is the whole captured batch."""
-        problem = self.problem.at_replicas(len(strategy.replicas), self.problem.micro_batches_of(strategy))
+        problem = self.problem.at_replicas(len(strategy.replicas), self.problem.micro_batches_of(strategy),
+                                           one_client=not strategy.allreduces_everything())
         if problem is self.problem:
             return self
         if id(problem) not in self._shares:
-            self._shares[id(problem)] = Simulator(problem, self.incremental)
+            self._shares[id(problem)] = Simulator(problem, self.incremental, self.horovod)
         return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
