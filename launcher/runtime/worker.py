@@ -134,6 +134,9 @@ class CollectiveRun:
             model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
         jit = self.group.layout.jit_compile(self.group.device_type)
+        if jit is False and model.jit_compile and self.group.device_type != "GPU":
+            print("autodist: the model's jit_compile=True step runs without XLA on these CPU replicas (XLA compiles "
+                  "no CPU collective), as the plan priced it", file=self.out if self.first else _Discard(), flush=True)
         if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
             model.jit_compile = jit
         try:
