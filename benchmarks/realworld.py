@@ -49,8 +49,8 @@ PRESET = "cpu-local:2"
 NEEDS_GRAPH = ("plan", "report")
 
 # Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of what the step
-# trains: a fit's model.trainable_variables (Keras' list), else the distinct trainable variables the traced step
-# captures.
+# trains: a fit's model.trainable_variables (Keras' list, after the trace has built a subclassed model), else the
+# distinct trainable variables the traced step captures.
 _CAPTURE_CHILD = r"""
 import json, sys
 import autodist.graph.script as script
@@ -67,9 +67,10 @@ def counting(concrete, variables, job, *args, **kwargs):
     return original_item(concrete, variables, job, *args, **kwargs)
 
 def counting_fit(model, *args, **kwargs):
+    item = original_fit(model, *args, **kwargs)  # traced: a subclassed model is built by now
     weights = model.trainable_variables
     counted.update(variables=len(weights), parameters=int(sum(w.numpy().size for w in weights)))
-    return original_fit(model, *args, **kwargs)
+    return item
 
 trace.item_from_graph, script.fit_step_item = counting, counting_fit
 try:
