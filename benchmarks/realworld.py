@@ -175,17 +175,21 @@ def run_script(name, corpus, stages, timeout, folder, earlier=()):
     return {"script": name, "stages": [by_stage[s] for s in STAGES if s in by_stage]}
 
 
-def _provenance(invocations):
-    """How the results were made: the command, or (merged from several) how many invocations and the last one's."""
-    if not invocations:
-        return ""
+def _provenance(invocations, results):
+    """How the results were made: the command, or (merged from several) the invocations' commands; and the scripts
+    whose records come from earlier runs that recorded no invocation."""
     commands = sorted({" ".join(i["argv"]) for i in invocations})
-    if len(invocations) == 1:
-        return f"Command: `{commands[0]}`\n\n"
     scripts = sorted({s for i in invocations for s in i["scripts"]})
-    return (f"Merged from {len(invocations)} invocations ({len(scripts)} scripts; each stage's latest record kept, "
-            f"every record in `realworld.json` with its seconds), with these commands:\n\n"
-            + "".join(f"- `{c}`\n" for c in commands) + "\n")
+    older = [r["script"] for r in results if r["script"] not in scripts]
+    text = f"Command: `{commands[0]}`\n\n" if len(invocations) == 1 else ""
+    if len(invocations) > 1:
+        text = (f"Merged from {len(invocations)} invocations ({len(scripts)} scripts; each stage's latest record "
+                "kept, every record in `realworld.json` with its seconds), with these commands:\n\n"
+                + "".join(f"- `{c}`\n" for c in commands) + "\n")
+    if older:
+        text += (f"Kept from earlier runs that recorded no command ({len(older)} scripts, not run again): "
+                 + ", ".join(older) + ".\n\n")
+    return text
 
 
 def _markdown(results, stages, invocations=()):
@@ -201,7 +205,7 @@ def _markdown(results, stages, invocations=()):
     counts = _totals(results, stages)
     total = "\n".join(f"- {stage}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[stage].items()))
                       for stage in stages)
-    return (f"# Real-world scripts through autodist ({PRESET})\n\n{_provenance(invocations)}{total}\n\n{head}"
+    return (f"# Real-world scripts through autodist ({PRESET})\n\n{_provenance(invocations, results)}{total}\n\n{head}"
             + "\n".join(rows) + "\n")
 
 
