@@ -108,7 +108,6 @@ def run_cell(model, graph_item, cluster, budget, cost_model, folder):
                 failed = str(exc)
             ran[runtime_program(plan.strategy, spec)] = (name, times, failed)
         row = strategy_row(name, plan, None, why_not, times, first)
-        row["measured_steps"] = len(times) if times else None
         if failed:
             row["failed"] = failed
         row.pop("plan")

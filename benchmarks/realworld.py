@@ -49,8 +49,8 @@ PRESET = "cpu-local:2"
 NEEDS_GRAPH = ("plan", "report")
 
 # Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of what the step
-# trains: a fit's model.trainable_variables (Keras' list), else the distinct trainable variables the traced step
-# captures.
+# trains: a fit's model.trainable_variables (Keras' list, after the trace has built a subclassed model), else the
+# distinct trainable variables the traced step captures.
 _CAPTURE_CHILD = r"""
 import json, sys
 import autodist.graph.script as script
@@ -67,9 +67,10 @@ def counting(concrete, variables, job, *args, **kwargs):
     return original_item(concrete, variables, job, *args, **kwargs)
 
 def counting_fit(model, *args, **kwargs):
+    item = original_fit(model, *args, **kwargs)  # traced: a subclassed model is built by now
     weights = model.trainable_variables
     counted.update(variables=len(weights), parameters=int(sum(w.numpy().size for w in weights)))
-    return original_fit(model, *args, **kwargs)
+    return item
 
 trace.item_from_graph, script.fit_step_item = counting, counting_fit
 try:
@@ -174,7 +175,24 @@ def run_script(name, corpus, stages, timeout, folder, earlier=()):
     return {"script": name, "stages": [by_stage[s] for s in STAGES if s in by_stage]}
 
 
-def _markdown(results, stages):
+def _provenance(invocations, results):
+    """How the results were made: the command, or (merged from several) the invocations' commands; and the scripts
+    whose records come from earlier runs that recorded no invocation."""
+    commands = sorted({" ".join(i["argv"]) for i in invocations})
+    scripts = sorted({s for i in invocations for s in i["scripts"]})
+    older = [r["script"] for r in results if r["script"] not in scripts]
+    text = f"Command: `{commands[0]}`\n\n" if len(invocations) == 1 else ""
+    if len(invocations) > 1:
+        text = (f"Merged from {len(invocations)} invocations ({len(scripts)} scripts; each stage's latest record "
+                "kept, every record in `realworld.json` with its seconds), with these commands:\n\n"
+                + "".join(f"- `{c}`\n" for c in commands) + "\n")
+    if older:
+        text += (f"Kept from earlier runs that recorded no command ({len(older)} scripts, not run again): "
+                 + ", ".join(older) + ".\n\n")
+    return text
+
+
+def _markdown(results, stages, invocations=()):
     head = "| script | " + " | ".join(stages) + " |\n|---|" + "---|" * len(stages) + "\n"
     rows = []
     for r in results:
@@ -187,7 +205,8 @@ def _markdown(results, stages):
     counts = _totals(results, stages)
     total = "\n".join(f"- {stage}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[stage].items()))
                       for stage in stages)
-    return f"# Real-world scripts through autodist ({PRESET})\n\n{total}\n\n{head}" + "\n".join(rows) + "\n"
+    return (f"# Real-world scripts through autodist ({PRESET})\n\n{_provenance(invocations, results)}{total}\n\n{head}"
+            + "\n".join(rows) + "\n")
 
 
 def _totals(results, stages):
@@ -198,17 +217,19 @@ def _totals(results, stages):
     return counts
 
 
-def _write(args, results, seconds):
-    """Write the results so far (every script's latest record of each stage) to ``args.out`` .json and .md."""
+def _write(args, results, seconds, invocations):
+    """Write the results so far (every script's latest record of each stage) to ``args.out`` .json and .md, with
+    the invocations that made them (``invocations``: earlier ones, then this one's)."""
     stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
     record = {"preset": PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
               "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
-              "seconds_this_invocation": round(seconds, 1), "totals": _totals(results, stages), "results": results}
+              "seconds_this_invocation": round(seconds, 1), "invocations": invocations,
+              "totals": _totals(results, stages), "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(record, f, indent=1)
     with open(args.out + ".md", "w") as f:
-        f.write(_markdown(results, stages))
+        f.write(_markdown(results, stages, invocations))
     return record
 
 
@@ -227,10 +248,14 @@ def main(argv=None):
     if args.only:
         wanted = {n if n.endswith(".py") else f"{n}.py" for n in args.only}
         names = [n for n in names if n in wanted]
-    earlier = {}
+    earlier, invocations = {}, []
     if os.path.exists(args.out + ".json"):  # stages run before: kept unless run again
         with open(args.out + ".json") as f:
-            earlier = {r["script"]: r for r in json.load(f)["results"]}
+            before = json.load(f)
+        earlier, invocations = {r["script"]: r for r in before["results"]}, before.get("invocations", [])
+    this = {"argv": ["python", "benchmarks/realworld.py", *(argv if argv is not None else sys.argv[1:])],
+            "scripts": names, "stages": args.stages}
+    invocations = invocations + [this]
     work = args.work or tempfile.mkdtemp(prefix="realworld-")
     started = time.perf_counter()
     for name in names:
@@ -238,7 +263,7 @@ def main(argv=None):
         os.makedirs(folder, exist_ok=True)
         earlier[name] = run_script(name, os.path.abspath(args.corpus), args.stages, args.timeout, folder,
                                    earlier.get(name, {}).get("stages", ()))
-        record = _write(args, [earlier[n] for n in sorted(earlier)], time.perf_counter() - started)
+        record = _write(args, [earlier[n] for n in sorted(earlier)], time.perf_counter() - started, invocations)
     print(json.dumps(record["totals"]))
     return 0
 

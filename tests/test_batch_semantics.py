@@ -162,3 +162,30 @@ def test_a_later_phase_keeps_every_replica_on_its_own_batch(tmp_path):
     layout, line = later
     assert layout.per_replica and (layout.batch_size, layout.step_rows) == (12, 6)
     assert "global batch 12, every replica on its own batch" in line
+
+
+def test_every_replica_reads_its_own_batches_of_an_unshuffled_pipeline(tmp_path):
+    """Under --batch-per-replica, two replicas fitting a tf.data pipeline that does not shuffle take its batches in
+    turn: their mean step is one process's step on the two batches together, so the weights equal one process
+    training at twice the batch (before, each replica read every batch: the same examples on both, twice the
+    steps)."""
+    from autodist.graph.semantics import planned_batch
+
+    script = os.path.join(SCRIPTS, "tfdata_in_order.py")
+    job = planned_batch(captured(script, tmp_path, [str(tmp_path / "unused")]), 2, per_replica=True)
+    plan = ring_plan(job, tmp_path / "plan.json")
+    (tmp_path / "run").mkdir()
+    done = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan, "--",
+                           str(tmp_path / "run" / "w")], capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "step 12/12" in done.stdout  # 2 epochs of 6 rounds of two batches of 8
+    (tmp_path / "one").mkdir()
+    reference = subprocess.run([sys.executable, "-c", SEEDED.format(patch=""), "0", script, str(tmp_path / "one" / "w"),
+                                "16"], capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    (single,) = _weights(tmp_path / "one")
+    replicas = _weights(tmp_path / "run")
+    assert len(replicas) == 2
+    for weights in replicas:
+        for key in single:
+            np.testing.assert_allclose(weights[key], single[key], rtol=1e-4, atol=1e-5)

@@ -83,6 +83,24 @@ def test_strategies_that_run_one_program_share_one_run(mlp_graph):
     assert len(programs) == 3
 
 
+def test_a_script_that_trains_fewer_steps_than_asked_is_measured_on_all_but_its_first():
+    """A script that trains 4 steps (a corpus script cut short: two fits of two batches) under --steps 10 is measured
+    on its last 3 and says so; before, bench ran it and then refused ("the script trained 4 steps")."""
+    from autodist.cli.bench_cmd import add_ranks, measured_times, render_text, strategy_row
+    from autodist.errors import LaunchError
+
+    record = {"step_times": [0.9, 0.01, 0.02, 0.03]}
+    assert measured_times(record, 10, "ring") == [0.01, 0.02, 0.03]
+    assert measured_times(record, 2, "ring") == [0.02, 0.03]
+    with pytest.raises(LaunchError, match="trained 1 step, and the first is warm-up: give the script at least 2"):
+        measured_times({"step_times": [0.9]}, 10, "ring")
+    (row,) = add_ranks([strategy_row("ring", None, None, "", measured_times(record, 10, "ring"))])
+    text = render_text({"script": "s.py", "cluster": "cpu-local:2", "steps": 10, "strategies": [row]})
+    assert row["measured_steps"] == 3 and "(median of 3 steps: all the script trained but the first)" in text
+    (row,) = add_ranks([strategy_row("ring", None, None, "", measured_times(record, 3, "ring"))])
+    assert "all the script trained" not in render_text({"script": "s.py", "cluster": "c", "steps": 3, "strategies": [row]})
+
+
 @pytest.mark.slow
 def test_bench_runs_every_strategy_and_reports_both_times(tmp_path):
     done = _bench([SCRIPT, "--preset", "cpu-local:2", "--steps", "3", "--format", "json", "-o", "plans", *TINY],

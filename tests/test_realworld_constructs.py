@@ -4,7 +4,10 @@
   (tf_docs_distribute_multi_worker_with_keras): the strategy autodist substitutes had no resolver, so
   ``cluster_resolver.task_type`` raised AttributeError in every replica;
 - a model with a string feature compiled with ``run_eagerly=True`` (tf_docs_structured_data_preprocessing_layers):
-  the batch checksum cast strings to float, and the replica step ran its collectives eagerly.
+  the batch checksum cast strings to float, and the replica step ran its collectives eagerly;
+- a model compiled with ``jit_compile=True`` (keras_io_image_classification_from_scratch): Keras compiled the
+  replica step, collectives and all, with XLA, which refuses them on CPUs ("Only compiling NCCL/auto collective is
+  supported, got: ring"), and every replica died.
 """
 
 import os
@@ -44,3 +47,24 @@ def test_string_features_train_eagerly_on_two_replicas(tmp_path):
     done = _run_on_two_replicas("string_features_eager", tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "trained" in done.stdout
+
+
+def test_a_jit_compiled_model_trains_on_two_cpu_replicas_as_one_process(tmp_path):
+    import numpy as np
+
+    (tmp_path / "run").mkdir()
+    done = _run_on_two_replicas("fit_jit_compiled", tmp_path, str(tmp_path / "run" / "w"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "jit_compile=True step runs without XLA on these CPU replicas" in done.stdout
+    (tmp_path / "one").mkdir()
+    seeded = ("import runpy, sys, keras; keras.utils.set_random_seed(0); sys.argv = sys.argv[1:]; "
+              "runpy.run_path(sys.argv[0], run_name='__main__')")  # as every replica is seeded
+    single = subprocess.run([sys.executable, "-c", seeded, os.path.join(SCRIPTS, "fit_jit_compiled.py"),
+                             str(tmp_path / "one" / "w")], capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert single.returncode == 0, single.stderr[-2000:]
+    (reference,) = [np.load(tmp_path / "one" / f) for f in os.listdir(tmp_path / "one")]
+    replicas = [np.load(tmp_path / "run" / f) for f in sorted(os.listdir(tmp_path / "run"))]
+    assert len(replicas) == 2
+    for weights in replicas:
+        for key in reference.files:
+            np.testing.assert_allclose(weights[key], reference[key], rtol=1e-4, atol=1e-5)

@@ -3,7 +3,8 @@
 Runs the searched plan and each baseline as a plan, for real, with the
 launcher ``autodist run`` uses (on this machine, or on an emulated cluster),
 and prints side by side each strategy's measured step time (the median of
-the run's last ``--steps`` steps; the steps before them are warm-up), its
+the run's last ``--steps`` steps, or of all but the first where the script
+trains no more; the steps before them are warm-up), its
 spread, the predicted step time, their ratio, and both rankings.  A cluster
 that cannot run here (its GPUs are elsewhere) gets each plan written, and
 the commands that run it on the cluster's pods.  Strategies that run the
@@ -57,8 +58,8 @@ def _add_options(p):
                    help=f"what to run, in this order (default {','.join(DEFAULT_STRATEGIES)}; plan: the searched "
                         f"plan; also {','.join(ALGORITHM_STRATEGIES)}: data parallelism by that allreduce algorithm)")
     p.add_argument("--steps", type=integer_between(1, MAX_STEPS), default=DEFAULT_STEPS, metavar="N",
-                   help=f"steps measured per strategy: the median of each run's last N (default {DEFAULT_STEPS}); "
-                        "the script must train at least N + 1 steps, the first ones are warm-up")
+                   help=f"steps measured per strategy: the median of each run's last N (default {DEFAULT_STEPS}), "
+                        "after at least the first (warm-up); of all but the first where the script trains N or fewer")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     p.add_argument("-o", "--output", default="bench-plans", metavar="DIR",
                    help="folder the strategies' plans are written to (default bench-plans)")
@@ -124,12 +125,13 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
 
 
 def measured_times(record, steps, name):
-    """The last ``steps`` step times of a run record; a LaunchError when the run trained fewer than ``steps`` + 1."""
+    """The last ``steps`` step times of a run record, after at least its first (warm-up): all but the first where
+    the script trained ``steps`` or fewer; a LaunchError when it trained fewer than two (nothing after warm-up)."""
     times = record.get("step_times") or []
-    if len(times) < steps + 1:
-        raise LaunchError(f"strategy {name}: the script trained {len(times)} steps, and --steps {steps} measures the "
-                          f"last {steps} after at least one of warm-up: give the script more steps", field="--steps")
-    return times[-steps:]
+    if len(times) < 2:
+        raise LaunchError(f"strategy {name}: the script trained {len(times)} step{'s' if len(times) != 1 else ''}, "
+                          "and the first is warm-up: give the script at least 2", field="--steps")
+    return times[-min(steps, len(times) - 1):]
 
 
 def _one_line(exc, name):
@@ -188,7 +190,7 @@ def strategy_row(name, plan, plan_path, why_not, times, same_run_as=None, link_b
         row["link_bytes_sent"] = dict(link_bytes)
     if times:
         p25, median, p75 = (float(v) for v in np.percentile(times, [25, 50, 75]))
-        row.update(measured_step_time=median, measured_p25=p25, measured_p75=p75,
+        row.update(measured_steps=len(times), measured_step_time=median, measured_p25=p25, measured_p75=p75,
                    measured_over_predicted=median / predicted if predicted else None)
     return row
 
@@ -233,6 +235,8 @@ def render_text(document):
                      f"{_ms(r['predicted_step_time']):>12} {ratio:>6} {r['measured_rank'] or '-':>13} "
                      f"{r['predicted_rank'] or '-':>14}" + (f"  (skipped: {r['skipped']})" if "skipped" in r else "")
                      + (f"  (the run of {r['same_run_as']}: the same program)" if "same_run_as" in r else "")
+                     + (f"  (median of {r['measured_steps']} steps: all the script trained but the first)"
+                        if (r.get("measured_steps") or document["steps"]) < document["steps"] else "")
                      + (f"  links sent {sum(r['link_bytes_sent'].values()) / 2**20:.1f} MiB"
                         if r.get("link_bytes_sent") else ""))
     if document.get("pod_commands"):

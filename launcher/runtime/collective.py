@@ -20,7 +20,9 @@ by summing a checksum of the global batch along with the first bucket.
 Where the plan has every replica run the script's own batch
 (``RunLayout.per_replica``, Horovod's semantics), nothing is sliced or
 checked: each replica's batch is its own (seeded apart, see
-``launcher.runtime.client.seed_replica``) and counts for an equal share.
+``launcher.runtime.client.seed_replica``; a dataset given to ``model.fit``
+dealt out batch by batch, see ``launcher.runtime.fit.replica_share``) and
+counts for an equal share.
 Float outputs of a step (the loss, Keras' metrics) are averaged over the
 replicas, weighted by each one's share of the batch, so they equal the
 global batch's.

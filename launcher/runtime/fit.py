@@ -251,6 +251,29 @@ def at_plan_batch(layout, x, batch_size):
     return x, layout.batch_size
 
 
+def replica_share(layout, x, replicas, rank):
+    """``model.fit``'s ``x`` as replica ``rank`` of ``replicas`` reads it where every replica runs the script's
+    batch (Horovod's semantics): a dataset's batches dealt out in turn, so that the replicas train on different
+    samples (an unshuffled pipeline would give each the same) and an epoch is one pass over the data; every replica
+    gets as many (a last round of fewer than ``replicas`` batches is dropped), or the collectives would wait on one
+    that has finished.  Anything else, and ``x`` under the other semantics, as given."""
+    import tensorflow as tf
+
+    if not layout.per_replica or replicas < 2 or not isinstance(x, tf.data.Dataset):
+        return x
+    count = int(x.cardinality())
+    if count == tf.data.INFINITE_CARDINALITY:
+        return x.shard(replicas, rank)
+    if count >= 0:
+        return x.take(count - count % replicas).shard(replicas, rank)
+    one = not isinstance(x.element_spec, tuple)
+
+    def own(*batches):  # unknown length: whole rounds of ``replicas`` batches, this replica's of each
+        return tf.data.Dataset.zip(batches[0] if one else batches).skip(rank).take(1)
+
+    return x.window(replicas, drop_remainder=True).flat_map(own)
+
+
 def global_batch_rows(batch):
     """Samples in a global batch: the leading dimension of its first array or tensor spec (None if unknown)."""
     import tensorflow as tf

@@ -99,9 +99,13 @@ class RunLayout:
         )
 
     def jit_compile(self, device_type):
-        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: as priced on GPUs; None (as the
-        script says) elsewhere, where TensorFlow's CPU step is what the plan was priced on."""
-        return self.xla if device_type == "GPU" else None
+        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: as priced on GPUs; elsewhere,
+        where TensorFlow's CPU step is what the plan was priced on, False where replicas sum gradients (XLA compiles
+        no CPU collective: "Only compiling NCCL/auto collective is supported, got: ring"), else None (as the script
+        says)."""
+        if device_type == "GPU":
+            return self.xla
+        return False if len(self.replica_devices) > 1 else None
 
     @property
     def step_rows(self):

@@ -21,7 +21,7 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from launcher.runtime import phases
-from launcher.runtime.fit import at_plan_batch, check_global_batch, global_batch_rows
+from launcher.runtime.fit import at_plan_batch, check_global_batch, global_batch_rows, replica_share
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
@@ -118,6 +118,7 @@ class CollectiveRun:
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         x, batch_size = at_plan_batch(self.group.layout, x, batch_size)
+        x = replica_share(self.group.layout, x, self.group.size, self.group.rank)
         rows = _fit_batch_rows(x, y, batch_size)
         if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
             self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
@@ -133,6 +134,9 @@ class CollectiveRun:
             model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
         jit = self.group.layout.jit_compile(self.group.device_type)
+        if jit is False and model.jit_compile and self.group.device_type != "GPU":
+            print("autodist: the model's jit_compile=True step runs without XLA on these CPU replicas (XLA compiles "
+                  "no CPU collective), as the plan priced it", file=self.out if self.first else _Discard(), flush=True)
         if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
             model.jit_compile = jit
         try:
