@@ -42,8 +42,6 @@ import os
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
-import numpy as np
-
 from cost_models.calibration import VersionedRecord
 
 FORMAT = "autodist.nccl_overlap"
@@ -92,12 +90,10 @@ def contention_delay(compute_end, spans):
     which would end at ``compute_end``, loses ``contention`` of each span's
     part before it ends.  The step ends when both compute and the last
     collective have ended, so the loss shows only where the slowed compute
-    outlasts the collectives.  A contention may be an array of candidate
-    values (the fit prices them all at once): the delay is then one per value.
+    outlasts the collectives.
     """
     if not spans:
         return 0.0
     lost = sum(share * max(0.0, min(end, compute_end) - start) for start, end, share in spans)
     last = max(end for _, end, _ in spans)
-    delay = np.maximum(compute_end + lost, last) - max(compute_end, last)
-    return delay if np.ndim(delay) else float(delay)
+    return float(max(compute_end + lost, last) - max(compute_end, last))

@@ -103,17 +103,20 @@ def test_horovod_is_the_ring_baseline_plus_its_fixed_cost_per_fused_collective()
     assert pricer.step_seconds(run, slow) >= buckets * 1.0 > pricer.step_seconds(run, free)
 
 
-def test_a_row_is_priced_by_the_code_placement_report_runs(tmp_path):
-    """The user's commands for M1/amp: a cluster file of one DGX-1, ``placement report --global-batch 2048``: the
-    ring baseline the report prints is the row's Horovod step less Horovod's fixed cost per collective."""
+@pytest.mark.parametrize("run_id", ["M1/amp", "M2/fp32", "M42/fp16-2n"])
+def test_a_row_is_priced_by_the_code_placement_report_runs(run_id, tmp_path):
+    """The user's commands for a row: a cluster file of its nodes, ``placement report --global-batch N --xla X``
+    on the captured script: the ring baseline the report prints is the row's Horovod step less Horovod's fixed cost
+    per collective (one DGX-1 under XLA and without; two p3.16xlarge over 25 GbE)."""
     from autodist.api import make_plan
 
-    run = _run("M1/amp")
-    cluster = tmp_path / "dgx1.yaml"
-    cluster.write_text("name: dgx1\nnodes:\n  - name: n\n    count: 1\n    gpus: {model: V100-16GB, count: 8}\n"
-                       "    nics: [ib-edr, ib-edr, ib-edr, ib-edr]\n")
-    graph = captured_graph(run.config)
-    plan = make_plan(graph, str(cluster), moves=1, global_batch=run.batch * 8, xla="on")
+    run = _run(run_id)
+    model, gpus, nics = cp.SYSTEMS[run.system]
+    cluster = tmp_path / "cluster.yaml"  # JSON is YAML
+    cluster.write_text(json.dumps({"name": run.system, "nodes": [
+        {"name": "n", "count": run.nodes, "gpus": {"model": model, "count": gpus}, "nics": nics}]}))
+    plan = make_plan(captured_graph(run.config), str(cluster), moves=1, xla="on" if run.xla else "off",
+                     micro_batches=run.micro_batches, global_batch=run.batch * run.micro_batches * run.nodes * gpus)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     free = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
     assert plan.prediction["baselines"]["ring"] == pytest.approx(cp.Pricer().step_seconds(run, free), rel=1e-9)
