@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from autodist.errors import InputError
+from autodist.graph.job_options import with_job_options  # noqa: F401  (part of the API)
 
 
 def graph_of(source, script_args=()):
@@ -23,36 +24,6 @@ def graph_of(source, script_args=()):
     from autodist.graph.capture import load_graph
 
     return load_graph(path)
-
-
-def with_job_options(graph_item, precision=None, micro_batches=None, xla=None):
-    """``graph_item`` with its job's precision, micro-batch count and XLA setting overridden where given.
-
-    ``precision`` is one of "fp32", "tf32", "fp16", "bf16" (a float32 job run
-    at fp16/bf16 is priced as Keras mixed precision runs it: half-precision
-    compute and activations, float32 variables and gradients);
-    ``micro_batches`` the micro-batches whose gradients are accumulated
-    before one update; ``xla`` one of "auto" (as Keras' default
-    ``jit_compile="auto"`` resolves it on the plan's devices), "on", "off"
-    (autodist.graph.xla).
-    """
-    from autodist.graph.xla import XLA_CHOICES
-    from cost_models.gpu import PRECISIONS
-
-    if xla is not None:
-        if xla not in XLA_CHOICES:
-            raise InputError(f"unknown XLA setting {xla!r} (one of {', '.join(XLA_CHOICES)})", field="--xla")
-        graph_item.job.jit_compile = xla
-
-    if precision is not None:
-        if precision not in PRECISIONS:
-            raise InputError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})", field="--precision")
-        graph_item.job.precision = precision
-    if micro_batches is not None:
-        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-            raise InputError(f"must be a positive integer, got {micro_batches!r}", field="--micro-batches")
-        graph_item.job.micro_batches = micro_batches
-    return graph_item
 
 
 def cluster_of(cluster):

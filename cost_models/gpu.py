@@ -89,6 +89,7 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.graph.job_options import PRECISIONS
 from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.presets import find_device_model
 from cost_models.features import moved_bytes
@@ -99,7 +100,6 @@ FORMAT = "autodist.gpu_kernel_model"
 VERSION = 3
 MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernel_model.json")
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
 COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)

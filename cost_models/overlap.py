@@ -4,8 +4,8 @@ Three constants, fitted on the multi-GPU rows (Table 2, M) of the calibration
 set ``../shared/reference/published-training-figures.md`` by
 :func:`cost_models.fitting.cluster_published.fit`, which prices each row
 with the simulator itself (``placement.baselines.horovod_step``), and shipped as
-``cost_models/data/nccl_overlap.json`` (refit with ``python -m
-cost_models.fitting.cluster_published --fit``):
+``cost_models/data/nccl_overlap.json`` (refit with ``python
+benchmarks/costmodel_eval.py --refit-overlap``):
 
 - ``collective_seconds``: the fixed cost of one of Horovod's fused
   collectives on GPUs, on top of what the communication model prices its

@@ -203,6 +203,24 @@ def horovod_step(problem, nodes=None, dense=False):
     return Simulator(problem, horovod=True).simulate(strategy)
 
 
+class HorovodPricer:
+    """The seconds of ``item``'s Horovod step (:func:`horovod_step`) on ``cluster`` for any NCCL overlap constants,
+    its Problem built once: what the calibration of cost_models.fitting.cluster_published is handed."""
+
+    def __init__(self, item, cluster, cost_model, dense=False):
+        from placement.problem import Problem
+
+        self.problem = Problem(item, cluster, cost_model)
+        self.dense = dense
+
+    def seconds(self, overlap=None):
+        """The step's seconds with ``overlap``'s constants (cost_models.overlap.NcclOverlap; None: as they are)."""
+        if overlap is not None:
+            self.problem.comm.overlap = overlap
+            self.problem.prices.reset()
+        return horovod_step(self.problem, dense=self.dense).step_time
+
+
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):
     """How many axis-0 shards ``MinSizePartitioner(min_shard_bytes, max_shards)`` makes of a variable.
 

@@ -11,6 +11,7 @@ import pytest
 from cost_models.fitting import cluster_published as cp
 from cost_models.fitting.published import captured_graph
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap, lockstep_pace
+from placement.baselines import HorovodPricer
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "costmodel_eval.json")
 
@@ -89,10 +90,10 @@ def test_horovod_is_the_ring_baseline_plus_its_fixed_cost_per_fused_collective()
     from placement.baselines import named
 
     run = _run("M1/amp")
-    pricer = cp.Pricer()
+    pricer = cp.Pricer(HorovodPricer)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     free = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
-    problem = pricer._problem(run)
+    problem = pricer.problem(run)
     problem.comm.overlap = free
     problem.prices.reset()
     strategy = named("ring").build(problem)
@@ -119,7 +120,7 @@ def test_a_row_is_priced_by_the_code_placement_report_runs(run_id, tmp_path):
                      micro_batches=run.micro_batches, global_batch=run.batch * run.micro_batches * run.nodes * gpus)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     free = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
-    assert plan.prediction["baselines"]["ring"] == pytest.approx(cp.Pricer().step_seconds(run, free), rel=1e-9)
+    assert plan.prediction["baselines"]["ring"] == pytest.approx(cp.Pricer(HorovodPricer).step_seconds(run, free), rel=1e-9)
 
 
 def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduce():
@@ -131,7 +132,7 @@ def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduc
     assert 1 == lockstep_pace(1, spread) < lockstep_pace(8, spread) < lockstep_pace(16, spread) < lockstep_pace(
         256, spread)
     run = _run("M7/fp32")
-    pricer = cp.Pricer()
+    pricer = cp.Pricer(HorovodPricer)
     _, efficiency = pricer.predict(run, shipped)
     assert efficiency == pytest.approx(1 / lockstep_pace(8, spread), rel=0.005)
     level = NcclOverlap(shipped.collective_seconds, shipped.contention, 0.0)

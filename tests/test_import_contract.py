@@ -30,3 +30,15 @@ def test_importing_the_cost_model_loads_neither_the_search_nor_the_launcher():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_every_folder_of_code_is_a_package_the_contracts_see():
+    """A folder of modules without ``__init__.py`` is a namespace package that import-linter does not analyse:
+    its imports would break the layers unseen (cost_models/fitting did, importing the simulator and the API)."""
+    unseen = []
+    for package in PACKAGES:
+        for folder, dirs, files in os.walk(os.path.join(REPO, package)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            if any(f.endswith(".py") for f in files) and "__init__.py" not in files:
+                unseen.append(os.path.relpath(folder, REPO))
+    assert not unseen

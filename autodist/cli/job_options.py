@@ -6,7 +6,7 @@ from __future__ import annotations
 def add_job_arguments(parser):
     """Add ``--precision``, ``--micro-batches`` and ``--xla`` (each defaults to what the capture recorded)."""
     from autodist.graph.xla import XLA_CHOICES
-    from cost_models.gpu import PRECISIONS
+    from autodist.graph.job_options import PRECISIONS
 
     group = parser.add_argument_group("job (default: as captured)")
     group.add_argument("--precision", choices=PRECISIONS,
@@ -49,7 +49,7 @@ def _positive_int(text):
 
 
 def job_options(args):
-    """The job overrides given on the command line, as keyword arguments of ``autodist.api.with_job_options``."""
+    """The job overrides given on the command line, as keyword arguments of ``autodist.graph.job_options.with_job_options``."""
     return {"precision": getattr(args, "precision", None), "micro_batches": getattr(args, "micro_batches", None),
             "xla": getattr(args, "xla", None)}
 

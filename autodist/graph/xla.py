@@ -19,7 +19,7 @@ compiles with XLA (launcher.runtime.trainer): such a plan is priced, and
 reported, without XLA whatever the job asks (:func:`plan_xla`).
 
 ``--xla {auto,on,off}`` (``plan``, ``placement report``, ``run``) overrides
-what the script asked for (autodist.api.with_job_options).
+what the script asked for (autodist.graph.job_options.with_job_options).
 """
 
 from __future__ import annotations

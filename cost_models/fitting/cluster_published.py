@@ -34,7 +34,7 @@ constant with the others held.  Every (point, constants) pair is simulated
 once per process and kept (:func:`shared_pricer`), so the fits that leave one
 system out, which :func:`evaluate` reports beside the shipped constants,
 mostly reuse the fit on every row's simulations, and an evaluation after a
-refit (``--fit``) reuses the refit's.  :func:`write_shipped`
+refit (``benchmarks/costmodel_eval.py --refit-overlap``) reuses the refit's.  :func:`write_shipped`
 saves the fit on every row as the package data the simulator reads.
 """
 
@@ -252,51 +252,52 @@ def _gpus(run):
 class Pricer:
     """The simulated steps of the points, each ``(point, constants)`` once.
 
-    A point's problem (placement.problem.Problem, as ``placement report``
-    builds it) is built once, its op costs priced once; each set of
-    constants is put into its communication model in turn, the cached
-    phase prices forgotten, and its Horovod step simulated afresh.
+    ``horovod``: what prices a job's Horovod step on a cluster,
+    ``horovod(item, cluster, cost_model, dense)`` with ``.problem`` and
+    ``.seconds(overlap)`` (placement.baselines.HorovodPricer, as ``placement
+    report`` builds the problem).  The caller hands it over (the CLI, the
+    benchmark, the tests), as the profiling harnesses are handed what they
+    need: the simulator sits above cost_models.  A point's problem is built
+    once, its op costs priced once; each set of constants is put into its
+    communication model in turn and its Horovod step simulated afresh.
     """
 
-    def __init__(self):
-        self._problems = {}
+    def __init__(self, horovod):
+        self._horovod = horovod
+        self._points = {}
         self._seconds = {}
         self._single = {}
 
-    def _problem(self, run):
-        from placement.problem import Problem
+    def _point(self, run):
         from cost_models.fitting.gpu_calibration import check_precision
         from cost_models.fitting.published import row_graph
 
-        if run.id not in self._problems:
+        if run.id not in self._points:
             item = row_graph(run, _gpus(run))
             check_precision(run, item.job)
-            self._problems[run.id] = Problem(item, cluster_of(run), _cost_model())
-        return self._problems[run.id]
+            self._points[run.id] = self._horovod(item, cluster_of(run), _cost_model(), SPARSE_AS_DENSE)
+        return self._points[run.id]
+
+    def problem(self, run):
+        """The placement problem of ``run``'s point, as ``placement report`` builds it."""
+        return self._point(run).problem
 
     def step_seconds(self, run, overlap):
         """Seconds of ``run``'s Horovod step on its cluster with ``overlap``'s constants."""
-        from placement.baselines import horovod_step
-
         key = (run.id, overlap.collective_seconds, overlap.contention, overlap.speed_spread)
         if key not in self._seconds:
-            problem = self._problem(run)
-            problem.comm.overlap = overlap
-            problem.prices.reset()
-            self._seconds[key] = horovod_step(problem, dense=SPARSE_AS_DENSE).step_time
+            self._seconds[key] = self._point(run).seconds(overlap)
         return self._seconds[key]
 
     def single_throughput(self, run):
         """Samples per second of ``run``'s job on one GPU of its device (no constant of the overlap applies)."""
-        from placement.baselines import horovod_step
-        from placement.problem import Problem
         from cost_models.fitting.published import row_graph
 
         key = (run.config, run.device, run.precision, run.xla, run.framework, run.layout, run.batch,
                run.micro_batches)
         if key not in self._single:
-            problem = Problem(row_graph(run, 1), one_gpu(run.device), _cost_model())
-            self._single[key] = run.batch * run.micro_batches / horovod_step(problem, dense=SPARSE_AS_DENSE).step_time
+            single = self._horovod(row_graph(run, 1), one_gpu(run.device), _cost_model(), SPARSE_AS_DENSE)
+            self._single[key] = run.batch * run.micro_batches / single.seconds()
         return self._single[key]
 
     def predict(self, run, overlap):
@@ -305,21 +306,21 @@ class Pricer:
         return throughput, throughput / (_gpus(run) * self.single_throughput(run))
 
 
-@lru_cache(maxsize=1)
-def shared_pricer():
-    """The process's :class:`Pricer`: a refit and the evaluation after it reuse each other's simulations."""
-    return Pricer()
+@lru_cache(maxsize=None)
+def shared_pricer(horovod):
+    """The process's :class:`Pricer` over ``horovod``: a refit and the evaluation after it reuse each other's
+    simulations."""
+    return Pricer(horovod)
 
 
 def _overlap(index):
     return NcclOverlap(*(GRID[name][i] for name, i in zip(GRID, index)))
 
 
-def fit(runs, pricer=None):
+def fit(runs, pricer):
     """The :class:`NcclOverlap` that minimises the squared efficiency error of ``runs`` (those with a published
     efficiency): coordinate descent over :data:`GRID` from its middle, until a sweep of every constant changes
     nothing."""
-    pricer = pricer or shared_pricer()
     scored = [r for r in runs if r.efficiency is not None]
 
     def loss(index):
@@ -340,10 +341,11 @@ def fit(runs, pricer=None):
     return NcclOverlap(fitted.collective_seconds, fitted.contention, fitted.speed_spread, [r.id for r in scored])
 
 
-def evaluate(runs=ROWS):
+def evaluate(horovod, runs=ROWS):
     """The ``cluster_published`` section: every point with the shipped constants (the product's), and with the
-    constants fitted without the point's system (leave one system out), all through the user's path (:data:`HOW`)."""
-    pricer = shared_pricer()
+    constants fitted without the point's system (leave one system out), all through the user's path (:data:`HOW`;
+    ``horovod``: see :class:`Pricer`)."""
+    pricer = shared_pricer(horovod)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     systems = dict.fromkeys(r.system for r in runs)
     left_out = {system: fit([r for r in runs if r.system != system], pricer) for system in systems}
@@ -374,9 +376,10 @@ def _constants(overlap):
             "speed_spread": overlap.speed_spread, "fitted_on": overlap.fitted_on}
 
 
-def write_shipped(path=OVERLAP_FILE, command="python -m cost_models.fitting.cluster_published --fit"):
-    """Fit on every row with a published efficiency and save the result as the shipped :class:`NcclOverlap`."""
-    fitted = fit(ROWS)
+def write_shipped(horovod, command, path=OVERLAP_FILE):
+    """Fit on every row with a published efficiency and save the result as the shipped :class:`NcclOverlap`
+    (``horovod``: see :class:`Pricer`; ``command``: the command that ran the refit, recorded with it)."""
+    fitted = fit(ROWS, shared_pricer(horovod))
     fitted.command = command
     fitted.save(path)
     return fitted
@@ -418,10 +421,3 @@ def report_lines(section):
         lines.append(line)
     return lines
 
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--fit"]:
-        sys.exit("usage: python -m cost_models.fitting.cluster_published --fit   (refit and write " + OVERLAP_FILE + ")")
-    print(write_shipped())

@@ -187,19 +187,24 @@ def _published_sections():
 
     return {"gpu_published": (gpu_calibration.evaluate, _gpu_lines),
             "collectives_published": (collectives_published.evaluate, collectives_published.report_lines),
-            "cluster_published": (cluster_published.evaluate, cluster_published.report_lines)}
+            "cluster_published": (None, cluster_published.report_lines)}
 
 
 SECTIONS = ("gpu_published", "collectives_published", "cluster_published")
 
 
-def evaluate_section(name, cluster_rows=None):
-    """One of :data:`SECTIONS`, computed alone; ``cluster_rows``: the multi-GPU rows the ``cluster_published``
-    section evaluates (cost_models.fitting.cluster_published.select; default: every row)."""
-    if name == "cluster_published" and cluster_rows is not None:
+def evaluate_section(name, horovod=None, cluster_rows=None):
+    """One of :data:`SECTIONS`, computed alone.  The ``cluster_published`` section needs ``horovod``, what prices
+    a job's Horovod step (cost_models.fitting.cluster_published.Pricer), and evaluates ``cluster_rows``
+    (cost_models.fitting.cluster_published.select; default: every row)."""
+    if name == "cluster_published":
         from cost_models.fitting import cluster_published
 
-        return cluster_published.evaluate(cluster_published.select(cluster_rows))
+        if horovod is None:
+            raise CostModelError("the cluster_published section prices through the simulator: pass horovod "
+                                 "(placement.baselines.HorovodPricer)", field="horovod")
+        rows = cluster_published.select(cluster_rows) if cluster_rows is not None else cluster_published.ROWS
+        return cluster_published.evaluate(horovod, rows)
     return _published_sections()[name][0]()
 
 
@@ -208,12 +213,16 @@ def section_lines(name, section):
     return _published_sections()[name][1](section)
 
 
-def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None, cluster_rows=None):
+def evaluate(horovod, data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None,
+             cluster_rows=None):
     """The whole evaluation as a JSON-ready dict (see the module docstring).
 
-    ``gpu_calibration``: the published-figures file to judge the GPU model on
-    (default: the shipped one); ``cluster_rows``: the multi-GPU rows to judge
-    the cluster pricing on (default: every row, see :func:`evaluate_section`).
+    ``horovod``: what prices a job's Horovod step for the cluster section
+    (placement.baselines.HorovodPricer, handed over by the caller: the
+    simulator sits above cost_models); ``gpu_calibration``: the
+    published-figures file to judge the GPU model on (default: the shipped
+    one); ``cluster_rows``: the multi-GPU rows to judge the cluster pricing
+    on (default: every row, see :func:`evaluate_section`).
     """
     from cost_models.fitting import gpu_calibration as gpu
     from cost_models.fitting.published import CALIBRATION_CSV, read_calibration
@@ -238,7 +247,7 @@ def evaluate(data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibrat
         "allreduce_busbw": busbw,
         "gpu_published": published,
         "collectives_published": evaluate_section("collectives_published"),
-        "cluster_published": evaluate_section("cluster_published", cluster_rows),
+        "cluster_published": evaluate_section("cluster_published", horovod, cluster_rows),
     }
     return report
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from autodist.errors import CostModelError
 from autodist.graph.item import JobInfo
+from autodist.graph.job_options import PRECISIONS
 from cost_models.gpu import LAYOUTS
 from cost_models.step_table import at_batch, load_tables
 
@@ -42,7 +43,6 @@ CALIBRATION_CSV = os.path.join(DATA_DIR, "calibration.csv")
 VALIDATION_CSV = os.path.join(DATA_DIR, "validation.csv")
 COLUMNS = ("row", "point", "model", "config", "device", "precision", "xla", "framework", "layout", "batch",
            "micro_batches", "throughput", "unit", "note")
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 # config -> (zoo script, its arguments): the Keras equivalents of the published runs.
 CONFIGS = {
@@ -201,7 +201,7 @@ def row_graph(run, gpus=1):
     ``--micro-batches`` (:func:`run_job`), at ``--global-batch`` of the row's batch per GPU times its micro-batches
     times ``gpus`` (autodist.graph.semantics.planned_batch); for a PyTorch row, the framework and layout of its
     kernels (JobInfo fields no capture sets)."""
-    from autodist.api import with_job_options
+    from autodist.graph.job_options import with_job_options
     from autodist.graph.semantics import planned_batch
 
     job = run_job(run, published_step(run)[1])
