@@ -12,7 +12,7 @@ Validation only: nothing is fitted on these figures.
 
     python benchmarks/device_vs_report.py --measured benchmarks/results/keras_jax_steps_h200.json --device H200-SXM
 
-Captures are cached under tmp/device_graphs (git-ignored).  Writes
+Captures are cached under tmp/device_graphs (git-ignored), keyed as benchmarks/zoo.py keys its own.  Writes
 benchmarks/results/keras_jax_steps_h200.md and .json (for H200-SXM; ``--out``).
 """
 
@@ -25,7 +25,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
-from zoo import BATCH_SIZES, MODELS_DIR, machine  # noqa: E402
+from zoo import BATCH_SIZES, MODELS_DIR, capture_code_digest, machine  # noqa: E402
 
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
 
@@ -43,7 +43,7 @@ def _run(command):
 def captured(model, policy):
     """The zoo model's graph, captured by ``autodist capture`` at the zoo's small batch (cached)."""
     mixed = ["--mixed-precision"] if policy == MIXED else []
-    path = os.path.join(CACHE, f"{model}{'-mixed' if mixed else ''}.json")
+    path = os.path.join(CACHE, f"{model}{'-mixed' if mixed else ''}_{capture_code_digest()}.json")
     if not os.path.exists(path):
         os.makedirs(CACHE, exist_ok=True)
         _run(["autodist", "capture", os.path.join(MODELS_DIR, f"{model}.py"), "-o", path, "--",

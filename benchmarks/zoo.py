@@ -2,9 +2,13 @@
 
 Each model is captured in a fresh Python process (so Keras' name counters and
 TensorFlow state do not leak between models) and cached as graph JSON under
-``tmp/zoo_graphs`` (git-ignored), keyed by model and batch size.
+``tmp/zoo_graphs`` (git-ignored), keyed by model, batch size and the code that
+made it (the zoo's scripts and autodist/graph): a capture made before capture
+changed is never read again (one made before capture recorded ``jit_compile``
+priced the placement benchmark's GPU cells without XLA).
 """
 
+import hashlib
 import os
 import platform
 import subprocess
@@ -33,7 +37,7 @@ def script_args(name, batch_size=None):
 def graph_file(name, batch_size=None):
     """Path of the zoo model's graph JSON at ``batch_size`` (default: BATCH_SIZES), captured once."""
     batch_size = batch_size or BATCH_SIZES[name]
-    path = os.path.join(CACHE, f"{name}_b{batch_size}.json")
+    path = os.path.join(CACHE, f"{name}_b{batch_size}_{capture_code_digest()}.json")
     if not os.path.exists(path):
         os.makedirs(CACHE, exist_ok=True)
         code = (
@@ -45,6 +49,17 @@ def graph_file(name, batch_size=None):
             [sys.executable, "-c", code, script, path, *script_args(name, batch_size)], check=True, cwd=REPO
         )
     return path
+
+
+def capture_code_digest():
+    """A short digest of the files a capture depends on: the zoo's scripts and autodist/graph."""
+    digest = hashlib.sha256()
+    for folder in (MODELS_DIR, os.path.join(REPO, "autodist", "graph")):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    digest.update(name.encode() + f.read())
+    return digest.hexdigest()[:12]
 
 
 def captured(name, batch_size=None):
