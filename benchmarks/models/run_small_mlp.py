@@ -30,14 +30,18 @@ def build_model(seed):
     return model
 
 
-def make_data(steps, batch_size, seed):
-    """Integer ids (distinct within each batch) and class labels for ``steps`` batches."""
+def make_data(steps, batch_size, seed, last_batch=0):
+    """Integer ids (distinct within each batch) and class labels for ``steps`` batches, then a partial batch of
+    ``last_batch`` samples."""
     per_batch = batch_size * 4
     if per_batch > VOCAB:
         raise ValueError(f"batch size above {VOCAB // 4} would repeat ids in a batch")
+    if not 0 <= last_batch < batch_size:
+        raise ValueError("the last batch must hold fewer samples than --batch-size")
     rng = np.random.default_rng(seed)
-    x = np.concatenate([rng.permutation(VOCAB)[:per_batch] for _ in range(steps)]).reshape(steps * batch_size, 4)
-    y = rng.integers(0, 4, size=(steps * batch_size,), dtype=np.int32)
+    sizes = [batch_size] * steps + ([last_batch] if last_batch else [])
+    x = np.concatenate([rng.permutation(VOCAB)[:4 * n] for n in sizes]).reshape(sum(sizes), 4)
+    y = rng.integers(0, 4, size=(sum(sizes),), dtype=np.int32)
     return x.astype(np.int32), y
 
 
@@ -46,6 +50,8 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--last-batch", type=int, default=0,
+                        help="end the data with a partial batch of this many samples (after --steps full ones)")
     parser.add_argument("--save-weights", help="write the trained weights to this .npz file")
     parser.add_argument("--checkpoint", help="resume from these weights (.weights.h5) when the file exists, "
                         "and save them there after every epoch (model.fit's ModelCheckpoint)")
@@ -55,7 +61,7 @@ def main():
                         help="train with a custom loop whose step is a plain @tf.function (found without autodist)")
     args = parser.parse_args()
     try:
-        x, y = make_data(args.steps, args.batch_size, args.seed)
+        x, y = make_data(args.steps, args.batch_size, args.seed, args.last_batch)
     except ValueError as exc:
         parser.error(str(exc))
     model = build_model(args.seed)

@@ -39,6 +39,9 @@ from autodist.errors import LaunchError, PlacementError
 from autodist.strategy import WIRE_DTYPES
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
+# A sparse gradient's gathers at its n-th capacity use their trace-time keys plus n times this (instance keys are
+# int32: 2**20 keys per step, 2**11 capacities).
+GATHER_KEY_STRIDE = 2**20
 BATCH_MISMATCH = ("the replicas built different global batches; the script must make the same data, "
                   "in the same order, in every replica process (seed it)")
 
@@ -100,6 +103,7 @@ class CollectiveGroup:
         self.device_type = tf.DeviceSpec.from_string(layout.replica_devices[rank]).device_type or "CPU"
         self.relayout(layout)
         self._next_key = 1
+        self._capacities = {}  # sparse gradient -> (its gathers' row capacity, how often it grew): see _capacity
         self.collectives = []  # what the traced steps built: one record per collective
         self.micro_batches_per_step = 1  # the traced step's calls of the script's step (applies deferred + 1)
         self.variables = {}  # path -> variable, every variable whose gradient went through a collective
@@ -249,7 +253,7 @@ class CollectiveGroup:
             if wire == "gather":
                 for i in members:
                     with tf.control_dependencies(previous):
-                        out[i], last = self._gathered(grads[i], share, f"bucket{bucket}_allgather")
+                        out[i], last = self._gathered(grads[i], share, f"bucket{bucket}_allgather", names[i])
                     previous = [last]
                     self.variables[names[i]] = variables[i]
                     self.collectives.append({
@@ -282,15 +286,15 @@ class CollectiveGroup:
                 })
         return out
 
-    def _gathered(self, slices, share, name):
-        """Every replica's rows of the sparse gradient ``slices`` (values times ``share``): ``(IndexedSlices, the
-        values' gather)``.
+    def _gathered(self, slices, share, name, variable):
+        """Every replica's rows of ``variable``'s sparse gradient ``slices`` (values times ``share``):
+        ``(IndexedSlices, the values' gather)``.
 
         Replicas may hold different numbers of rows (uneven batch slices),
         while ``CollectiveGatherV2`` concatenates equal shapes: the counts
         are summed first (each replica adds its own in its place), every
-        replica pads its rows to the largest count, and the padding is
-        dropped from the gathered rows.
+        replica pads its rows to the gradient's capacity (:meth:`_capacity`),
+        and the padding is dropped from the gathered rows.
         """
         import tensorflow as tf
 
@@ -298,24 +302,55 @@ class CollectiveGroup:
         indices = tf.cast(slices.indices, tf.int64)
         count = tf.shape(indices, out_type=tf.int64)[0]
         counts = self.all_sum(tf.one_hot(self.rank, self.size, dtype=tf.int64) * count, name=f"{name}_counts")
-        longest = tf.reduce_max(counts)
-        pad = longest - count
+        rows, key_offset = self._capacity(variable, tf.reduce_max(counts))
+        pad = rows - count
         values = tf.pad(values, tf.concat([[[0, pad]], tf.zeros([tf.rank(values) - 1, 2], tf.int64)], axis=0))
         indices = tf.pad(indices, [[0, pad]])
-        gathered_indices = self._gather(indices, f"{name}_indices")
-        gathered_values = self._gather(values, f"{name}_values")
-        kept = tf.reshape(tf.sequence_mask(counts, longest), [-1])
+        gathered_indices = self._gather(indices, f"{name}_indices", key_offset)
+        gathered_values = self._gather(values, f"{name}_values", key_offset)
+        kept = tf.reshape(tf.sequence_mask(counts, rows), [-1])
         rows = tf.IndexedSlices(tf.boolean_mask(gathered_values, kept), tf.boolean_mask(gathered_indices, kept),
                                 dense_shape=slices.dense_shape)
         return rows, gathered_values
 
-    def _gather(self, tensor, name):
-        """Every replica's ``tensor`` concatenated along its first dimension, in replica order
-        (one ``CollectiveGatherV2``)."""
+    def _capacity(self, variable, longest):
+        """The rows every replica pads ``variable``'s sparse gradient to this step, and the offset of the instance
+        keys its gathers use at that size.
+
+        TensorFlow keeps the shape a collective instance key first ran with,
+        for the life of the process, and refuses another (a step of the
+        epoch's last, partial batch stopped with "Shape mismatch in the
+        collective instance").  So the rows are padded to a capacity, the
+        most any replica held so far (a partial batch pads to a full
+        batch's rows, as the simulator prices every step), grown by at
+        least a quarter when a step holds more, and each capacity gathers
+        under keys of its own.  Every replica computes the same capacity
+        from the summed counts.
+        """
         import tensorflow as tf
 
+        if variable not in self._capacities:
+            with tf.init_scope():
+                self._capacities[variable] = (tf.Variable(0, dtype=tf.int64, trainable=False),
+                                              tf.Variable(0, dtype=tf.int32, trainable=False))
+        capacity, growths = self._capacities[variable]
+        held = capacity.read_value()
+        grows = longest > held
+        rows = tf.where(grows, tf.where(held > 0, tf.maximum(longest, held + held // 4), longest), held)
+        with tf.control_dependencies([capacity.assign(rows)]):
+            grown = growths.assign_add(tf.cast(grows, tf.int32))
+        return rows, grown * GATHER_KEY_STRIDE
+
+    def _gather(self, tensor, name, key_offset):
+        """Every replica's ``tensor`` concatenated along its first dimension, in replica order
+        (one ``CollectiveGatherV2``, under this call's instance key plus ``key_offset``)."""
+        import tensorflow as tf
+
+        key = self._instance_key()
+        if key >= GATHER_KEY_STRIDE:
+            raise LaunchError(f"the step needs more than {GATHER_KEY_STRIDE} collectives", field="strategy.sync")
         return tf.raw_ops.CollectiveGatherV2(
-            input=tensor, group_size=self.size, group_key=GRADIENT_GROUP, instance_key=self._instance_key(),
+            input=tensor, group_size=self.size, group_key=GRADIENT_GROUP, instance_key=key + key_offset,
             ordering_token=[], communication_hint=self.hint, name=name)
 
     def _wire_dtype(self, name, dtype):
