@@ -302,13 +302,13 @@ class CollectiveGroup:
         indices = tf.cast(slices.indices, tf.int64)
         count = tf.shape(indices, out_type=tf.int64)[0]
         counts = self.all_sum(tf.one_hot(self.rank, self.size, dtype=tf.int64) * count, name=f"{name}_counts")
-        rows, key_offset = self._capacity(variable, tf.reduce_max(counts))
-        pad = rows - count
+        capacity, key_offset = self._capacity(variable, tf.reduce_max(counts))
+        pad = capacity - count
         values = tf.pad(values, tf.concat([[[0, pad]], tf.zeros([tf.rank(values) - 1, 2], tf.int64)], axis=0))
         indices = tf.pad(indices, [[0, pad]])
         gathered_indices = self._gather(indices, f"{name}_indices", key_offset)
         gathered_values = self._gather(values, f"{name}_values", key_offset)
-        kept = tf.reshape(tf.sequence_mask(counts, rows), [-1])
+        kept = tf.reshape(tf.sequence_mask(counts, capacity), [-1])
         rows = tf.IndexedSlices(tf.boolean_mask(gathered_values, kept), tf.boolean_mask(gathered_indices, kept),
                                 dense_shape=slices.dense_shape)
         return rows, gathered_values
