@@ -81,6 +81,19 @@ def test_unknown_batch_cannot_be_rescaled(mlp_graph):
         at_batch(unknown, 4)
 
 
+def test_a_step_without_recorded_input_shapes_is_rescaled(mlp_graph):
+    """A later training phase's step can carry no input shapes (the corpus' tf_docs_keras_regression: its second
+    fit stopped every replica with "'NoneType' object is not iterable")."""
+    from dataclasses import replace
+
+    from autodist.graph.item import GraphItem
+
+    shapeless = GraphItem(list(mlp_graph.ops.values()), list(mlp_graph.variables.values()),
+                          replace(mlp_graph.job, input_shapes=None))
+    doubled = at_batch(shapeless, 2 * mlp_graph.job.batch_size)
+    assert doubled.job.input_shapes is None and doubled.job.batch_size == 2 * mlp_graph.job.batch_size
+
+
 def test_replica_batch_is_the_largest_slice():
     assert replica_batch(64, 4) == 16
     assert replica_batch(64, 3) == 22

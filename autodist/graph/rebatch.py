@@ -149,7 +149,10 @@ def _rescaled_bytes(nbytes, old_shape, new_shape):
 
 
 def _rebatched_inputs(shapes, batch, new_batch):
-    """Input shapes (a shape, or a dict or list of them, nested) with a leading ``batch`` made ``new_batch``."""
+    """Input shapes (a shape, or a dict or list of them, nested; None where a step recorded none) with a leading
+    ``batch`` made ``new_batch``."""
+    if shapes is None:
+        return None
     if isinstance(shapes, dict):
         return {k: _rebatched_inputs(v, batch, new_batch) for k, v in shapes.items()}
     if shapes and all(isinstance(d, int) for d in shapes):
