@@ -17,7 +17,7 @@ _PUBLIC = {
     "VarSync": "autodist.strategy",
     "Plan": "autodist.plan",
     "function": "autodist.graph.capture",
-    "is_chief": "autodist.graph.script",
+    "is_chief": "autodist.loops.function",
     "capture_step": "autodist.graph.capture",
     "capture_script": "autodist.graph.capture",
     "load_graph": "autodist.graph.capture",

@@ -54,12 +54,12 @@ NEEDS_GRAPH = ("plan", "report")
 # distinct trainable variables the traced step captures.
 _CAPTURE_CHILD = r"""
 import json, sys
-import autodist.graph.script as script
+import autodist.loops.fit as fit
 import autodist.graph.trace as trace
 from autodist.cli import main
 
 counted = {}
-original_item, original_fit = trace.item_from_graph, script.fit_step_item
+original_item, original_fit = trace.item_from_graph, fit.step_item
 
 def counting(concrete, variables, job, *args, **kwargs):
     if "variables" not in counted:
@@ -73,7 +73,7 @@ def counting_fit(model, *args, **kwargs):
     counted.update(variables=len(weights), parameters=int(sum(w.numpy().size for w in weights)))
     return item
 
-trace.item_from_graph, script.fit_step_item = counting, counting_fit
+trace.item_from_graph, fit.step_item = counting, counting_fit
 try:
     main(["capture", sys.argv[1], "-o", sys.argv[2]])
 finally:

@@ -14,7 +14,8 @@ TensorFlow is imported only inside these functions; the hooks of
 """
 
 from autodist.graph.loaders import load_graph
-from autodist.graph.script import capture_script, function
+from autodist.graph.script import capture_script
 from autodist.graph.trace import capture_step
+from autodist.loops.function import function
 
 __all__ = ["capture_step", "capture_script", "function", "load_graph"]

@@ -222,7 +222,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     function itself (``model.fit`` knows them better); ``step`` says how the
     script trains (``"fit"`` or ``"function"``, see :class:`JobInfo`);
     ``xla`` whether the step runs compiled by XLA here, ``jit`` how Keras decides it per device
-    (autodist.graph.script.keras_jit_facts); ``collective_only``
+    (autodist.loops.fit.keras_jit_facts); ``collective_only``
     whether the runtime runs it on collective ops only (a script's custom loop).
     """
     import tensorflow as tf

@@ -394,30 +394,9 @@ class _StepGrabbed(BaseException):
     """Stops a zoo script at its first step (BaseException: scripts cannot swallow it)."""
 
 
-@contextlib.contextmanager
-def _grab_step(found):
-    """Stop a script at its first training step and keep what it needs to run.
-
-    ``model.fit`` scripts: the model and fit arguments.  Custom loops: the
-    step (a ``tf.function`` that applies gradients, or an
-    ``autodist.function``) and its first call's arguments.
-    """
-    from autodist import hooks
-
-    def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
-        found.update(model=model, x=x, y=y, batch_size=batch_size, sample_weight=sample_weight)
-        raise _StepGrabbed
-
-    def step_call(step, args, kwargs):
-        found.update(step=step, args=args)
-        raise _StepGrabbed
-
-    with hooks.keras_fit(fit), hooks.training_steps(step_call):
-        yield
-
-
 def zoo_step(script, args=()):
-    """Build a zoo script's model and first batch without training.
+    """Build a zoo script's model and first batch without training (every kind of training loop's probe hook,
+    :func:`autodist.loops.probing`, stops it at its first step).
 
     Returns
     -------
@@ -425,25 +404,22 @@ def zoo_step(script, args=()):
         The step function (``model.train_step`` for fit scripts) and the
         arguments of one call.
     """
-    import tensorflow as tf
-
-    from autodist import hooks
-    from autodist.graph.batch import first_batch
+    from autodist import hooks, loops
 
     found = {}
+
+    def grab(fn, fn_args):
+        found.update(fn=fn, args=fn_args)
+        raise _StepGrabbed
+
     try:
-        with _grab_step(found):
+        with loops.probing(grab, script):
             hooks.run_script(script, args)
     except _StepGrabbed:
         pass
-    name = os.path.splitext(os.path.basename(script))[0]
-    if "step" in found:
-        return found["step"], tuple(tf.nest.map_structure(tf.convert_to_tensor, found["args"])), name
-    if "model" not in found:
+    if "fn" not in found:
         raise CaptureError("script finished without model.fit or a training step", source=script)
-    data, _ = first_batch(found["x"], found["y"], found["sample_weight"], found["batch_size"], source=script)
-    data = tf.nest.map_structure(tf.convert_to_tensor, data)
-    return tf.function(found["model"].train_step), (data,), name
+    return found["fn"], found["args"], os.path.splitext(os.path.basename(script))[0]
 
 
 def profile_zoo_script(script, device, args=(), steps=5):

@@ -77,36 +77,18 @@ def run_script(script, args=()):
     hooks.run_script(script, args)
 
 
-class RefusedSteps:
-    """Custom-loop steps under a one-client plan: refused, naming why (not trained undistributed)."""
-
-    first = True
-
-    def __init__(self, reason):
-        self.reason = reason
-
-    def call_step(self, step, args, kwargs):
-        raise LaunchError(f"custom training loops run only under plans that allreduce every "
-                          f"variable, one device per replica, and this plan does not: {self.reason}; "
-                          "train with model.fit, or make such a plan (autodist plan --allreduce-only)",
-                          field="strategy.sync")
-
-
 def run_single_client(plan, plan_path, cluster, job, index, script, args=(), report_path=None,
                       join_timeout=JOIN_TIMEOUT_S):
-    """Connect, then run the script with ``model.fit`` routed through the plan."""
-    from autodist import hooks
-    from autodist.graph.script import steps_run_by
-    from launcher.runtime.fit import PlacedFit
+    """Connect, then run the script with ``model.fit`` routed through the plan (each kind of training loop's
+    single-client side, :mod:`launcher.runtime.loops`)."""
     from launcher.runtime.layout import RunLayout
+    from launcher.runtime.loops import OneClient, one_client
 
     layout = RunLayout.from_plan(plan)
     connect(cluster, job, index, task_cpu_devices(plan, job, index), join_timeout)
-    refused = RefusedSteps(why_not_collective(plan))
-    with PlacedFit(layout, plan_path, report_path=report_path) as placed, steps_run_by(refused), \
-            hooks.single_replica_strategies():
+    with one_client(OneClient(layout, plan_path, report_path, why_not_collective(plan))) as sides:
         run_script(script, args)
-    if not placed.fits:
+    if not sides["fit"].fits:
         raise LaunchError("the script ended without calling model.fit, so nothing ran with the plan", source=script)
 
 

@@ -46,6 +46,19 @@ BATCH_MISMATCH = ("the replicas built different global batches; the script must 
                   "in the same order, in every replica process (seed it)")
 
 
+@contextlib.contextmanager
+def batch_mismatch_is_a_launch_error():
+    """A step's batch check fails inside TensorFlow (:data:`BATCH_MISMATCH`); say it as a LaunchError."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.InvalidArgumentError as exc:
+        if BATCH_MISMATCH in str(exc):
+            raise LaunchError(BATCH_MISMATCH, field="data") from None
+        raise
+
+
 def why_not_collective(plan):
     """Why the plan cannot run on collectives (a PS variable, a replica over several devices), or None."""
     on_ps = sorted(name for name, s in plan.strategy.sync.items() if s.method == "ps")

@@ -30,22 +30,20 @@ def needs_plan(layout, model, rows):
 def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
     """``(RunLayout, line)`` for a later ``model.fit``: its plan on the replicas of the plan at ``plan_path``, and one
     line saying what was planned and how long it took."""
-    from autodist.graph.script import fit_step_item
+    from autodist.loops import fit
 
     start = time.perf_counter()
-    item = fit_step_item(model, x, y, batch_size, sample_weight, _name(source), source)
+    item = fit.step_item(model, x, y, batch_size, sample_weight, _name(source), source)
     return _planned(plan_path, item, start)
 
 
 def step_layout(layout, plan_path, step, args, kwargs, source):
     """``(RunLayout, line)`` for a later custom-loop step (a ``tf.function`` that applies gradients) whose batch or
     variables are not ``layout``'s, as :func:`phase_layout`; None when ``layout`` already fits it."""
-    from autodist.graph.trace import trace_step
-    from autodist.hooks import step_options
+    from autodist.loops import function
 
     start = time.perf_counter()
-    item = trace_step(step, args, kwargs, _name(source), source,
-                      xla=step_options(step).get("jit_compile") or False, collective_only=True)
+    item = function.step_item(step, args, kwargs, _name(source), source)
     names = [v.name for v in item.trainable_variables()]
     if item.job.batch_size in (0, layout.step_rows) and all(n in layout.variables for n in names):
         return None

@@ -1,11 +1,10 @@
 """One replica of a collective run: the user's script in this replica's process.
 
-Inside :class:`CollectiveRun`, ``keras.Model.fit`` is Keras' own fit with the
-model's ``train_step`` run on this replica's slice of each batch and its
-gradients summed over the replicas (see :mod:`launcher.runtime.collective`);
-the training step of a custom loop (a ``tf.function`` that applies gradients,
-or an ``autodist.function``) gets the same treatment.  The hooks are
-:mod:`autodist.hooks`' and are removed on exit.  The first replica prints
+Inside :class:`CollectiveRun`, every kind of training loop the script may
+run (Keras' fit, a custom loop's ``tf.function`` step, a ``tf.distribute``
+strategy) runs as this replica's, with its gradients summed over the
+replicas: each kind's side is in :mod:`launcher.runtime.loops`, its hook
+in :mod:`autodist.hooks`, removed on exit.  The first replica prints
 progress; every one can write a JSON record of what it ran.
 """
 
@@ -14,25 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 import traceback
 
-import numpy as np
-
 from autodist.errors import LaunchError
-from launcher.runtime import phases
-from launcher.runtime.fit import at_plan_batch, check_global_batch, global_batch_rows, replica_share
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
-# Keras callbacks that write files: in every replica but the first they would
-# write the same files again, so only the first one keeps them.
-FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
-
-
 
 class CollectiveRun:
-    """Context manager: ``model.fit`` and custom-loop steps run as this process's replica.
+    """Context manager: the script's training loops (``model.fit``, custom-loop steps) run as this process's replica.
 
     Parameters
     ----------
@@ -49,113 +38,43 @@ class CollectiveRun:
         self.script = script
         self.first = group.rank == 0
         self.out = out or sys.stdout
-        self.reporter = StepReporter(group.layout.predicted_step_time, None, self.out if self.first else _Discard())
+        self.console = self.out if self.first else _Discard()  # where this replica's lines go
+        self.reporter = StepReporter(group.layout.predicted_step_time, None, self.console)
         self.steps = 0
-        self._traced = {}  # id of a custom loop's step -> (the step, its replica's tf.function)
-        self._original_fit = None
         self._stack = None
 
     def __enter__(self):
-        from autodist import hooks
-        from autodist.graph.script import steps_run_by
+        from launcher.runtime import loops
 
         self._stack = contextlib.ExitStack()
-        self._original_fit = self._stack.enter_context(hooks.keras_fit(self.fit))
-        self._stack.enter_context(steps_run_by(self))
-        self._stack.enter_context(hooks.single_replica_strategies(self.out if self.first else _Discard(),
-                                                                  task_id=self.group.rank))
+        self._stack.enter_context(loops.replica(self))
         return self
 
     def __exit__(self, *exc):
         self._stack.close()
         return False
 
-    # -- custom loops ----------------------------------------------------------------
-    def call_step(self, step, args, kwargs):
-        """One call of a custom loop's step: traced once, first call checks data and broadcasts weights."""
-        import tensorflow as tf
-
-        traced = self._traced.get(id(step), (None, None))[1]
-        if traced is None:
-            if self.group.layout.rebatched:
-                raise LaunchError(f"the plan's global batch is {self.group.layout.batch_size} (--global-batch) and "
-                                  "a custom loop's step gets the script's own batches, which autodist run cannot "
-                                  "re-cut; use --batch-per-replica or the script's batch", field="--global-batch")
-            if self.steps:
-                self._plan_phase(phases.step_layout(self.group.layout, self.plan_path, step, args, kwargs,
-                                                    self._call_site()))
-            check_global_batch(self.group.layout, global_batch_rows((args, kwargs)))
-            traced = tf.function(self.group.replica_step(step.python_function), **self._step_options(step))
-            traced.get_concrete_function(*args, **kwargs)
-            self.group.broadcast_from_first(self.group.variables.values())
-            self._traced[id(step)] = (step, traced)
-        start = time.perf_counter()
-        with _batch_mismatch_is_a_launch_error():
-            out = traced(*args, **kwargs)
-        self._count(out, time.perf_counter() - start, self._samples(global_batch_rows((args, kwargs))))
-        return out
-
-    def _samples(self, rows):
+    # -- what each kind of loop reports (launcher.runtime.loops) ----------------------
+    def samples(self, rows):
         """Samples of the global batch a step of ``rows`` trains on: every replica's where each runs its own."""
         return rows * self.group.size if rows and self.group.layout.per_replica else rows
 
-    def _step_options(self, step):
-        """``tf.function`` options of a custom loop's replica step: the script's, compiled as the plan priced it."""
-        from autodist.hooks import step_options
-
-        options = step_options(step)
-        jit = self.group.layout.jit_compile(self.group.device_type)
-        return options if jit is None else dict(options, jit_compile=jit)
-
-    def _count(self, out, seconds, samples):
+    def count(self, out, seconds, samples):
+        """One step done: ``out`` its loss (or logs), ``seconds`` its time, ``samples`` its global batch."""
         loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
         self.steps += 1
         self.reporter.step(self.steps, loss, seconds, samples)
 
-    # -- model.fit -------------------------------------------------------------------
-    def fit(self, model, x=None, y=None, batch_size=None, *args, callbacks=None, **kwargs):
-        """Keras' fit, with this replica's step and a progress callback."""
-        if model.optimizer is None:
-            raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
-        x, batch_size = at_plan_batch(self.group.layout, x, batch_size)
-        x = replica_share(self.group.layout, x, self.group.size, self.group.rank)
-        rows = _fit_batch_rows(x, y, batch_size)
-        if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
-            self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
-                                                 self._call_site()))
-        check_global_batch(self.group.layout, rows)
-        self.group.broadcast_from_first(model.weights)
-        kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
-        progress = _progress_callback(self, self._samples(rows))
-        model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
-        if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
-            import tensorflow as tf
-
-            model.train_step = tf.function(model.train_step, reduce_retracing=True)
-        model.train_function = None
-        jit = self.group.layout.jit_compile(self.group.device_type)
-        if jit is False and model.jit_compile and self.group.device_type != "GPU":
-            print("autodist: the model's jit_compile=True step runs without XLA on these CPU replicas (XLA compiles "
-                  "no CPU collective), as the plan priced it", file=self.out if self.first else _Discard(), flush=True)
-        if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
-            model.jit_compile = jit
-        try:
-            with _batch_mismatch_is_a_launch_error():
-                return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)
-        finally:
-            del model.train_step
-            model.train_function = None
-
-    def _plan_phase(self, planned):
+    def plan_phase(self, planned):
         """Run from now on under ``planned`` (``(RunLayout, line)`` of a later phase; None: keep the plan)."""
         if planned is None:
             return
         layout, line = planned
         self.group.relayout(layout)
         self.reporter.predicted = layout.predicted_step_time
-        print(line, file=self.out if self.first else _Discard(), flush=True)
+        print(line, file=self.console, flush=True)
 
-    def _call_site(self):
+    def call_site(self):
         """``script:line`` of the innermost line of the script on the stack."""
         target = os.path.abspath(self.script)
         lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
@@ -200,21 +119,6 @@ class CollectiveRun:
             write_json_atomic(report_path, self.record())
 
 
-@contextlib.contextmanager
-def _batch_mismatch_is_a_launch_error():
-    """The step's batch check fails inside TensorFlow; say it as a LaunchError."""
-    import tensorflow as tf
-
-    from launcher.runtime.collective import BATCH_MISMATCH
-
-    try:
-        yield
-    except tf.errors.InvalidArgumentError as exc:
-        if BATCH_MISMATCH in str(exc):
-            raise LaunchError(BATCH_MISMATCH, field="data") from None
-        raise
-
-
 def merge_records(paths, out_path):
     """One record of a collective run from its replicas' records (or merged ones): devices in replica order."""
     records = []
@@ -230,30 +134,6 @@ def merge_records(paths, out_path):
 
 def _as_list(value):
     return value if isinstance(value, list) else [value]
-
-
-def _progress_callback(run, rows):
-    """A Keras callback that times each training batch and reports it to ``run``: from the end of the batch
-    before (the first: from its own start) to its end, so that a step's time holds all that Keras' fit loop
-    does for it (its data, its callbacks), as the cost model prices a fit step."""
-    import keras
-
-    class Progress(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            steps, epochs = self.params.get("steps"), self.params.get("epochs")
-            run.reporter.expect(run.steps + steps * epochs if steps and epochs else None)
-            self.since = None
-
-        def on_train_batch_begin(self, batch, logs=None):
-            if self.since is None:
-                self.since = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            now = time.perf_counter()
-            run._count(logs or {}, now - self.since, rows)
-            self.since = now
-
-    return Progress()
 
 
 def _device_of(variable):
@@ -276,12 +156,3 @@ def _scalar(value):
         return float(value)
     except (TypeError, ValueError):
         return None
-
-
-def _fit_batch_rows(x, y, batch_size):
-    """Samples per global batch of a fit call: ``batch_size`` for arrays, a dataset's static batch dimension."""
-    import tensorflow as tf
-
-    if isinstance(x, tf.data.Dataset):
-        return global_batch_rows(x.element_spec)
-    return (batch_size or 32) if any(isinstance(a, np.ndarray) for a in (x, y)) else None

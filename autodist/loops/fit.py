@@ -1,0 +1,103 @@
+"""Keras ``model.fit``: the loop Keras runs, calling the model's ``train_step`` (its own, or one the model
+overrides) on each batch."""
+
+from __future__ import annotations
+
+import contextlib
+
+from autodist import hooks
+from autodist.errors import CaptureError
+from autodist.graph.batch import first_batch
+from autodist.graph.item import ONE_CLIENT_FIT_ARGS
+from autodist.graph.trace import shapes_of, spec_of, trace_step
+
+NAME = "fit"
+
+# How its calls are intercepted: ``model.fit(*args, **kwargs)`` is ``handler(model, *args, **kwargs)``.
+hook = hooks.keras_fit
+
+
+@contextlib.contextmanager
+def _without_loss_scaling(model):
+    """Trace ``model``'s step with the optimizer a ``LossScaleOptimizer`` wraps, if it has one.
+
+    Keras compiles ``mixed_float16`` models with a LossScaleOptimizer, whose
+    update runs inside a ``tf.cond`` (skip the step on overflow): a branch
+    function whose ops a capture cannot see, variable updates included.  The
+    step captured with the inner optimizer has the same forward, backward and
+    update ops; it lacks the loss scale's finiteness check and unscaling, two
+    elementwise passes over the gradients.
+    """
+    import keras
+
+    wrapper = model.optimizer
+    if isinstance(wrapper, keras.optimizers.LossScaleOptimizer):
+        model.optimizer = wrapper.inner_optimizer
+    try:
+        yield
+    finally:
+        model.optimizer = wrapper
+
+
+def keras_jit_facts(model, asked=None):
+    """The JobInfo fields that say how Keras compiles ``model``'s step (autodist.graph.xla): ``asked`` is the
+    ``jit_compile`` its ``compile`` call asked for (None: not seen, the model's own setting)."""
+    from keras.src.trainers.trainer import model_supports_jit
+
+    asked = model.jit_compile if asked is None else asked
+    strategy = getattr(model, "_distribute_strategy", None)
+    return {"jit_compile": "auto" if asked == "auto" else ("on" if asked else "off"),
+            "jit_supported": bool(model_supports_jit(model)),
+            "distribute_strategy": type(strategy).__name__ if strategy is not None else ""}
+
+
+def step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_compile=None):
+    """The GraphItem of the step ``model.fit(x, y, batch_size, sample_weight=...)`` would run (traced, not run);
+    ``jit_compile``: what the model's ``compile`` asked for (see :func:`keras_jit_facts`)."""
+    import tensorflow as tf
+
+    if getattr(model, "optimizer", None) is None:
+        raise CaptureError("model.fit was called on a model that is not compiled", source=source)
+    data, names = first_batch(x, y, sample_weight, batch_size, source=source)
+    specs = tf.nest.map_structure(spec_of, data)
+    shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
+    traced = tf.function(model.train_step)
+    with _without_loss_scaling(model):
+        return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
+                          input_shapes=shapes, step=NAME, xla=model.jit_compile,
+                          jit=keras_jit_facts(model, jit_compile))
+
+
+@contextlib.contextmanager
+def capturing(session):
+    """Inside: a ``model.fit`` call is captured (its step traced, with the ``jit_compile`` the model's ``compile``
+    asked for, before Keras resolves "auto" for this host) and the fit arguments that only Keras' own loop runs."""
+    asked = {}  # id of a compiled model -> the jit_compile its compile call asked for
+
+    def record_compile(model, jit_compile):
+        asked[id(model)] = jit_compile
+
+    def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+        item = step_item(model, x, y, batch_size, sample_weight, session.model_name, session.step_source(),
+                         asked.get(id(model)))
+        given = dict(kwargs, sample_weight=sample_weight)
+        in_data = "sample_weight" in item.job.input_shapes  # a dataset of (x, y, sample_weight)
+        item.job.fit_arguments = [a for a in ONE_CLIENT_FIT_ARGS
+                                  if given.get(a) is not None or (a == "sample_weight" and in_data)]
+        session.captured(item)
+
+    with hook(fit), hooks.keras_compile(record_compile):
+        yield
+
+
+def probing(grab, source):
+    """Inside: a ``model.fit`` call gives the probe ``tf.function(model.train_step)`` and its first batch (a bad
+    batch is an error naming ``source``, the script)."""
+
+    def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+        import tensorflow as tf
+
+        data, _ = first_batch(x, y, sample_weight, batch_size, source=source)
+        grab(tf.function(model.train_step), (tf.nest.map_structure(tf.convert_to_tensor, data),))
+
+    return hook(fit)
