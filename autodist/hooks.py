@@ -21,6 +21,10 @@ patches nothing.
   ``MultiWorkerMirroredStrategy`` are TensorFlow's default strategy (one
   replica, no-op scope), so that autodist's plan distributes the script;
 - :func:`run_script`: a script run as ``python script args`` would run it.
+
+Which hooks each kind of training loop (``model.fit``, a ``tf.function``
+step, a script's strategy) installs, and what capture, the profiling probe
+and the runtime do with its calls: :mod:`autodist.loops`.
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def test_importing_autodist_capture_profiling_and_the_runtime_patches_nothing():
         import keras, tensorflow as tf
         from keras.src.optimizers.base_optimizer import BaseOptimizer
         before = (dict(vars(keras.Model)), BaseOptimizer.apply, type(tf.function(lambda: None)).__call__)
-        import autodist, autodist.hooks, autodist.graph.capture, autodist.api, cost_models.profiling.ops
+        import autodist, autodist.hooks, autodist.loops, autodist.graph.capture, autodist.api, cost_models.profiling.ops
         import launcher.runtime.client, launcher.runtime.worker, launcher.runtime.fit, launcher.runtime.trainer
+        import launcher.runtime.loops
         after = (dict(vars(keras.Model)), BaseOptimizer.apply, type(tf.function(lambda: None)).__call__)
         print(before == after)
     """)
