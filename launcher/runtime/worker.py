@@ -104,8 +104,7 @@ class CollectiveRun:
         from autodist.hooks import step_options
 
         options = step_options(step)
-        jit = self.group.layout.jit_compile(self.group.device_type)
-        return options if jit is None else dict(options, jit_compile=jit)
+        return dict(options, jit_compile=self.group.layout.jit_compile(self.group.device_type))
 
     def _count(self, out, seconds, samples):
         loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
@@ -134,11 +133,10 @@ class CollectiveRun:
             model.train_step = tf.function(model.train_step, reduce_retracing=True)
         model.train_function = None
         jit = self.group.layout.jit_compile(self.group.device_type)
-        if jit is False and model.jit_compile and self.group.device_type != "GPU":
-            print("autodist: the model's jit_compile=True step runs without XLA on these CPU replicas (XLA compiles "
-                  "no CPU collective), as the plan priced it", file=self.out if self.first else _Discard(), flush=True)
-        if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
-            model.jit_compile = jit
+        if model.jit_compile is True and not jit:
+            print(f"autodist: the model's jit_compile=True step runs without XLA, as the plan priced it: "
+                  f"{self.group.layout.xla_reason}", file=self.out if self.first else _Discard(), flush=True)
+        model.jit_compile = jit  # Keras builds its train function with jit_compile: the step as priced
         try:
             with _batch_mismatch_is_a_launch_error():
                 return self._original_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)
