@@ -145,13 +145,13 @@ class CollectiveRun:
             model.train_function = None
 
     def _plan_phase(self, planned):
-        """Run from now on under ``planned`` (``(RunLayout, line)`` of a later phase; None: keep the plan)."""
+        """Run from now on under ``planned`` (a later phases.Phase; None: keep the plan)."""
         if planned is None:
             return
-        layout, line = planned
-        self.group.relayout(layout)
-        self.reporter.predicted = layout.predicted_step_time
-        print(line, file=self.out if self.first else _Discard(), flush=True)
+        self.group.relayout(planned.layout)
+        about = phases.kept(planned, len(self.reporter.phase_starts) + 1) if self.first else {}
+        self.reporter.next_phase(planned.layout.predicted_step_time, **about)
+        print(planned.line, file=self.out if self.first else _Discard(), flush=True)
 
     def _call_site(self):
         """``script:line`` of the innermost line of the script on the stack."""
@@ -193,7 +193,7 @@ class CollectiveRun:
                               "that calls optimizer.apply_gradients, or an autodist.function), "
                               "so nothing ran with the plan")
         if self.first:
-            self.reporter.summary(self.plan_path)
+            phases.close(self.reporter, self.plan_path)
         if report_path:
             write_json_atomic(report_path, self.record())
 
