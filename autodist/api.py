@@ -106,3 +106,23 @@ def make_plan(source, cluster, **options):
     autodist.plan.Plan
     """
     return plan_with_search(source, cluster, **options)[0]
+
+
+def priced_plan(graph_item, plan, cost_model=None):
+    """``plan`` (its strategy, on its cluster) for ``graph_item``, predicted by the simulator that prices every plan
+    (``placement.simulate``): how ``autodist run`` prices a training phase the runtime planned where it started
+    (launcher.runtime.phases), which the launcher cannot price itself.
+
+    Returns
+    -------
+    autodist.plan.Plan
+    """
+    from cost_models import CostModel
+    from placement import simulate
+
+    from autodist.plan import Plan
+
+    cost_model = cost_model or CostModel.default()
+    simulation = simulate(graph_item, plan.resource_spec, plan.strategy, cost_model)
+    return Plan.from_strategy(graph_item, plan.resource_spec, plan.strategy, simulation, cost_model.id,
+                              plan.provenance.get("seed", 0), name=plan.name)

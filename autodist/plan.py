@@ -197,7 +197,8 @@ def _prediction(simulation, lower_bound=None, candidates=()):
 
 
 def _graph_summary(graph_item, resource_spec, strategy):
-    xla = plan_xla(graph_item.job, "GPU" if resource_spec.gpus() else "CPU", not strategy.allreduces_everything())
+    xla = plan_xla(graph_item.job, "GPU" if resource_spec.gpus() else "CPU", not strategy.allreduces_everything(),
+                   len(strategy.replicas))
     return {
         "model_name": graph_item.job.model_name,
         "batch_size": graph_item.job.batch_size,

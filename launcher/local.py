@@ -128,7 +128,7 @@ class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S,
-                 quiet=False):
+                 quiet=False, phases_dir=None):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -141,6 +141,7 @@ class LocalRun:
         self.out = out or sys.stdout
         self.join_timeout = join_timeout
         self.quiet = quiet
+        self.phases_dir = phases_dir
         self.network = None
         if plan.resource_spec.emulated:
             from launcher.emulation import EmulatedNetwork
@@ -236,6 +237,10 @@ class LocalRun:
         """Start every server task, then the clients with the user's script; returns the client tasks."""
         # Temporary files of the tasks (and of the script) go in the run's folder, removed whatever happens.
         base = {**os.environ, **TASK_ENV, "TMPDIR": self._logdir}
+        if self.phases_dir:
+            from launcher.runtime.phases import PHASES_ENV
+
+            base[PHASES_ENV] = os.path.abspath(self.phases_dir)
         names = {name for name, _ in self.clients}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):
@@ -304,7 +309,7 @@ def _replica_name(places, rank):
 
 
 def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S,
-              quiet=False):
+              quiet=False, phases_dir=None):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -322,6 +327,10 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         Seconds a client waits for the other tasks before it gives up.
     quiet : bool
         Log the first client to a file too, instead of showing its output.
+    phases_dir : str, optional
+        A folder where a collective run keeps its later training phases' steps and plans and the record of every
+        phase's measured step time, for the caller to price and show (launcher.runtime.phases); its replicas then
+        print no closing lines.
 
     Raises
     ------
@@ -329,7 +338,8 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         When the script fails or a task dies; the message names the task and
         ends with its last log lines.
     """
-    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout, quiet=quiet) as run:
+    with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout, quiet=quiet,
+                  phases_dir=phases_dir) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

@@ -18,7 +18,7 @@ import numpy as np
 
 from autodist.graph.item import GraphItem
 from autodist.graph.rebatch import at_batch, replica_batch
-from autodist.graph.xla import resolve_xla
+from autodist.graph.xla import plan_xla, resolve_xla
 from autodist.resource_spec.emulated import machine_cores
 from cost_models import gradient_bytes
 from cost_models.comm import cast_seconds, wire_bytes
@@ -103,7 +103,8 @@ class Problem:
         self.input_bytes = graph_item.input_bytes()  # one (micro-)batch of this problem's step
         self.precision = getattr(graph_item.job, "precision", "") or "fp32"
         # XLA runs elementwise chains fused, and does not store their insides (cost_models.memory)
-        self.xla = resolve_xla(graph_item.job, "GPU" if any(self.is_gpu.values()) else "CPU").on
+        self.device_kind = "GPU" if any(self.is_gpu.values()) else "CPU"
+        self.xla = resolve_xla(graph_item.job, self.device_kind).on
         self.fused_kernels = fuses_elementwise(self.xla, graph_item.job.framework)
         self._table = None
         self._op_group = None
@@ -151,16 +152,17 @@ class Problem:
         Its step is re-scaled to ``autodist.graph.rebatch.replica_batch``
         samples (``replicas`` replicas, ``micro_batches`` parts, by default the
         job's), and where the replicas are processes on this machine's
-        unpinned CPUs they share its cores; ``one_client``: the plan is driven
-        by one client, whose step XLA does not compile (autodist.graph.xla.plan_xla),
-        so a job XLA would compile is priced without it.  It shares this
+        unpinned CPUs they share its cores.  A job XLA would compile is priced
+        without it where the plan's step runs uncompiled (autodist.graph.xla.plan_xla):
+        ``one_client`` (the plan is driven by one client), or several replicas on
+        CPUs (they sum gradients with collectives XLA does not compile there).  It shares this
         problem's grouping and cost model, and is this problem itself where the
         part is the whole captured batch on unshared cores, as the job runs.
         """
         whole = self._whole
         batch = replica_batch(whole.graph_item.job.batch_size, replicas, micro_batches or whole.micro_batches)
         sharing = replicas if whole.on_this_machine else 1
-        uncompiled = one_client and whole.xla
+        uncompiled = whole.xla and not plan_xla(whole.graph_item.job, whole.device_kind, one_client, replicas).on
         if batch == whole.graph_item.job.batch_size and sharing == 1 and not uncompiled:
             return whole
         key = (batch, sharing, uncompiled)

@@ -159,7 +159,7 @@ def test_a_later_phase_keeps_every_replica_on_its_own_batch(tmp_path):
     plan.save(str(tmp_path / "plan.json"))
     later = phases.step_layout(RunLayout.from_plan(plan), str(tmp_path / "plan.json"), free,
                                (np.zeros((6, 6, 8), np.float32),), {}, "train.py:9")
-    layout, line = later
+    layout, line = later.layout, later.line
     assert layout.per_replica and (layout.batch_size, layout.step_rows) == (12, 6)
     assert "global batch 12, every replica on its own batch" in line
 

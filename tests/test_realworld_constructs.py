@@ -55,7 +55,7 @@ def test_a_jit_compiled_model_trains_on_two_cpu_replicas_as_one_process(tmp_path
     (tmp_path / "run").mkdir()
     done = _run_on_two_replicas("fit_jit_compiled", tmp_path, str(tmp_path / "run" / "w"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "jit_compile=True step runs without XLA on these CPU replicas" in done.stdout
+    assert "jit_compile=True step runs without XLA, as the plan priced it: the plan's 2 CPU replicas" in done.stdout
     (tmp_path / "one").mkdir()
     seeded = ("import runpy, sys, keras; keras.utils.set_random_seed(0); sys.argv = sys.argv[1:]; "
               "runpy.run_path(sys.argv[0], run_name='__main__')")  # as every replica is seeded

@@ -109,9 +109,7 @@ def test_the_plan_and_the_runtime_compile_the_step_as_priced(captured, tmp_path)
     for choice, on in (("auto", True), ("off", False), ("on", True)):
         plan = make_plan(_asking(captured["auto"], choice), str(cluster), moves=1)
         assert plan.graph["xla"] is on, choice
-        layout = RunLayout.from_plan(plan)
-        assert layout.jit_compile("GPU") is on  # what a replica on a GPU builds its step with
-        assert layout.jit_compile("CPU") is None  # on a CPU the script's own setting, which a CPU plan prices
+        assert RunLayout.from_plan(plan).jit_compile("GPU") is on  # what a replica on a GPU builds its step with
     cpu_plan = make_plan(_asking(captured["auto"], "auto"), "cpu-local:1", moves=1)
     assert cpu_plan.graph["xla"] is False
 
@@ -181,3 +179,61 @@ def _write(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+def _priced_plan(item, spec, replicas):
+    """The plan of ``item`` with every variable allreduced by ring over ``replicas`` (lists of device names),
+    priced by the simulator, and the Problem share its step was priced on."""
+    from autodist.plan import Plan
+    from autodist.strategy import Strategy, VarSync
+    from cost_models import CostModel
+    from placement import Problem, Simulator
+
+    sync = {v.name: VarSync("allreduce", algorithm="ring", bucket=0) for v in item.trainable_variables()}
+    strategy = Strategy(replicas=replicas, sync=sync, ps_devices=[])
+    problem = Problem(item, spec, CostModel.default())
+    simulation = Simulator(problem).simulate(strategy)
+    share = problem.at_replicas(len(replicas), problem.micro_batches_of(strategy))
+    return Plan.from_strategy(item, spec, strategy, simulation, "m", 0), share, simulation
+
+
+def test_a_jit_compiled_step_on_two_cpu_replicas_is_priced_and_reported_without_xla(captured):
+    """A Keras model compiled with jit_compile=True on cpu-local:2: its two replicas sum gradients with collectives
+    XLA does not compile on CPUs, so the runtime runs their step uncompiled; the plan prices it so (memory as the
+    uncompiled job's) and the report says why.  On one replica the step runs, and is priced, compiled."""
+    from autodist.api import cluster_of
+    from autodist.report import build_report, render
+
+    spec = cluster_of("cpu-local:2")
+    two = [["local-0/CPU:0"], ["local-1/CPU:0"]]
+    plan, share, simulation = _priced_plan(captured["on"], spec, two)
+    assert plan.graph["xla"] is False and "2 CPU replicas" in plan.graph["xla_reason"]
+    assert share.xla is False
+    assert simulation.memory == _priced_plan(captured["off"], spec, two)[2].memory
+    text = render(build_report(plan, captured["on"]), "text")
+    (row,) = [line for line in text.splitlines() if line.lstrip().startswith("XLA")]
+    assert "off" in row and "2 CPU replicas" in row
+    one, share, _ = _priced_plan(captured["on"], spec, [["local-0/CPU:0"]])
+    assert one.graph["xla"] is True and share.xla is True
+    assert "XLA" in one.graph["xla_reason"] and "on" in render(build_report(one, captured["on"]), "text")
+
+
+def test_the_runtime_compiles_every_replica_as_the_plan_priced_it(captured, tmp_path):
+    """For every job setting (jit_compile auto, on, off), device kind and replica count: the jit_compile a replica
+    builds its step with (launcher.runtime.layout.RunLayout.jit_compile) is the XLA the plan and the simulator's
+    Problem priced the step with."""
+    from autodist.api import cluster_of
+    from launcher.runtime.layout import RunLayout
+
+    clusters = {"CPU": cluster_of("cpu-local:2"), "GPU": cluster_of(str(_write(tmp_path, "two.yaml", TWO_V100)))}
+    replica_sets = {"CPU": [[["local-0/CPU:0"]], [["local-0/CPU:0"], ["local-1/CPU:0"]]],
+                    "GPU": [[["gpu-0/GPU:0"]], [["gpu-0/GPU:0"], ["gpu-0/GPU:1"]]]}
+    seen = set()
+    for asked, item in captured.items():
+        for kind, spec in clusters.items():
+            for replicas in replica_sets[kind]:
+                plan, share, _ = _priced_plan(item, spec, replicas)
+                runs = RunLayout.from_plan(plan).jit_compile(kind)
+                assert runs is plan.graph["xla"] is share.xla, (asked, kind, len(replicas))
+                seen.add((asked, kind, len(replicas), runs))
+    assert ("on", "CPU", 1, True) in seen and ("on", "CPU", 2, False) in seen and ("on", "GPU", 2, True) in seen

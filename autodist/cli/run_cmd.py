@@ -136,6 +136,7 @@ def _replanned(args, plan):
 def run(args):
     import os
     import sys
+    import tempfile
 
     from autodist.cli.job_options import check_no_batch_options
     from autodist.io import check_output_file
@@ -170,10 +171,42 @@ def run(args):
             plan, plan_path = _replanned(args, plan)
     else:
         plan, plan_path = _searched_plan(args)
-    try:
-        run_local(plan, plan_path, args.script, args.script_args, report_path=args.report,
-                  join_timeout=args.join_timeout)
-    except Terminated:
-        print("autodist: terminated; every task is stopped", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    with tempfile.TemporaryDirectory(prefix="autodist-phases-") as phases_dir:
+        try:
+            run_local(plan, plan_path, args.script, args.script_args, report_path=args.report,
+                      join_timeout=args.join_timeout, phases_dir=phases_dir)
+        except Terminated:
+            print("autodist: terminated; every task is stopped", file=sys.stderr)
+            return 128 + signal.SIGTERM
+        show_phases(phases_dir, plan_path, args.cost_model)
     return 0
+
+
+def show_phases(folder, plan_path, cost_model=None):
+    """The closing line of every training phase of a run that kept its phases in ``folder``
+    (launcher.runtime.phases): measured against predicted step time, a later phase's plan priced by the simulator
+    and saved beside ``plan_path`` as ``NAME.phase-K.json``.  Nothing where the run kept none (a one-client run
+    printed its own lines)."""
+    import os
+
+    from autodist.api import priced_plan
+    from autodist.graph.item import GraphItem
+    from autodist.io import read_json
+    from autodist.plan import Plan
+    from cost_models.model import load_cost_model
+    from launcher.runtime.fit import measured_line
+    from launcher.runtime.phases import PHASES_RECORD
+
+    record = os.path.join(folder, PHASES_RECORD)
+    if not os.path.isfile(record):
+        return
+    phases = read_json(record)["phases"]
+    model = load_cost_model(cost_model) if any(p.get("graph") for p in phases) else None
+    for phase in phases:
+        if phase.get("graph"):
+            priced = priced_plan(GraphItem.load(phase["graph"]), Plan.load(phase["plan"]), model)
+            stem, ext = os.path.splitext(os.path.abspath(plan_path))
+            kept = f"{stem}.phase-{phase['phase']}{ext or '.json'}"
+            priced.save(kept)
+            phase = dict(phase, plan=kept, predicted_step_time=priced.prediction["step_time"])
+        print(measured_line(phase, len(phases) > 1), flush=True)

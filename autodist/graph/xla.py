@@ -16,7 +16,11 @@ compiles each replica's step as it was priced (launcher.runtime).
 A plan that one client drives (any PS variable, or a replica over several
 devices) runs its step as the client's one ``tf.function``, which nothing
 compiles with XLA (launcher.runtime.trainer): such a plan is priced, and
-reported, without XLA whatever the job asks (:func:`plan_xla`).
+reported, without XLA whatever the job asks (:func:`plan_xla`).  So is a plan
+whose replicas on CPUs sum their gradients (more than one replica): XLA
+compiles no CPU collective ("Only compiling NCCL/auto collective is
+supported, got: ring"), so the runtime runs those replicas' step uncompiled
+(launcher.runtime.layout.RunLayout.jit_compile).
 
 ``--xla {auto,on,off}`` (``plan``, ``placement report``, ``run``) overrides
 what the script asked for (autodist.graph.job_options.with_job_options).
@@ -55,12 +59,16 @@ def resolve_xla(job, device_kind):
     return XlaChoice(True, f"Keras' jit_compile='auto' compiles the step with XLA on a {device_kind}")
 
 
-def plan_xla(job, device_kind, one_client):
-    """The :class:`XlaChoice` of ``job`` under a plan on devices of ``device_kind``: :func:`resolve_xla`'s, but off
-    where ``one_client`` (the plan is driven by one client, launcher.runtime.trainer, whose step XLA does not
-    compile)."""
+def plan_xla(job, device_kind, one_client, replicas=1):
+    """The :class:`XlaChoice` of ``job`` under a plan of ``replicas`` replicas on devices of ``device_kind``:
+    :func:`resolve_xla`'s, but off where ``one_client`` (the plan is driven by one client,
+    launcher.runtime.trainer, whose step XLA does not compile) and where CPU replicas sum gradients (XLA
+    compiles no CPU collective)."""
     choice = resolve_xla(job, device_kind)
     if choice.on and one_client:
         return XlaChoice(False, "the plan's one client (PS variables, or a replica over several devices) runs the "
                                 "step as one tf.function that XLA does not compile: priced without XLA, as it runs")
+    if choice.on and device_kind == "CPU" and replicas > 1:
+        return XlaChoice(False, f"the plan's {replicas} CPU replicas sum their gradients with collectives that XLA "
+                                "does not compile on CPUs: their step runs without XLA, and is priced so")
     return choice

@@ -61,6 +61,8 @@ def step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_co
     data, names = first_batch(x, y, sample_weight, batch_size, source=source)
     specs = tf.nest.map_structure(spec_of, data)
     shapes = {n: shapes_of(s) for n, s in zip(names, specs if isinstance(specs, tuple) else (specs,))}
+    # a part of unknown shape (a pandas DataFrame) is left out, as shapes_of leaves out a nested one
+    shapes = {n: s for n, s in shapes.items() if s is not None}
     traced = tf.function(model.train_step)
     with _without_loss_scaling(model):
         return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,

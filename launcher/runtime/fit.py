@@ -30,18 +30,28 @@ class StepReporter:
 
     With ``total_steps`` known, about ten lines in all; without (a custom
     loop), steps 1-10, then every 10th, then every 100th from step 1000.
+    A run's later training phases (launcher.runtime.phases) start at
+    :meth:`next_phase`; the closing lines measure each phase on its own steps.
     """
 
     def __init__(self, predicted_step_time, total_steps=None, out=None):
         self.predicted = predicted_step_time
         self.out = out or sys.stdout
         self.times = []
+        self.phase_starts = [{"phase": 1, "first_step": 1, "predicted_step_time": predicted_step_time}]
         self.expect(total_steps)
 
     def expect(self, total_steps):
         """From now on the run ends at step ``total_steps`` (None: unknown)."""
         self.total = total_steps
         self.every = max(1, (total_steps - len(self.times)) // 10) if total_steps else None
+
+    def next_phase(self, predicted_step_time, **about):
+        """From the next step on, a later training phase predicted at ``predicted_step_time`` (0: not priced);
+        ``about``: what its record keeps besides (its source, its plan's files)."""
+        self.predicted = predicted_step_time
+        self.phase_starts.append(dict(about, phase=len(self.phase_starts) + 1, first_step=len(self.times) + 1,
+                                      predicted_step_time=predicted_step_time))
 
     def _shown(self, index):
         if self.total:
@@ -59,27 +69,54 @@ class StepReporter:
         predicted = f"  (predicted {_ms(self.predicted)})" if self.predicted > 0 else ""
         print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}{predicted}", file=self.out, flush=True)
 
-    def _measured(self):
-        """The steps the measured step time is the median of: those after TensorFlow's executor settled (its first
-        EXECUTOR_SETTLE_RUNS runs, which profiling leaves out of the step times the cost model is fitted on)
-        where at least as many follow them, else all but the first (it traces the graph)."""
-        skip = EXECUTOR_SETTLE_RUNS if len(self.times) >= 2 * EXECUTOR_SETTLE_RUNS else 1
-        return skip, self.times[skip:] or self.times
-
     def measured_step_time(self):
-        """Median step time of the measured steps (:meth:`_measured`)."""
-        _, times = self._measured()
+        """Median step time of the measured steps of the whole run (:func:`_settled`)."""
+        times = _settled(self.times)[1]
         return float(np.median(times)) if times else 0.0
 
+    def phases(self, plan_path):
+        """One record per training phase that ran a step: its steps (``first_step``-``last_step``), the median
+        of its settled ones (``measured_from`` on, :func:`_settled`; None: all of them), its prediction, and its
+        plan (``plan_path`` for the first; a later one's where it was kept)."""
+        out = []
+        starts = self.phase_starts
+        for k, phase in enumerate(starts):
+            last = starts[k + 1]["first_step"] - 1 if k + 1 < len(starts) else len(self.times)
+            times = self.times[phase["first_step"] - 1:last]
+            if not times:
+                continue
+            skip, settled = _settled(times)
+            out.append(dict({"plan": str(plan_path)} if k == 0 else {}, **phase, last_step=last,
+                            measured_from=phase["first_step"] + skip if len(times) > skip else None,
+                            measured_step_time=float(np.median(settled))))
+        return out
+
     def summary(self, plan_path):
-        """The closing line: measured against predicted step time, and the plan used."""
-        measured, predicted = self.measured_step_time(), self.predicted
-        skip, _ = self._measured()
-        ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
-        steps = f" (median of steps {skip + 1}-{len(self.times)})" if len(self.times) > skip else ""
-        against = f"vs predicted {_ms(predicted)}{ratio}" if predicted > 0 else "(the last phase's plan is not priced)"
-        print(f"autodist: measured step time {_ms(measured)}{steps} {against}; plan {plan_path}", file=self.out,
-              flush=True)
+        """The closing lines: each phase's measured against predicted step time, and its plan."""
+        phases = self.phases(plan_path)
+        for phase in phases:
+            print(measured_line(phase, len(phases) > 1), file=self.out, flush=True)
+
+
+def _settled(times):
+    """``(skip, the steps a measured step time is the median of)``: those after TensorFlow's executor settled (its
+    first EXECUTOR_SETTLE_RUNS runs, which profiling leaves out of the step times the cost model is fitted on) where
+    at least as many follow them, else all but the first (it traces the graph)."""
+    skip = EXECUTOR_SETTLE_RUNS if len(times) >= 2 * EXECUTOR_SETTLE_RUNS else 1
+    return skip, times[skip:] or times
+
+
+def measured_line(phase, numbered=False):
+    """The closing line of one training phase (a record of :meth:`StepReporter.phases`, its prediction 0 where
+    its plan is not priced); ``numbered``: the run had several, and the line names which."""
+    measured, predicted = phase["measured_step_time"], phase["predicted_step_time"]
+    ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
+    steps = f" (median of steps {phase['measured_from']}-{phase['last_step']})" if phase["measured_from"] else ""
+    against = f"vs predicted {_ms(predicted)}{ratio}" if predicted > 0 else "(this phase's plan is not priced)"
+    where = f" at {phase['source']}" if phase.get("source") else ""
+    label = f"phase {phase['phase']}{where}: " if numbered else ""
+    plan = f"; plan {phase['plan']}" if phase.get("plan") else ""
+    return f"autodist: {label}measured step time {_ms(measured)}{steps} {against}{plan}"
 
 
 class PlacedFit:

@@ -62,6 +62,7 @@ class RunLayout:
     script_batch: int = 0  # the batch the script gives a step, where the plan is for another (0: batch_size)
     per_replica: bool = False  # every replica runs the script's batch (batch_size = replicas x script_batch)
     xla: bool = False  # whether the step was priced compiled by XLA on the plan's devices (autodist.graph.xla)
+    xla_reason: str = ""  # why, in the plan's words
 
     @classmethod
     def from_plan(cls, plan):
@@ -94,18 +95,18 @@ class RunLayout:
             batch_size=int(plan.graph.get("batch_size") or 0),
             micro_batches=plan.micro_batches,
             xla=bool(plan.graph.get("xla", False)),
+            xla_reason=str(plan.graph.get("xla_reason", "")),
             script_batch=int(plan.graph.get("script_batch") or 0),
             per_replica=bool(plan.graph.get("batch_per_replica")),
         )
 
     def jit_compile(self, device_type):
-        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: as priced on GPUs; elsewhere,
-        where TensorFlow's CPU step is what the plan was priced on, False where replicas sum gradients (XLA compiles
-        no CPU collective: "Only compiling NCCL/auto collective is supported, got: ring"), else None (as the script
-        says)."""
-        if device_type == "GPU":
-            return self.xla
-        return False if len(self.replica_devices) > 1 else None
+        """The ``jit_compile`` a replica on ``device_type`` compiles its step with: False where replicas on CPUs sum
+        gradients (XLA compiles no CPU collective: "Only compiling NCCL/auto collective is supported, got: ring"),
+        else as the plan priced it (autodist.graph.xla.plan_xla prices those CPU replicas without XLA too)."""
+        if device_type != "GPU" and len(self.replica_devices) > 1:
+            return False
+        return self.xla
 
     @property
     def step_rows(self):

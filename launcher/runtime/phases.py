@@ -9,14 +9,59 @@ and planned for the same replicas: every trainable variable allreduced by
 ring in one bucket.  The replica group (its processes and collectives)
 stays as started, so every replica derives the same plan from the same
 step, without talking to the others.  The launcher may import only
-autodist's core, so this plan is not priced (no simulator here): its
-predicted step time is unknown (0).
+autodist's core, so this plan is not priced here (no simulator): its
+predicted step time is unknown (0).  A launcher that can price it (``autodist
+run``, autodist.cli.run_cmd) names a folder in :data:`PHASES_ENV`: the first
+replica keeps each later phase's step and plan there, and at the end the
+record of every phase's steps and measured step time (``phases.json``),
+instead of printing the closing lines, which that launcher prints with each
+phase priced.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+
+from autodist.io import write_json_atomic
+
+# Where the first replica keeps later phases' steps and plans and the phases' record for the launcher to price
+# (unset: nothing is kept, and the closing lines say a later phase is not priced).
+PHASES_ENV = "AUTODIST_PHASES_DIR"
+PHASES_RECORD = "phases.json"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A later phase as planned: its RunLayout, the line that says so, its step (GraphItem) and its Plan."""
+
+    layout: object
+    line: str
+    item: object
+    plan: object
+
+
+def kept(phase, number):
+    """What the record of later phase ``number`` keeps besides its steps: its source and, where
+    :data:`PHASES_ENV` names a folder, the files of its step and plan, written there."""
+    folder = os.environ.get(PHASES_ENV)
+    if not folder:
+        return {"source": phase.item.job.source}
+    graph, plan = (os.path.join(folder, f"phase-{number}.{what}.json") for what in ("graph", "plan"))
+    phase.item.save(graph)
+    phase.plan.save(plan)
+    return {"source": phase.item.job.source, "graph": graph, "plan": plan}
+
+
+def close(reporter, plan_path):
+    """At the end of a run (its first replica): the phases' record for the launcher that prices them, where
+    :data:`PHASES_ENV` names a folder, else the closing lines."""
+    folder = os.environ.get(PHASES_ENV)
+    if folder:
+        write_json_atomic(os.path.join(folder, PHASES_RECORD), {"phases": reporter.phases(plan_path)})
+    else:
+        reporter.summary(plan_path)
 
 
 def needs_plan(layout, model, rows):
@@ -28,7 +73,7 @@ def needs_plan(layout, model, rows):
 
 
 def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
-    """``(RunLayout, line)`` for a later ``model.fit``: its plan on the replicas of the plan at ``plan_path``, and one
+    """The :class:`Phase` of a later ``model.fit``: its plan on the replicas of the plan at ``plan_path``, and one
     line saying what was planned and how long it took."""
     from autodist.loops import fit
 
@@ -38,7 +83,7 @@ def phase_layout(plan_path, model, x, y, batch_size, sample_weight, source):
 
 
 def step_layout(layout, plan_path, step, args, kwargs, source):
-    """``(RunLayout, line)`` for a later custom-loop step (a ``tf.function`` that applies gradients) whose batch or
+    """The :class:`Phase` of a later custom-loop step (a ``tf.function`` that applies gradients) whose batch or
     variables are not ``layout``'s, as :func:`phase_layout`; None when ``layout`` already fits it."""
     from autodist.loops import function
 
@@ -55,8 +100,8 @@ def _name(source):
 
 
 def _planned(plan_path, item, start):
-    """The plan of ``item`` on the replicas of the plan at ``plan_path`` (every variable allreduced by ring, not
-    priced), as a RunLayout, and its line."""
+    """The :class:`Phase` of ``item`` on the replicas of the plan at ``plan_path`` (every variable allreduced by
+    ring, not priced)."""
     from autodist.graph.semantics import planned_batch
     from autodist.plan import Plan
     from autodist.strategy import Strategy, VarSync
@@ -74,5 +119,5 @@ def _planned(plan_path, item, start):
             f"{', every replica on its own batch' if item.job.batch_per_replica else ''}, "
             f"{len(sync)} trainable variables): planned in {seconds:.1f} s on the same "
             f"{len(strategy.replicas)} replica{'s' if len(strategy.replicas) != 1 else ''}, every variable "
-            "allreduced by ring (not priced)")
-    return RunLayout.from_plan(plan), line
+            f"allreduced by ring ({'priced when the run ends' if os.environ.get(PHASES_ENV) else 'not priced'})")
+    return Phase(RunLayout.from_plan(plan), line, item, plan)

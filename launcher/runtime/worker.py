@@ -16,8 +16,9 @@ import sys
 import traceback
 
 from autodist.errors import LaunchError
-from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
+from launcher.runtime import phases
+from launcher.runtime.layout import canonical_device
 
 
 class CollectiveRun:
@@ -66,13 +67,13 @@ class CollectiveRun:
         self.reporter.step(self.steps, loss, seconds, samples)
 
     def plan_phase(self, planned):
-        """Run from now on under ``planned`` (``(RunLayout, line)`` of a later phase; None: keep the plan)."""
+        """Run from now on under ``planned`` (a later phases.Phase; None: keep the plan)."""
         if planned is None:
             return
-        layout, line = planned
-        self.group.relayout(layout)
-        self.reporter.predicted = layout.predicted_step_time
-        print(line, file=self.console, flush=True)
+        self.group.relayout(planned.layout)
+        about = phases.kept(planned, len(self.reporter.phase_starts) + 1) if self.first else {}
+        self.reporter.next_phase(planned.layout.predicted_step_time, **about)
+        print(planned.line, file=self.console, flush=True)
 
     def call_site(self):
         """``script:line`` of the innermost line of the script on the stack."""
@@ -114,7 +115,7 @@ class CollectiveRun:
                               "that calls optimizer.apply_gradients, or an autodist.function), "
                               "so nothing ran with the plan")
         if self.first:
-            self.reporter.summary(self.plan_path)
+            phases.close(self.reporter, self.plan_path)
         if report_path:
             write_json_atomic(report_path, self.record())
 

@@ -60,11 +60,10 @@ def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, 
         model.train_step = tf.function(model.train_step, reduce_retracing=True)
     model.train_function = None
     jit = group.layout.jit_compile(group.device_type)
-    if jit is False and model.jit_compile and group.device_type != "GPU":
-        print("autodist: the model's jit_compile=True step runs without XLA on these CPU replicas (XLA compiles "
-              "no CPU collective), as the plan priced it", file=run.console, flush=True)
-    if jit is not None:  # Keras builds its train function with jit_compile: the step as priced
-        model.jit_compile = jit
+    if model.jit_compile is True and not jit:
+        print(f"autodist: the model's jit_compile=True step runs without XLA, as the plan priced it: "
+              f"{group.layout.xla_reason}", file=run.console, flush=True)
+    model.jit_compile = jit  # Keras builds its train function with jit_compile: the step as priced
     try:
         with batch_mismatch_is_a_launch_error():
             return keras_fit(model, x, y, batch_size, *args, callbacks=kept + [progress], **kwargs)

@@ -54,9 +54,7 @@ class _ReplicaSteps:
         from autodist.hooks import step_options
 
         group = self.run.group
-        options = step_options(step)
-        jit = group.layout.jit_compile(group.device_type)
-        return options if jit is None else dict(options, jit_compile=jit)
+        return dict(step_options(step), jit_compile=group.layout.jit_compile(group.device_type))
 
 
 class RefusedSteps:
