@@ -115,3 +115,51 @@ def test_a_document_whose_loop_names_no_loop_op_is_refused(lstm):
     data["loops"][0]["op"] = data["ops"][0]["name"]
     with pytest.raises(InputError, match=r"loops\[0\]\.op"):
         GraphItem.from_dict(data)
+
+
+def test_a_nested_loop_is_priced_per_iteration_of_its_outer_loop():
+    import tensorflow as tf
+
+    def step(x):
+        def outer(i, v):
+            inner = tf.while_loop(lambda j, w: j < 4, lambda j, w: (j + 1, tf.matmul(w, w)), (tf.constant(0), v))
+            return i + 1, inner[1]
+
+        return tf.while_loop(lambda i, v: i < 3, outer, (tf.constant(0), x))[1]
+
+    item = capture_step(step, tf.TensorSpec([8, 8]))
+    (loop,) = item.loops.values()
+    (inner,) = loop.loops
+    assert (loop.trips, inner.trips) == (3, 4)
+    product = 2 * 8 * 8 * 8
+    assert [op.flops for op in inner.ops if op.type == "MatMul"] == [product]
+    assert 3 * 4 * product <= item.ops[loop.op].flops <= 3 * 4 * product * 1.02  # the counters' adds beside
+
+
+def test_a_loop_at_another_batch_scales_its_batch_major_tensors_not_its_trips(lstm):
+    from autodist.graph.rebatch import at_batch
+
+    item = lstm[12]
+    doubled = at_batch(item, 2 * BATCH)
+
+    def products(graph):
+        return sorted(loop.trips * op.flops for loop in graph.loops.values() for op in loop.ops if op.type == "MatMul")
+
+    assert [loop.trips for loop in doubled.loops.values()] == [12, 12]
+    assert products(doubled) == [2 * p for p in products(item)]  # every gate product and its gradients: batch-linear
+    assert doubled.ops[next(iter(doubled.loops))].flops == pytest.approx(2 * item.ops[next(iter(item.loops))].flops,
+                                                                          rel=0.01)
+
+
+def test_the_forward_loop_holds_the_activations_it_keeps_for_its_gradient(lstm):
+    item = lstm[12]
+    forward = item.ops[next(iter(item.loops))]
+    state = BATCH * HIDDEN * 4  # one float32 [batch, hidden] tensor
+    assert sum(forward.output_bytes) >= 12 * 6 * state  # gates, cell and hidden states of every step
+
+
+def test_inspect_lists_each_loop_with_its_trips(lstm):
+    from autodist.graph.summary import render, summarize
+
+    lines = [line for line in render(summarize(lstm[6])) if line.startswith("loop ")]
+    assert len(lines) == 2 and all("6 trips of" in line for line in lines)
