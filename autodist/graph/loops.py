@@ -20,15 +20,16 @@ one iteration runs and the trip count:
   ``Identity`` (the body's argument) and a ``NextIteration``, and one
   ``LoopCond``; unlowered, the body is a function call: an ``_Arg`` and a
   ``_Retval`` per variable;
-- the trip count, where TensorFlow's graph fixes it: ``while_v2`` makes the
-  loop's first two variables its counter and ``maximum_iterations`` (-1 for
-  none), and the condition compares a variable the body steps by a constant
-  with a bound the loop does not change (Keras passes the time steps as
-  both).  A value is static when TensorFlow folds it (``tf.get_static_value``,
-  else the constant-only subgraph that computes it is run), or when it is the
-  counter of a loop whose trips are known (a gradient loop runs as many
-  times as its forward loop).  Where nothing fixes it, ``trips_known`` is
-  False and the body is priced once.
+- the trip count, where TensorFlow's graph fixes it: the condition compares
+  a variable that starts at a static value and that the body steps by a
+  constant with a static bound the loop does not change (``while_v2`` adds
+  its counter against ``maximum_iterations`` to the condition; Keras passes
+  the time steps as both that and its own bound).  A value is static when
+  TensorFlow folds it (``tf.get_static_value``, else the constant-only
+  subgraph that computes it is run), or when it is the counter (output 0)
+  of a loop whose trips are known (a gradient loop runs as many times as
+  its forward loop).  Where nothing fixes it, ``trips_known`` is False and
+  the body is priced once.
 
 Loops inside a body are recorded in the body's loop, the same way; an ``If``
 inside a body is priced as its launch (its branches are not recorded).  On a
@@ -41,14 +42,13 @@ from __future__ import annotations
 
 import math
 
+from autodist.graph.checks import LOOP_TYPES
 from autodist.graph.item import LoopInfo, OpInfo
 from autodist.graph.tfgraph import op_infos
 
-LOOP_TYPES = ("While", "StatelessWhile")
 LOWERING_ATTR = "_lower_using_switch_merge"
 # Comparisons a loop condition bounds a counter with: (counter side, inclusive).
 _COMPARISONS = {"Less": (0, False), "LessEqual": (0, True), "Greater": (1, False), "GreaterEqual": (1, True)}
-_LIST_TYPES = ("EmptyTensorList", "TensorListReserve", "TensorListFromTensor")
 
 
 def loop_records(graph, lowered=None):
@@ -89,15 +89,18 @@ class _Loops:
         return records
 
     def loop(self, op, known):
+        """The LoopInfo of loop op ``op``."""
+        import tensorflow as tf
+
         body, body_args, body_outputs = self.function_graph(op.get_attr("body").name, op.inputs)
         cond, cond_args, cond_outputs = self.function_graph(op.get_attr("cond").name, op.inputs)
         invariant = [_walk(out).op is arg for out, arg in zip(body_outputs, body_args)]
         initial = [self.value(t, known) for t in op.inputs]
-        for i, out in enumerate(body_outputs):
-            spec = self.list_spec(op.inputs[i]) if i < len(op.inputs) else None
+        for tensor, output in zip(op.inputs, op.outputs):  # a list the loop carries keeps its elements' type
+            spec = self.list_spec(tensor) if tensor.dtype == tf.variant else None
             if spec is not None:
-                self.lists[op.outputs[i].ref()] = spec
-        trips = self.trip_count(op, initial, invariant, body, body_args, body_outputs, cond, cond_args, cond_outputs)
+                self.lists[output.ref()] = spec
+        trips = self.trip_count(initial, invariant, body_args, body_outputs, cond_args, cond_outputs)
         if trips is not None:
             self.trips[op.name] = trips
         lowered = self.lowered
@@ -174,11 +177,11 @@ class _Loops:
             value = _folded(tensor, known)
         return int(value) if value is not None and getattr(value, "size", 1) == 1 else None
 
-    def trip_count(self, op, initial, invariant, body, body_args, body_outputs, cond, cond_args, cond_outputs):
-        """Iterations of loop ``op``, or None where the graph does not fix them (see the module docstring)."""
+    def trip_count(self, initial, invariant, body_args, body_outputs, cond_args, cond_outputs):
+        """Iterations of a loop whose variables start at ``initial`` (static values or None), or None where the
+        graph does not fix them: the fewest any comparison of the condition allows, of a variable the body steps
+        by a constant against a static bound (see the module docstring)."""
         bounds = []
-        if len(initial) > 1 and initial[1] is not None and initial[1] >= 0:  # while_v2's maximum_iterations
-            bounds.append(initial[1])
         index = {arg.name: i for i, arg in enumerate(cond_args)}
         pending = [cond_outputs[0]] if cond_outputs else []
         while pending:
@@ -193,7 +196,7 @@ class _Loops:
             i = index.get(counter.op.name)
             if i is None or initial[i] is None or i >= len(body_outputs):
                 continue
-            step = _step(body_outputs[i], body_args[i].outputs[0], body)
+            step = _step(body_outputs[i], body_args[i].outputs[0])
             j = index.get(limit.op.name)
             bound = (initial[j] if j is not None and invariant[j]
                      else self.value(limit, {}) if j is None else None)
@@ -295,7 +298,7 @@ def _control(name, op_type, like, inputs):
                   output_bytes=nbytes, scope=name.rpartition("/")[0])
 
 
-def _step(output, arg, body):
+def _step(output, arg):
     """The constant a loop's body adds to the variable ``arg`` to give ``output``, or None."""
     import tensorflow as tf
 
