@@ -82,6 +82,26 @@ def test_a_while_loop_bounded_by_its_condition_has_a_static_trip_count():
     assert item.ops[loop.op].flops == 10 * sum(op.flops for op in loop.ops)  # the product and the counters
 
 
+def test_autographs_range_loop_and_a_stepped_python_while_have_static_trip_counts():
+    import tensorflow as tf
+
+    def over_range(x):
+        for _ in tf.range(5):
+            x = tf.matmul(x, x)
+        return x
+
+    def stepped(x):
+        i = tf.constant(0)
+        while i <= 7:
+            x = tf.matmul(x, x)
+            i += 2
+        return x
+
+    for step, trips in ((over_range, 5), (stepped, 4)):
+        (loop,) = capture_step(step, tf.TensorSpec([8, 8])).loops.values()
+        assert (loop.trips, loop.trips_known) == (trips, True)
+
+
 def test_a_loop_of_unknown_trips_is_priced_once_and_the_report_warns_naming_it():
     import keras
     import tensorflow as tf

@@ -100,14 +100,14 @@ class _Loops:
             spec = self.list_spec(tensor) if tensor.dtype == tf.variant else None
             if spec is not None:
                 self.lists[output.ref()] = spec
-        trips = self.trip_count(initial, invariant, body_args, body_outputs, cond_args, cond_outputs)
+        fixed = {arg.outputs[0].ref(): value for arg, value, same in zip(body_args, initial, invariant)
+                 if value is not None and same}
+        trips = self.trip_count(initial, invariant, fixed, body_args, body_outputs, cond_args, cond_outputs)
         if trips is not None:
             self.trips[op.name] = trips
         lowered = self.lowered
         if lowered is None:
             lowered = op.node_def.attr[LOWERING_ATTR].b if LOWERING_ATTR in op.node_def.attr else False
-        fixed = {arg.outputs[0].ref(): value for arg, value, same in zip(body_args, initial, invariant)
-                 if value is not None and same}
         records = self.iteration_ops(op, body, body_args, body_outputs, cond, cond_args, cond_outputs, lowered)
         loops = self.of(body, fixed)
         attach(records, loops)
@@ -177,10 +177,11 @@ class _Loops:
             value = _folded(tensor, known)
         return int(value) if value is not None and getattr(value, "size", 1) == 1 else None
 
-    def trip_count(self, initial, invariant, body_args, body_outputs, cond_args, cond_outputs):
+    def trip_count(self, initial, invariant, fixed, body_args, body_outputs, cond_args, cond_outputs):
         """Iterations of a loop whose variables start at ``initial`` (static values or None), or None where the
         graph does not fix them: the fewest any comparison of the condition allows, of a variable the body steps
-        by a constant against a static bound (see the module docstring)."""
+        by a static amount against a static bound (see the module docstring).  ``invariant``: which variables
+        the body hands on unchanged; ``fixed``: those of the body's arguments, at their static values."""
         bounds = []
         index = {arg.name: i for i, arg in enumerate(cond_args)}
         pending = [cond_outputs[0]] if cond_outputs else []
@@ -196,7 +197,7 @@ class _Loops:
             i = index.get(counter.op.name)
             if i is None or initial[i] is None or i >= len(body_outputs):
                 continue
-            step = _step(body_outputs[i], body_args[i].outputs[0])
+            step = _step(body_outputs[i], body_args[i].outputs[0], fixed)
             j = index.get(limit.op.name)
             bound = (initial[j] if j is not None and invariant[j]
                      else self.value(limit, {}) if j is None else None)
@@ -298,8 +299,9 @@ def _control(name, op_type, like, inputs):
                   output_bytes=nbytes, scope=name.rpartition("/")[0])
 
 
-def _step(output, arg):
-    """The constant a loop's body adds to the variable ``arg`` to give ``output``, or None."""
+def _step(output, arg, fixed):
+    """The static amount a loop's body adds to the variable ``arg`` to give ``output``, or None; ``fixed``: the
+    body's arguments of static value."""
     import tensorflow as tf
 
     tensor = _walk(output)
@@ -307,8 +309,8 @@ def _step(output, arg):
         return None
     a, b = (_walk(t) for t in tensor.op.inputs)
     for var, inc in ((a, b), (b, a)):
-        if var is arg or var.op is arg.op:
-            value = tf.get_static_value(inc)
+        if var.op is arg.op:
+            value = fixed.get(inc.ref()) if inc.ref() in fixed else tf.get_static_value(inc)
             return int(value) if value is not None and getattr(value, "size", 1) == 1 else None
     return None
 
