@@ -44,7 +44,7 @@ import math
 
 from autodist.graph.checks import LOOP_TYPES
 from autodist.graph.item import LoopInfo, OpInfo
-from autodist.graph.tfgraph import op_infos
+from autodist.graph.tfgraph import op_infos, shape_list, tensor_bytes
 
 LOWERING_ATTR = "_lower_using_switch_merge"
 # Comparisons a loop condition bounds a counter with: (counter side, inclusive).
@@ -242,7 +242,7 @@ class _Loops:
 def attach(ops, loops):
     """Give the loop ops among ``ops`` (OpInfo records) what their ``loops`` run: FLOPs, the phase of their
     body's ops, and the bytes of the tensor lists an iteration appends to (a forward loop keeps every step's
-    activations so for its gradient loop): trips x the element appended."""
+    activations for its gradient loop): trips x the element appended."""
     by_name = {op.name: op for op in ops}
     for loop in loops:
         op = by_name[loop.op]
@@ -284,13 +284,11 @@ def _renamed(tensor, renamed, prefix):
 def _control(name, op_type, like, inputs):
     """A control op of a lowered loop, with the shape of tensor ``like`` (a bool scalar where None); a
     ``Switch`` has two outputs (false, true), a ``Merge`` the value and the index it took."""
-    from autodist.graph.tfgraph import _nbytes, _shape
-
     if like is None:
         shapes, dtypes, nbytes = [[]], ["bool"], [1]
     else:
-        shape = _shape(like.shape)
-        shapes, dtypes, nbytes = [shape], [like.dtype.name], [_nbytes(shape, like.dtype)]
+        shape = shape_list(like.shape)
+        shapes, dtypes, nbytes = [shape], [like.dtype.name], [tensor_bytes(shape, like.dtype)]
     if op_type == "Switch":
         shapes, dtypes, nbytes = shapes * 2, dtypes * 2, nbytes * 2
     elif op_type == "Merge":
