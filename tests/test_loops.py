@@ -167,8 +167,11 @@ def test_a_loop_at_another_batch_scales_its_batch_major_tensors_not_its_trips(ls
 
     assert [loop.trips for loop in doubled.loops.values()] == [12, 12]
     assert products(doubled) == [2 * p for p in products(item)]  # every gate product and its gradients: batch-linear
-    assert doubled.ops[next(iter(doubled.loops))].flops == pytest.approx(2 * item.ops[next(iter(item.loops))].flops,
-                                                                          rel=0.01)
+    forward = next(iter(item.loops))
+    assert doubled.ops[forward].flops == pytest.approx(2 * item.ops[forward].flops, rel=0.01)
+    kept = list(zip(item.ops[forward].output_bytes, doubled.ops[forward].output_bytes))
+    assert all(new in (old, 2 * old) for old, new in kept)  # kept activations double, kept weight reads do not
+    assert sum(new == 2 * old > 0 for old, new in kept) >= 6
 
 
 def test_the_forward_loop_holds_the_activations_it_keeps_for_its_gradient(lstm):

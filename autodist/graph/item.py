@@ -84,6 +84,18 @@ class LoopInfo:
         """FLOPs of every iteration together, nested loops included."""
         return self.trips * sum(op.flops for op in self.ops)
 
+    def kept_bytes(self):
+        """Output index of the loop op -> bytes of the tensor list it returns that every iteration appends one
+        element to (a forward loop keeps each step's activations for its gradient loop): trips x the element."""
+        produced = {op.name: op for op in self.ops}
+        sizes = {f"{op.name}:{i}": b for op in self.ops for i, b in enumerate(op.output_bytes)}
+        kept = {}
+        for i, tensor in enumerate(self.outputs):
+            producer = produced.get(tensor.rpartition(":")[0])
+            if producer is not None and producer.type == "TensorListPushBack" and len(producer.data_inputs) > 1:
+                kept[i] = self.trips * sizes.get(producer.data_inputs[1], 0)
+        return kept
+
     def unknown_trips(self):
         """Names of the loop ops, this one or nested, whose trip count the capture could not find."""
         return ([] if self.trips_known else [self.op]) + [name for loop in self.loops for name in loop.unknown_trips()]

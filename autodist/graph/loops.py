@@ -241,19 +241,15 @@ class _Loops:
 
 def attach(ops, loops):
     """Give the loop ops among ``ops`` (OpInfo records) what their ``loops`` run: FLOPs, the phase of their
-    body's ops, and the bytes of the tensor lists an iteration appends to (a forward loop keeps every step's
-    activations for its gradient loop): trips x the element appended."""
+    body's ops, and the bytes of the tensor lists their iterations append to (LoopInfo.kept_bytes)."""
     by_name = {op.name: op for op in ops}
     for loop in loops:
         op = by_name[loop.op]
         op.flops = loop.flops()
         _set_phase(loop, op.phase)
-        produced = {info.name: info for info in loop.ops}
-        sizes = {f"{info.name}:{i}": b for info in loop.ops for i, b in enumerate(info.output_bytes)}
-        for i, tensor in enumerate(loop.outputs):
-            producer = produced.get(tensor.rpartition(":")[0])
-            if producer is not None and producer.type == "TensorListPushBack" and i < len(op.output_bytes):
-                op.output_bytes[i] = loop.trips * sizes.get(producer.data_inputs[1], 0)
+        for i, nbytes in loop.kept_bytes().items():
+            if i < len(op.output_bytes):
+                op.output_bytes[i] = nbytes
 
 
 def _set_phase(loop, phase):

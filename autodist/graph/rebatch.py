@@ -193,11 +193,13 @@ def _loop_at_batch(loop, batch, new_batch):
 
 
 def _set_loop_flops(ops, loops):
-    """Give the loop ops among ``ops`` their (rescaled) loops' FLOPs (copies of the records)."""
+    """Give the loop ops among ``ops`` their (rescaled) loops' FLOPs and kept bytes (copies of the records)."""
     index = {op.name: i for i, op in enumerate(ops)}
     for loop in loops:
         i = index[loop.op]
-        ops[i] = replace(ops[i], flops=loop.flops())
+        kept = loop.kept_bytes()
+        ops[i] = replace(ops[i], flops=loop.flops(),
+                         output_bytes=[kept.get(k, b) for k, b in enumerate(ops[i].output_bytes)])
 
 
 def at_batch(graph_item, new_batch):
