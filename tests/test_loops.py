@@ -186,3 +186,22 @@ def test_inspect_lists_each_loop_with_its_trips(lstm):
 
     lines = [line for line in render(summarize(lstm[6])) if line.startswith("loop ")]
     assert len(lines) == 2 and all("6 trips of" in line for line in lines)
+
+
+def test_profile_loop_iterations_measures_a_calibration_the_cost_model_reads(tmp_path):
+    import subprocess
+    import sys
+
+    from cost_models.loop_iteration import LoopIterationCalibration
+    from cost_models.model import load_cost_model
+
+    refused = subprocess.run([sys.executable, "-m", "autodist", "profile", "loop-iterations", "--runs", "2",
+                              "--out", str(tmp_path)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--runs" in refused.stderr and not list(tmp_path.iterdir())
+    done = subprocess.run([sys.executable, "-m", "autodist", "profile", "loop-iterations", "--runs", "3",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    calibration = LoopIterationCalibration.load(str(tmp_path / "loop_iteration_calibration.json"))
+    assert [m["variables"] for m in calibration.measurements] == [3, 13, 23]  # the counter and 2, 12, 22 tensors
+    assert "--runs 3" in calibration.command
+    assert load_cost_model(str(tmp_path)).loop_iteration == calibration

@@ -1,17 +1,15 @@
 """The harness that measures a loop iteration's control cost (cost_models.loop_iteration's record).
 
-``python -m cost_models.profiling.loop_iteration -o cost_models/data/loop_iteration_calibration.json``
-times, in this process, a ``tf.function`` whose ``tf.while_loop`` carries a
-counter and V float32 [32, 64] tensors (one of them multiplied each
-iteration) for 2000 trips, V in :data:`VARIABLES`, and fits
-``seconds per iteration = base + per_variable * (V + 1)``.
+``autodist profile loop-iterations`` times, in its own process, a
+``tf.function`` whose ``tf.while_loop`` carries a counter and V float32
+[32, 64] tensors (one of them multiplied each iteration) for 2000 trips, V in
+:data:`VARIABLES`, and fits ``seconds per iteration = base + per_variable *
+(V + 1)``.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 
 from cost_models.calibration import fit_line
@@ -20,7 +18,6 @@ from cost_models.profiling.transfers import machine_description
 
 VARIABLES = (2, 12, 22)
 TRIPS = 2000
-RUNS = 15
 
 
 def _loop(variables):
@@ -38,8 +35,9 @@ def _loop(variables):
     return loop
 
 
-def measure():
-    """(loop variables, seconds per iteration) for each V of :data:`VARIABLES` (the counter counted)."""
+def measure(runs):
+    """(loop variables, median seconds per iteration over ``runs`` loops) for each V of :data:`VARIABLES` (the
+    counter counted)."""
     import tensorflow as tf
 
     rows = []
@@ -49,7 +47,7 @@ def measure():
         loop(x)
         loop(x)
         times = []
-        for _ in range(RUNS):
+        for _ in range(runs):
             start = time.perf_counter()
             loop(x)
             times.append(time.perf_counter() - start)
@@ -57,23 +55,10 @@ def measure():
     return rows
 
 
-def calibrate(command=""):
-    rows = measure()
+def calibrate(runs=15, command=""):
+    """The :class:`LoopIterationCalibration` of this machine."""
+    rows = measure(runs)
     base, rate = fit_line([r[0] for r in rows], [r[1] for r in rows])  # seconds = base + variables / rate
     return LoopIterationCalibration(base=base, per_variable=1.0 / rate,
                                     measurements=[{"variables": v, "seconds_per_iteration": s} for v, s in rows],
                                     command=command, machine=machine_description())
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--out", required=True)
-    args = parser.parse_args(argv)
-    record = calibrate("python -m cost_models.profiling.loop_iteration " + " ".join(argv or sys.argv[1:]))
-    record.save(args.out)
-    print(f"loop iteration: {record.base * 1e6:.2f} us + {record.per_variable * 1e6:.3f} us per variable -> "
-          f"{args.out}")
-
-
-if __name__ == "__main__":
-    main()
