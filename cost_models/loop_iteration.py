@@ -11,7 +11,8 @@ multiply's kernel).  Every op of an iteration that runs no kernel (the
 lowered control ops, and the body's constants, identities and tensor list
 element moves: the prior's ``trivial`` class) is priced as one of those
 lowered ops, ``per_variable / 4``: for the body's own, an assumption from
-the same measurement.
+the same measurement.  The host drives a loop on a GPU too; there, and on
+other CPUs than the one measured, the same figures are taken (assumed).
 """
 
 from __future__ import annotations
