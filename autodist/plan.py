@@ -215,6 +215,7 @@ def _graph_summary(graph_item, resource_spec, strategy):
         "script_batch": int(graph_item.job.script_batch or graph_item.job.batch_size),
         "batch_per_replica": bool(graph_item.job.batch_per_replica),
         "batch_pinned": graph_item.job.batch_pinned,
+        **({"unknown_trips": unknown} if (unknown := graph_item.unknown_trips()) else {}),
     }
 
 

@@ -81,6 +81,11 @@ def op_type_of(op, sparse_handles):
     return op.type
 
 
+# Ops of a loop's iteration that hand its values to the next one (autodist.graph.loops): read, though no op of
+# the iteration reads them.
+LOOP_BACK = ("NextIteration", "_Retval")
+
+
 def unread_ops(ops):
     """Names of the ops with outputs that no op reads as data.
 
@@ -88,10 +93,11 @@ def unread_ops(ops):
     dependencies aside), so Grappler prunes them and they never run: in the
     profiled zoo steps, none of these ops ran a kernel (e.g. the
     ``Shape/ReadVariableOp`` of a Keras embedding, the input gradient of a
-    network's first convolution).
+    network's first convolution).  A loop iteration's :data:`LOOP_BACK` ops
+    are read by the next iteration.
     """
     read = {tensor.rpartition(":")[0] for op in ops for tensor in op.data_inputs}
-    return {op.name for op in ops if op.output_shapes and op.name not in read}
+    return {op.name for op in ops if op.output_shapes and op.name not in read and op.type not in LOOP_BACK}
 
 
 def _elements(shape):

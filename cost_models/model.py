@@ -12,6 +12,7 @@ from functools import lru_cache
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.graph.item import GraphItem
 from cost_models.calibration import TransferCalibration
 from cost_models.emulated_link import EmulatedLinkCalibration
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap
@@ -21,7 +22,8 @@ from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_wi
 from cost_models.features import RAW_COLUMNS, design_matrix, device_peak
 from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, job_step
 from cost_models.measured_steps import MeasuredStep, measured_steps_of
-from cost_models.prior import prior_seconds
+from cost_models.loop_iteration import LoopIterationCalibration
+from cost_models.prior import OP_CLASS, prior_seconds
 from cost_models.step_table import step_table
 from cost_models.types import OpCost
 
@@ -36,6 +38,7 @@ CALIBRATION = os.path.join(DATA_DIR, "transfer_calibration.json")
 COLLECTIVES = os.path.join(DATA_DIR, "collective_calibration.json")
 REMOTE_STEP = os.path.join(DATA_DIR, "remote_step_calibration.json")
 EMULATED_LINK = os.path.join(DATA_DIR, "emulated_link_calibration.json")
+LOOP_ITERATION = os.path.join(DATA_DIR, "loop_iteration_calibration.json")
 COST_MODEL_ENV = "AUTODIST_COST_MODEL"
 
 
@@ -102,10 +105,13 @@ class CostModel:
     measured_steps : iterable of cost_models.measured_steps.MeasuredStep
         Profiled steps timed whole: a CPU step of the same structure is
         scaled to their measured time (see cost_models.measured_steps).
+    loop_iteration : cost_models.loop_iteration.LoopIterationCalibration or None
+        What a loop iteration's control costs (see :meth:`_with_loops`);
+        ``None``: a body's ops that run no kernel get their per-op price.
     """
 
     def __init__(self, op_model=None, learned_devices=(), comm=CommRecords(), executor_overhead=0.0, executor=None,
-                 one_thread_model=None, gpu=None, measured_steps=()):
+                 one_thread_model=None, gpu=None, measured_steps=(), loop_iteration=None):
         self.op_model = op_model
         self.learned_devices = frozenset(learned_devices if op_model is not None else ())
         self.comm = comm
@@ -114,6 +120,7 @@ class CostModel:
         self.one_thread_model = one_thread_model
         self.gpu = gpu
         self.measured_steps = {(m.structure, m.device_model): m for m in measured_steps}
+        self.loop_iteration = loop_iteration
         self._id = None
 
     @classmethod
@@ -146,7 +153,8 @@ class CostModel:
                 if model is not None:
                     h.update(np.asarray(model.estimator_.predict(_probe_matrix(model))).tobytes())
         comm = self.comm
-        for part in (comm.transfers, comm.collectives, self.gpu, comm.remote_step, comm.emulated_link, comm.overlap):
+        for part in (comm.transfers, comm.collectives, self.gpu, comm.remote_step, comm.emulated_link, comm.overlap,
+                     self.loop_iteration):
             if part is not None:
                 h.update(json.dumps(part.to_dict(), sort_keys=True).encode())
         return f"costmodel-{h.hexdigest()[:16]}"
@@ -173,28 +181,75 @@ class CostModel:
         if not device.memory_bandwidth or device.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
         if device.kind == "GPU":
-            names = list(graph_item.ops)
-            seconds, sources, shares, op_types = self._gpu_step(graph_item, device)
+            seconds, sources, shares, fallback = self._with_loops(
+                graph_item, lambda item, extra, widths: self._gpu_step(item, device, extra))
         else:
-            names = list(graph_item.ops)
-            seconds, sources, shares, op_types = self._cpu_step(graph_item, device, cores)
+            one_core = (lambda item, extra, widths: self._cpu_step(item, device, 1, extra, widths)) \
+                if self.executor is not None else None
+            seconds, sources, shares, fallback = self._with_loops(
+                graph_item, lambda item, extra, widths: self._cpu_step(item, device, cores, extra, widths), one_core)
             scale = self._measured_scale(graph_item, device, cores, shares)
             if scale is not None:
                 seconds, shares = seconds * scale, shares * scale
                 sources = np.where(sources == "learned", "step-measured", sources).astype(object)
-        unknown = sources == "fallback"
-        if unknown.any():
-            types = sorted(set(op_types[unknown]))
+        if fallback:
+            types = sorted(set(fallback))
             warnings.warn(
-                f"{int(unknown.sum())} ops of {len(types)} unknown op types got the fallback cost: {', '.join(types)}",
+                f"{len(fallback)} ops of {len(types)} unknown op types got the fallback cost: {', '.join(types)}",
                 UnknownOpTypeWarning,
                 stacklevel=2,
             )
+        names = list(graph_item.ops)
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
 
-    def _cpu_step(self, graph_item, device, cores):
-        """Seconds alone, sources, step shares and op types of ``graph_item``'s ops on a CPU (:meth:`predict_step`)."""
+    def _with_loops(self, graph_item, price, one_core=None):
+        """Seconds, sources and step shares of ``graph_item``'s ops, and the op types that got the fallback cost.
+
+        ``price(item, extra, widths)`` prices one step's ops, ``extra``
+        seconds added to each op's own and ``widths`` the cores each op turns
+        into speed (NaN: the op's own; see cost_models.executor).  A loop op
+        (autodist.graph.item.LoopInfo) adds its trips times one iteration
+        (:meth:`_iteration`).  With ``one_core`` (``price`` on one core: a
+        CPU with an executor model), a loop op's width is one iteration's
+        time on one core over its time on the cores it has, as an op's width
+        is its one-thread time over its time (two loops of small ops, a
+        bidirectional layer's, run side by side).
+        """
+        extra = np.zeros(len(graph_item.ops))
+        widths = np.full(len(graph_item.ops), np.nan)
+        index = {name: i for i, name in enumerate(graph_item.ops)}
+        fallback = []
+        for loop in graph_item.loops.values():
+            body = GraphItem(loop.ops, [], graph_item.job, loop.loops)
+            seconds, inner = self._iteration(loop, body, price, one_core)
+            extra[index[loop.op]] += loop.trips * seconds
+            fallback += inner
+            if one_core is not None and seconds > 0:
+                widths[index[loop.op]] = max(self._iteration(loop, body, one_core, one_core)[0] / seconds, 1.0)
+        seconds, sources, shares, op_types = price(graph_item, extra, widths)
+        return seconds, sources, shares, fallback + list(op_types[sources == "fallback"])
+
+    def _iteration(self, loop, body, price, one_core):
+        """Seconds of one iteration of ``loop`` (its ``body`` a GraphItem) and the op types that got the fallback.
+
+        Its body's ops are priced by ``price`` as one step on the same device
+        (nested loops alike), scheduled among themselves (on a CPU, the
+        executor model), not beside the iterations before and after them;
+        but for the ops that run no kernel (the prior's ``trivial`` class),
+        which the executor runs inline: with a loop iteration calibration
+        (cost_models.loop_iteration), they and the loop's lowered control are
+        priced by it instead.
+        """
+        _, _, shares, fallback = self._with_loops(body, price, one_core)
+        if self.loop_iteration is not None:
+            inline = np.array([OP_CLASS.get(op.type) == "trivial" for op in body.ops.values()])
+            shares = np.append(shares[~inline], self.loop_iteration.iteration_seconds(int(inline.sum())))
+        return float(np.sum(shares)), fallback
+
+    def _cpu_step(self, graph_item, device, cores, extra=None, widths=None):
+        """Seconds alone, sources, step shares and op types of ``graph_item``'s ops on a CPU (:meth:`predict_step`;
+        ``extra``: seconds added to each op's, ``widths`` the widths of some)."""
         table = step_table(graph_item)  # built once per GraphItem: its raw feature columns
         raw = {column: table[column] for column in RAW_COLUMNS}
         try:
@@ -202,7 +257,8 @@ class CostModel:
         except ValueError as exc:
             raise CostModelError(str(exc), field="peak_flops") from None
         seconds, sources, shares = self.predict_step(raw, op_predecessors(list(graph_item.ops.values())),
-                                                     device.kind, device.model, peak, device.memory_bandwidth, cores)
+                                                     device.kind, device.model, peak, device.memory_bandwidth, cores,
+                                                     extra, widths)
         return seconds, sources, shares, raw["op_type"]
 
     def measured_step(self, graph_item, device_model):
@@ -221,7 +277,7 @@ class CostModel:
         on = cores if cores is not None else self.executor.cores if self.executor else max(step.seconds_by_cores)
         return step.seconds(float(on), graph_item.job.batch_size) / predicted
 
-    def _gpu_step(self, graph_item, device):
+    def _gpu_step(self, graph_item, device, extra=None):
         """Kernel seconds, sources, step shares and op types of one micro-batch on a GPU (cost_models.gpu).
 
         Ops of types the prior does not know stream their bytes as
@@ -232,6 +288,8 @@ class CostModel:
         """
         step = self._gpu_kernels(graph_item, device)
         seconds, shares = step.shares(self.gpu)
+        if extra is not None:
+            seconds, shares = seconds + extra, shares + extra
         sources = np.where(step.fallback, "fallback", np.where(self._covered(step), "calibrated", "assumed"))
         return seconds, sources.astype(object), shares, step_table(graph_item)["op_type"]
 
@@ -256,8 +314,13 @@ class CostModel:
         return {c: float(kernel[classes == c].sum()) / total
                 for c in sorted(set(classes[~covered & step.compute]))} if total > 0 else {}
 
-    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None):
+    def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None,
+                     extra=None, widths=None):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.
+
+        ``extra``: seconds added to each op's own, and ``widths`` the widths
+        that replace the executor's where not NaN (a loop op's iterations,
+        see :meth:`_with_loops`).
 
         On a learned device, every op the op model knows costs its expected
         kernel time plus the executor overhead; the rest get the prior
@@ -271,17 +334,19 @@ class CostModel:
         """
         seconds, fallback = prior_seconds(raw, device_kind, peak_flops, memory_bandwidth)
         sources = np.where(fallback, "fallback", "prior").astype(object)
+        extra = np.zeros(len(seconds)) if extra is None else extra
         if self.op_model is None or device_model not in self.learned_devices:
-            seconds = np.where(raw["unread"] > 0, 0.0, seconds)
+            seconds = np.where(raw["unread"] > 0, 0.0, seconds + extra)
             return seconds, sources, seconds
         learned, X, kernel = self._learned_kernels(raw, peak_flops, memory_bandwidth)
         seconds = seconds.copy()
         seconds[learned] = kernel * self.op_model.kernel_rates(raw["op_type"][learned]) + self.executor_overhead
         sources[learned] = "learned"
-        seconds = np.where(raw["unread"] > 0, 0.0, seconds)
+        seconds = np.where(raw["unread"] > 0, 0.0, seconds + extra)
         if self.executor is None or device_kind != "CPU":
             return seconds, sources, seconds
-        widths = self._widths(raw["op_type"], learned, X, kernel)
+        own = self._widths(raw["op_type"], learned, X, kernel)
+        widths = own if widths is None else np.where(np.isnan(widths), own, np.minimum(widths, self.executor.cores))
         executor = self.executor
         if cores is not None and cores < executor.cores:
             executor = replace(executor, cores=float(cores),
@@ -419,17 +484,18 @@ def fit_executor(timings, steps, overhead, cores):
     return ExecutorModel(int(cores), float(cores), bandwidth, serial)
 
 
-def fit_cost_model(timings, steps=None, cores=None, params=None, comm=CommRecords(), gpu=None):
+def fit_cost_model(timings, steps=None, cores=None, params=None, comm=CommRecords(), gpu=None, loop_iteration=None):
     """A :class:`CostModel` fitted on ``timings``: op model, one-thread model, executor overhead and executor model.
 
     ``steps`` holds the profiled step records (name -> record); ``cores`` is
     the profiled machine's core count (no executor model without it);
-    ``comm`` (the communication records) and ``gpu`` (the GPU kernel model's parameters) are passed through.
+    ``comm`` (the communication records), ``gpu`` (the GPU kernel model's parameters) and ``loop_iteration``
+    (cost_models.loop_iteration) are passed through.
     """
     overhead = fit_executor_overhead(timings, steps or {})
     return CostModel(fit_op_model(timings, params), sorted(set(timings.timed().device_model)), comm, overhead,
                      fit_executor(timings, steps or {}, overhead, cores) if cores else None,
-                     fit_one_thread_model(timings, params), gpu, measured_steps_of(steps))
+                     fit_one_thread_model(timings, params), gpu, measured_steps_of(steps), loop_iteration)
 
 
 # Estimator and target: compared by `python benchmarks/costmodel_eval.py` (see benchmarks/results).
@@ -451,6 +517,7 @@ def _model_in(folder, with_remote_step=True):
                        _record(folder, REMOTE_STEP, RemoteStepCalibration) if with_remote_step else None,
                        _record(folder, EMULATED_LINK, EmulatedLinkCalibration), NcclOverlap.load(OVERLAP_FILE))
     gpu = GpuKernelParams.load(GPU_MODEL)
+    loop_iteration = _record(folder, LOOP_ITERATION, LoopIterationCalibration)
     ops = folder if os.path.exists(in_folder(folder, TIMINGS)) else DATA_DIR
     if not os.path.exists(in_folder(ops, TIMINGS)):
         raise CostModelError("the shipped op timings are missing (reinstall autodist)", source=in_folder(ops, TIMINGS))
@@ -463,13 +530,14 @@ def _model_in(folder, with_remote_step=True):
         data = meta["training_data"]
         executor = ExecutorModel.from_dict(data["executor"]) if data["executor"] else None
         return CostModel(op_model, data["devices"], comm, data["executor_overhead_seconds"], executor,
-                         one_thread_model, gpu, [MeasuredStep.from_dict(m) for m in data.get("measured_steps", [])])
+                         one_thread_model, gpu, [MeasuredStep.from_dict(m) for m in data.get("measured_steps", [])],
+                         loop_iteration)
     except (CostModelError, KeyError) as exc:
         warnings.warn(f"the op model in {ops} could not be loaded ({exc}); refitted from its timings",
                       StaleModelWarning, stacklevel=3)
         timings_meta = read_meta(in_folder(ops, TIMINGS_META))
         return fit_cost_model(read_timings(in_folder(ops, TIMINGS)), timings_meta.get("steps"),
-                              profiled_cores(timings_meta), comm=comm, gpu=gpu)
+                              profiled_cores(timings_meta), comm=comm, gpu=gpu, loop_iteration=loop_iteration)
 
 
 def in_folder(folder, shipped_path):

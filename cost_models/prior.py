@@ -15,10 +15,16 @@ types the learned model does not know; GPUs are priced by the kernel model
 - a GPU kernel costs "a few us" to launch: 5 us; on a CPU the TensorFlow
   executor's per-op cost is taken as 2 us (eager dispatch measured ~15 us
   here, graph execution is far cheaper).
-Ops that do no kernel work (constants, identities, variable handles) cost the
-launch overhead only; so do control flow and function calls (If, While,
-PartitionedCall), whose bodies a capture does not hold (their work is not
-counted).  A dense read of a copy-on-read variable (see
+Ops that do no kernel work (constants, identities, variable handles, empty
+tensor lists) cost the launch overhead only; so do control flow and function
+calls (If, While, PartitionedCall): a loop's body, which a capture holds
+(autodist.graph.loops), is priced op by op, trips times, on top of its While
+op (cost_models.model.CostModel), but an If's branches and a call's body are
+not held (their work is not counted).  A tensor list op that moves one
+element (a loop's TensorArray read or write, a forward loop keeping a value
+for its gradient) moves a reference to it, not its bytes (the kernels in
+tensorflow/core/kernels/list_kernels.h copy only a list shared elsewhere);
+one that builds a list from a tensor or a tensor from a list copies it.  A dense read of a copy-on-read variable (see
 cost_models.features.COPY_ON_READ) is a copy: memory bound.  Op types in
 none of the tables get the documented
 fallback: streaming their bytes at 0.5 of memory bandwidth, at least 10 us.
@@ -80,6 +86,8 @@ for _t in (
     "TruncatedNormal", "StatelessRandomUniformV2", "StatelessRandomNormalV2",
     # shape and seed arithmetic on a few elements
     "ConcatOffset", "StatelessRandomGetKeyCounter",
+    # tensor lists (a loop's TensorArray): a whole tensor to or from a list
+    "TensorListFromTensor", "TensorListStack", "TensorListGather", "TensorListScatterIntoExistingList",
     # variable updates
     "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "ResourceApplyAdam",
     "ResourceApplyGradientDescent", "ResourceApplyMomentum", "ResourceApplyKerasMomentum",
@@ -95,7 +103,8 @@ for _t in (
     "_Retval", "_Send", "_Recv", "Enter", "Exit", "Merge", "Switch", "NextIteration",
     "LoopCond", "Assert", "PrintV2", "DestroyResourceOp", "EnsureShape", "CheckNumerics",
     "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",
-    "StatefulPartitionedCall",
+    "StatefulPartitionedCall", "EmptyTensorList", "TensorListReserve", "TensorListLength", "TensorListElementShape",
+    "TensorListGetItem", "TensorListSetItem", "TensorListPushBack", "TensorListPopBack", "VariableShape", "_Retval",
 ):
     OP_CLASS[_t] = "trivial"
 

@@ -170,7 +170,7 @@ class Problem:
             item = at_batch(whole.graph_item, batch)
             if uncompiled:
                 item = GraphItem(list(item.ops.values()), list(item.variables.values()),
-                                 replace(item.job, jit_compile="off"))
+                                 replace(item.job, jit_compile="off"), item.loops.values())
             whole._shares[key] = Problem(item, whole.resource_spec, whole.cost_model, groups=whole.groups,
                                          share_of=whole, sharing=sharing)
         return whole._shares[key]

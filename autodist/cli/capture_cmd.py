@@ -44,4 +44,6 @@ def run(args):
     item.save(args.output)
     step = f" (the step at {item.job.source})" if args.source.endswith(SCRIPT_SUFFIX) else ""
     print(f"captured {item.describe()}{step} -> {args.output}")
+    for op in item.unknown_trips():
+        print(f"warning: the trip count of loop {op} is not known from the graph; its body is priced once per step")
     return 0

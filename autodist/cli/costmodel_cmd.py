@@ -123,7 +123,7 @@ def run_install(args):
                 model.ONE_THREAD_META]
     has_ops = os.path.exists(os.path.join(args.folder, os.path.basename(model.TIMINGS)))
     installed = []
-    for shipped in (op_files if has_ops else []) + [model.CALIBRATION, model.COLLECTIVES]:
+    for shipped in (op_files if has_ops else []) + [model.CALIBRATION, model.COLLECTIVES, model.LOOP_ITERATION]:
         mine = os.path.join(args.folder, os.path.basename(shipped))
         if os.path.exists(mine):
             with open(mine, "rb") as fh:

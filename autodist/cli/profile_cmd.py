@@ -6,7 +6,8 @@ model; ``autodist profile transfers`` measures loopback gRPC transfers and
 writes the transfer calibration; ``autodist profile collectives`` does the
 same for TensorFlow's CPU ring allreduce between two processes;
 ``autodist profile remote-steps`` measures the fixed cost of a step that one
-client drives on 1-3 remote tasks.
+client drives on 1-3 remote tasks; ``autodist profile loop-iterations`` what
+one iteration of a loop's control costs.
 
 Each writes into a folder of the user's (``--out``, by default
 ``~/.cache/autodist/cost-model``), never into the package's shipped data;
@@ -71,6 +72,12 @@ def register(subparsers):
     rs.add_argument("--sessions", type=int, default=3, help="measurement processes per task count (default 3)")
     _add_out(rs, "remote_step_calibration.json")
     rs.set_defaults(func=run_remote_steps)
+
+    li = sub.add_parser("loop-iterations", help="measure what a loop iteration's control costs (a While op's "
+                                                "Merge, Switch, Identity and NextIteration per variable)")
+    li.add_argument("--runs", type=int, default=15, help="timed loops per variable count (default 15)")
+    _add_out(li, "loop_iteration_calibration.json")
+    li.set_defaults(func=run_loop_iterations)
 
     el = sub.add_parser("emulated-links", help="measure TensorFlow's transfers and collective allreduces per size "
                                                "over each emulated preset's shaped link (needs root)")
@@ -254,6 +261,22 @@ def run_remote_steps(args):
           f"{calibration.tensor_cpu * 1e6:.0f} us + {1e9 / calibration.tensor_cpu_rate:.2f} ms per MB at each end "
           f"of a tensor; a replica's own loop {calibration.fit_step * 1e3:.2f} ms (fit) and "
           f"{calibration.function_step * 1e3:.2f} ms (tf.function), its trivial step's ops as priced taken off -> {path}")
+    return 0
+
+
+def run_loop_iterations(args):
+    from cost_models.model import LOOP_ITERATION
+    from cost_models.profiling.loop_iteration import calibrate
+
+    if args.runs < 3:
+        raise InputError("must be at least 3", field="--runs")
+    folder = _out_folder(args)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, os.path.basename(LOOP_ITERATION))
+    calibration = calibrate(runs=args.runs, command="autodist " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    calibration.save(path)
+    print(f"loop iteration: {calibration.base * 1e6:.2f} us + {calibration.per_variable * 1e6:.3f} us per loop "
+          f"variable ({len(calibration.measurements)} variable counts) -> {path}")
     return 0
 
 

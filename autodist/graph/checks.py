@@ -93,6 +93,15 @@ VARIABLE_FIELDS = {
     "rows_touched": (lambda v: v is None or _is_int(v), "an integer or null"),
     "model_weight": _BOOL,
 }
+LOOP_FIELDS = {
+    "op": _STRING,
+    "trips": (lambda v: _is_int(v) and v >= 0, "a trip count (an integer >= 0)"),
+    "trips_known": _BOOL,
+    "lowered": _BOOL,
+    "ops": (lambda v: isinstance(v, list), "a list of ops"),
+    "outputs": _STRINGS,
+    "loops": (lambda v: isinstance(v, list), "a list of loops"),
+}
 JOB_FIELDS = {
     "model_name": _STRING,
     "batch_size": _INT,
@@ -167,50 +176,73 @@ def check_graph_document(data, where="<graph item>"):
         check.types(var, VARIABLE_FIELDS, f"variables[{i}]")
     check.types(data["job"], JOB_FIELDS, "job")
     outputs = _check_ops(check, data["ops"])
+    _check_loops(check, data.get("loops", []), data["ops"], "loops")
     _check_variables(check, data["variables"], outputs)
     if data["job"].get("batch_size", 0) < 1:
         check.fail("job.batch_size", f"must be a positive batch size, got {data['job'].get('batch_size', 0)} "
                    "(a loaded graph takes it from its inputs' first dimension, which must be known)")
 
 
-def _check_ops(check, ops):
-    """Check ops alone; returns op name -> number of outputs."""
+LOOP_TYPES = ("While", "StatelessWhile")
+
+
+def _check_loops(check, loops, ops, prefix):
+    """Check the loop bodies of ``ops`` (a document's ``loops`` field, or a body's), each naming a loop op of
+    ``ops`` and holding ops that read only each other (an iteration's ops, see autodist.graph.item.LoopInfo)."""
+    if not isinstance(loops, list):
+        check.fail(prefix, f"must be a list, got {type(loops).__name__}")
+    types = {op.get("name"): op.get("type") for op in ops}
+    for i, loop in enumerate(loops):
+        at = f"{prefix}[{i}]"
+        check.types(loop, LOOP_FIELDS, at)
+        if types.get(loop.get("op")) not in LOOP_TYPES:
+            check.fail(f"{at}.op", f"{loop.get('op')!r} names no loop op ({', '.join(LOOP_TYPES)}) of the graph")
+        for j, op in enumerate(loop.get("ops", [])):
+            check.types(op, OP_FIELDS, f"{at}.ops[{j}]")
+        _check_ops(check, loop.get("ops", []), f"{at}.ops")
+        _check_loops(check, loop.get("loops", []), loop.get("ops", []), f"{at}.loops")
+
+
+def _check_ops(check, ops, prefix="ops"):
+    """Check ops alone (a document's, or one loop body's: ``prefix``); returns op name -> number of outputs."""
     if not ops:
-        check.fail("ops", "the graph has no ops")
+        check.fail(prefix, "the graph has no ops")
     outputs = {}
     for i, op in enumerate(ops):
         name = op.get("name")
         if name is None or "type" not in op:
-            check.fail(f"ops[{i}]", f"missing field {'name' if name is None else 'type'!r}")
+            check.fail(f"{prefix}[{i}]", f"missing field {'name' if name is None else 'type'!r}")
         if name in outputs:
-            check.fail(f"ops[{i}].name", f"duplicate op name {name!r}")
+            check.fail(f"{prefix}[{i}].name", f"duplicate op name {name!r}")
         lengths = {len(op.get(k, [])) for k in ("output_shapes", "output_dtypes", "output_bytes")}
         if len(lengths) > 1:
-            check.fail(f"ops[{i}]", f"op {name!r}: output_shapes, output_dtypes and output_bytes differ in length")
+            check.fail(f"{prefix}[{i}]",
+                       f"op {name!r}: output_shapes, output_dtypes and output_bytes differ in length")
         outputs[name] = max(lengths)
         if op.get("phase", "other") not in PHASES:
-            check.fail(f"ops[{i}].phase", f"unknown phase {op['phase']!r} (one of {', '.join(PHASES)})")
+            check.fail(f"{prefix}[{i}].phase", f"unknown phase {op['phase']!r} (one of {', '.join(PHASES)})")
         for j, shape in enumerate(op.get("output_shapes", [])):
             for d in shape or ():
-                check.at_least(d, -1, f"ops[{i}].output_shapes[{j}]")
+                check.at_least(d, -1, f"{prefix}[{i}].output_shapes[{j}]")
         for j, nbytes in enumerate(op.get("output_bytes", [])):
-            check.at_least(nbytes, 0, f"ops[{i}].output_bytes[{j}]")
+            check.at_least(nbytes, 0, f"{prefix}[{i}].output_bytes[{j}]")
         flops = op.get("flops", 0)
-        check.at_least(flops, 0, f"ops[{i}].flops")
+        check.at_least(flops, 0, f"{prefix}[{i}].flops")
         if flops > MAX_OP_FLOPS:
-            check.fail(f"ops[{i}].flops", f"op {name!r} claims {flops:.3g} FLOPs, above the limit of {MAX_OP_FLOPS:.0e}")
+            check.fail(f"{prefix}[{i}].flops",
+                       f"op {name!r} claims {flops:.3g} FLOPs, above the limit of {MAX_OP_FLOPS:.0e}")
     graph = nx.DiGraph()
     graph.add_nodes_from(outputs)
     for i, op in enumerate(ops):
         for j, tensor in enumerate(op.get("inputs", [])):
-            src = _resolve(check, tensor, outputs, f"ops[{i}].inputs[{j}]")
+            src = _resolve(check, tensor, outputs, f"{prefix}[{i}].inputs[{j}]")
             graph.add_edge(src, op["name"])
     if nx.is_directed_acyclic_graph(graph):
         return outputs
     # find_cycle alone is quadratic on large graphs; look only inside a strongly connected component.
     loop = next(c for c in nx.strongly_connected_components(graph) if len(c) > 1 or graph.has_edge(*[min(c)] * 2))
     cycle = nx.find_cycle(graph.subgraph(loop))
-    check.fail("ops", f"the graph has a cycle: {' -> '.join(edge[0] for edge in cycle)} -> {cycle[0][0]}")
+    check.fail(prefix, f"the graph has a cycle: {' -> '.join(edge[0] for edge in cycle)} -> {cycle[0][0]}")
 
 
 def _resolve(check, tensor, outputs, field):

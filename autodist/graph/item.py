@@ -58,6 +58,59 @@ class OpInfo:
 
 
 @dataclass
+class LoopInfo:
+    """The body of one loop op (``While``, ``StatelessWhile``) of the step, which runs ``trips`` times per step.
+
+    ``op`` names the loop op; ``ops`` are what one iteration runs, in
+    topological order: the body function's ops, its condition's ops and, where
+    TensorFlow lowers the loop (``lowered``), the control ops it lowers it to
+    (see :mod:`autodist.graph.loops`).  ``outputs`` are the tensors an
+    iteration hands to the next.  ``trips_known`` is False where the capture
+    could not find the trip count: ``trips`` is then 1 (the body priced once).
+    ``loops`` are the loops the body holds, priced per iteration of this one.
+    An op's ``flops`` is that of one execution; the loop op's own record
+    carries ``trips`` x its body's (see :meth:`flops`).
+    """
+
+    op: str
+    trips: int = 1
+    trips_known: bool = True
+    lowered: bool = True
+    ops: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    loops: list = field(default_factory=list)
+
+    def flops(self):
+        """FLOPs of every iteration together, nested loops included."""
+        return self.trips * sum(op.flops for op in self.ops)
+
+    def kept_bytes(self):
+        """Output index of the loop op -> bytes of the tensor list it returns that every iteration appends one
+        element to (a forward loop keeps each step's activations for its gradient loop): trips x the element."""
+        produced = {op.name: op for op in self.ops}
+        sizes = {f"{op.name}:{i}": b for op in self.ops for i, b in enumerate(op.output_bytes)}
+        kept = {}
+        for i, tensor in enumerate(self.outputs):
+            producer = produced.get(tensor.rpartition(":")[0])
+            if producer is not None and producer.type == "TensorListPushBack" and len(producer.data_inputs) > 1:
+                kept[i] = self.trips * sizes.get(producer.data_inputs[1], 0)
+        return kept
+
+    def unknown_trips(self):
+        """Names of the loop ops, this one or nested, whose trip count the capture could not find."""
+        return ([] if self.trips_known else [self.op]) + [name for loop in self.loops for name in loop.unknown_trips()]
+
+    def to_dict(self):
+        record = {name: _copy(value) for name, value in vars(self).items() if name not in ("ops", "loops")}
+        return dict(record, ops=[_plain(op) for op in self.ops], loops=[loop.to_dict() for loop in self.loops])
+
+    @classmethod
+    def from_dict(cls, data):
+        return cls(**dict(data, ops=[OpInfo(**o) for o in data["ops"]],
+                          loops=[cls.from_dict(loop) for loop in data["loops"]]))
+
+
+@dataclass
 class VariableInfo:
     """One variable: a model weight, or an optimizer slot of one.
 
@@ -191,12 +244,16 @@ class GraphItem:
     variables : list of VariableInfo
         Trainable weights and optimizer slots.
     job : JobInfo
+    loops : list of LoopInfo, optional
+        The bodies of the step's loop ops (absent from documents of steps
+        without loops, which read as before).
     """
 
-    def __init__(self, ops, variables, job=None):
+    def __init__(self, ops, variables, job=None, loops=()):
         self.ops = {op.name: op for op in ops}
         self.variables = {v.name: v for v in variables}
         self.job = job or JobInfo()
+        self.loops = {loop.op: loop for loop in loops}
         self._graph = None
         self._structure = None
 
@@ -267,7 +324,12 @@ class GraphItem:
         return sum(self.ops[name].total_output_bytes for name in self.step_inputs())
 
     def total_flops(self):
+        """FLOPs of one step; a loop op's record carries its iterations' (:class:`LoopInfo`)."""
         return sum(op.flops for op in self.ops.values())
+
+    def unknown_trips(self):
+        """Names of the loop ops whose trip count the capture could not find (their body is priced once)."""
+        return [name for loop in self.loops.values() for name in loop.unknown_trips()]
 
     def ops_by_phase(self):
         counts = {p: 0 for p in PHASES}
@@ -285,13 +347,16 @@ class GraphItem:
 
     # -- serialisation ---------------------------------------------------
     def to_dict(self):
-        return {
+        data = {
             "format": FORMAT,
             "version": VERSION,
             "job": _plain(self.job),
             "ops": [_plain(op) for op in self.ops.values()],
             "variables": [_plain(v) for v in self.variables.values()],
         }
+        if self.loops:  # an optional field: steps without loops keep their documents (and content hashes)
+            data["loops"] = [loop.to_dict() for loop in self.loops.values()]
+        return data
 
     def content_hash(self):
         """sha256 of the canonical JSON of ops, variables and job facts."""
@@ -319,6 +384,7 @@ class GraphItem:
             [OpInfo(**o) for o in data["ops"]],
             [VariableInfo(**v) for v in data["variables"]],
             JobInfo(**data["job"]),
+            [LoopInfo.from_dict(loop) for loop in data.get("loops", [])],
         )
 
     def save(self, path):

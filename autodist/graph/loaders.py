@@ -8,6 +8,7 @@ from autodist.errors import CaptureError, InputError, first_line
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.checks import check_graph_document
 from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.loops import attach, loop_records
 from autodist.graph.tfgraph import inlined_graph, op_infos, variable_facts
 
 GRAPH_DEF_SUFFIXES = (".pb", ".pbtxt")
@@ -130,12 +131,14 @@ def _item(graph, path, source, model_name, known=None):
 
     ops = {op.name: op for op in op_infos(graph)}
     assign_phases(ops)
+    loops = loop_records(graph)
+    attach(list(ops.values()), loops)
     has_gradients = any(op.phase == "backward" for op in ops.values())
     handles = _graph_variables(graph, ops, path, known)
     note = "" if has_gradients else " (no gradients in the graph: forward only)"
     job = JobInfo(model_name=model_name, tf_version=tf.__version__, source=f"{source}{note}")
     _fill_inputs(graph, job)
-    item = GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
+    item = GraphItem(list(ops.values()), analyse_variables(ops, handles), job, loops)
     check_graph_document(item.to_dict(), path)
     return item
 

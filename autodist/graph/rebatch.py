@@ -12,6 +12,13 @@ This is exact where every batch-carrying tensor has one dimension
 proportional to the batch (dense, convolutional, embedding and transformer
 steps: reshapes to ``batch * sequence`` included).  A constant-built
 tensor whose batch dimension is not its first keeps its size.
+
+A loop's body (autodist.graph.item.LoopInfo) reads the batch from the
+loop's variables and tensor lists, whose shapes the step does not hold: a
+body tensor whose first dimension is the captured batch carries it (the
+batch-major time steps Keras' recurrent layers run), but for those computed
+from variables and constants alone.  A weight with as many rows as the
+batch inside a loop would be scaled too.  The trip count does not change.
 """
 
 from __future__ import annotations
@@ -160,6 +167,41 @@ def _rebatched_inputs(shapes, batch, new_batch):
     return [_rebatched_inputs(v, batch, new_batch) for v in shapes]
 
 
+def _loop_at_batch(loop, batch, new_batch):
+    """``loop`` (a LoopInfo) at ``new_batch``: its body's batch-major tensors scaled (see the module docstring)."""
+    fixed = set()  # ops computed from variables and constants alone
+    changed = set()
+    shapes, ops = {}, []
+    for op in loop.ops:
+        if op.type in ("Const", "VarHandleOp", "ReadVariableOp") or (
+                op.data_inputs and all(_producer(t) in fixed for t in op.data_inputs)):
+            fixed.add(op.name)
+        out_shapes = [_scaled(shape, 0, batch, new_batch) if op.name not in fixed and shape and shape[0] == batch
+                      else shape for shape in op.output_shapes]
+        shapes[op.name] = out_shapes
+        if out_shapes != op.output_shapes or any(_producer(t) in changed for t in op.data_inputs):
+            changed.add(op.name)
+            in_shapes = [shapes.get(_producer(t), [None] * (_index(t) + 1))[_index(t)] for t in op.data_inputs]
+            op = replace(op, output_shapes=out_shapes,
+                         output_bytes=[_rescaled_bytes(b, old, new) for b, old, new
+                                       in zip(op.output_bytes, op.output_shapes, out_shapes)],
+                         flops=op_flops(op.type, in_shapes, out_shapes, op.attrs))
+        ops.append(op)
+    loops = [_loop_at_batch(inner, batch, new_batch) for inner in loop.loops]
+    _set_loop_flops(ops, loops)
+    return replace(loop, ops=ops, loops=loops)
+
+
+def _set_loop_flops(ops, loops):
+    """Give the loop ops among ``ops`` their (rescaled) loops' FLOPs and kept bytes (copies of the records)."""
+    index = {op.name: i for i, op in enumerate(ops)}
+    for loop in loops:
+        i = index[loop.op]
+        kept = loop.kept_bytes()
+        ops[i] = replace(ops[i], flops=loop.flops(),
+                         output_bytes=[kept.get(k, b) for k, b in enumerate(ops[i].output_bytes)])
+
+
 def at_batch(graph_item, new_batch):
     """``graph_item`` as if captured at ``new_batch`` samples (itself when the batch is unchanged).
 
@@ -187,6 +229,8 @@ def at_batch(graph_item, new_batch):
                                        in zip(op.output_bytes, op.output_shapes, out_shapes)],
                          flops=op_flops(op.type, in_shapes, out_shapes, op.attrs))
         ops.append(op)  # the records' other fields are shared with graph_item's (captured records do not change)
+    loops = [_loop_at_batch(loop, batch, new_batch) for loop in graph_item.loops.values()]
+    _set_loop_flops(ops, loops)
     variables = []
     for var in graph_item.variables.values():
         record = _plain(var)
@@ -197,4 +241,4 @@ def at_batch(graph_item, new_batch):
     job = _plain(graph_item.job)
     job["batch_size"] = new_batch
     job["input_shapes"] = _rebatched_inputs(graph_item.job.input_shapes, batch, new_batch)
-    return GraphItem(ops, variables, type(graph_item.job)(**job))
+    return GraphItem(ops, variables, type(graph_item.job)(**job), loops)

@@ -55,7 +55,8 @@ def planned_batch(graph_item, devices, global_batch=None, per_replica=False):
         fields = {"script_batch": batch}
     else:
         item, fields = graph_item, {}
-    return GraphItem(list(item.ops.values()), list(item.variables.values()), replace(item.job, **fields))
+    return GraphItem(list(item.ops.values()), list(item.variables.values()), replace(item.job, **fields),
+                     item.loops.values())
 
 
 def describe(batch_size, script_batch=0, per_replica=False, pinned=""):

@@ -66,6 +66,8 @@ def summarize(item, top=10):
         ],
         "flops_per_step": item.total_flops(),
         "flops_by_phase": flops_by_phase,
+        "loops": [{"op": loop.op, "trips": loop.trips if loop.trips_known else None, "body_ops": len(loop.ops),
+                   "flops": loop.flops()} for loop in item.loops.values()],
     }
 
 
@@ -89,6 +91,9 @@ def render(summary):
         + ", ".join(f"{p} {f / 1e9:,.3f}" for p, f in s["flops_by_phase"].items())
         + ")",
     ]
+    for loop in s["loops"]:
+        trips = f"{loop['trips']:,} trips" if loop["trips"] is not None else "trip count UNKNOWN: body priced once"
+        lines.append(f"loop         {loop['op']}: {trips} of {loop['body_ops']:,} ops ({loop['flops'] / 1e9:,.3f} GFLOP)")
     if s["sparse_variables"]:
         lines.append("sparse       gradient is sparse (gathered rows) for:")
         for v in s["sparse_variables"]:

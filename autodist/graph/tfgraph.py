@@ -24,14 +24,15 @@ KEPT_ATTRS = (
 )
 
 
-def _shape(tensor_shape):
+def shape_list(tensor_shape):
     """A TensorShape as a list of ints (-1 unknown), or None for unknown rank."""
     if tensor_shape.rank is None:
         return None
     return [-1 if d is None else int(d) for d in tensor_shape.as_list()]
 
 
-def _nbytes(shape, dtype):
+def tensor_bytes(shape, dtype):
+    """Bytes of a tensor of ``shape`` (as :func:`shape_list` gives it) and ``dtype``; 0 when unknown."""
     if shape is None or any(d < 0 for d in shape):
         return 0
     try:
@@ -73,7 +74,7 @@ def op_infos(graph):
     infos = []
     for op in graph.get_operations():
         node_def = op.node_def
-        out_shapes = [_shape(t.shape) for t in op.outputs]
+        out_shapes = [shape_list(t.shape) for t in op.outputs]
         attrs = {}
         for key in KEPT_ATTRS:
             if key in node_def.attr:
@@ -82,7 +83,7 @@ def op_infos(graph):
                     attrs[key] = value
         # control inputs come from sets inside TensorFlow: sort them for a reproducible item
         inputs = [t.name for t in op.inputs] + sorted(f"^{c.name}" for c in op.control_inputs)
-        in_shapes = [_shape(t.shape) for t in op.inputs]
+        in_shapes = [shape_list(t.shape) for t in op.inputs]
         infos.append(
             OpInfo(
                 name=op.name,
@@ -90,7 +91,7 @@ def op_infos(graph):
                 inputs=inputs,
                 output_shapes=out_shapes,
                 output_dtypes=[t.dtype.name for t in op.outputs],
-                output_bytes=[_nbytes(s, t.dtype) for s, t in zip(out_shapes, op.outputs)],
+                output_bytes=[tensor_bytes(s, t.dtype) for s, t in zip(out_shapes, op.outputs)],
                 scope=op.name.rpartition("/")[0],
                 flops=op_flops(op.type, in_shapes, out_shapes, attrs),
                 colocation=_colocation(node_def),

@@ -8,6 +8,7 @@ from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.loops import attach, loop_records
 from autodist.graph.naming import step_variables, variable_name
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
 
@@ -168,13 +169,17 @@ def item_from_graph(concrete, variables, job, model_weights=None):
             if model_weights is not None:
                 facts["model_weight"] = facts["trainable"] or facts["name"] in model_weights
             handles[internal.op.name] = facts
-    if has_calls(graph) or job.amp_rewrite:  # a graph the rewrite returns must know its variables' shapes
+    inlined = has_calls(graph) or job.amp_rewrite
+    if inlined:  # a graph the rewrite returns must know its variables' shapes
         graph = inlined_graph(concrete, handles)
     if job.amp_rewrite:
         graph = amp_rewrite.rewritten(graph, [t.name for t in concrete.outputs])
     ops = {op.name: op for op in op_infos(graph)}
     assign_phases(ops)
-    return GraphItem(list(ops.values()), analyse_variables(ops, handles), job)
+    # The inliner clears the loops' lowering attribute; TensorFlow lowers every loop a step runs outside XLA.
+    loops = loop_records(graph, lowered=not job.xla if inlined else None)
+    attach(list(ops.values()), loops)
+    return GraphItem(list(ops.values()), analyse_variables(ops, handles), job, loops)
 
 
 def _named_shapes(python_fn, specs, kwspecs):

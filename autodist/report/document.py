@@ -40,6 +40,7 @@ def _job(data, graph_item):
         "sparse_variables": sparse,
         "batch_semantics": describe(summary["batch_size"], summary.get("script_batch", 0),
                                     summary.get("batch_per_replica", False), summary.get("batch_pinned", "")),
+        **({"unknown_trips": summary["unknown_trips"]} if summary.get("unknown_trips") else {}),
     }
 
 

@@ -104,6 +104,9 @@ def _job(doc, md):
     rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
     semantics = job.get("batch_semantics")
     batch = f"\n\n{_paragraph(f'Batch: {semantics}.', md)}" if semantics else ""
+    for op in job.get("unknown_trips", []):
+        batch += "\n\n" + _paragraph(f"Warning: the trip count of loop {op} is not known from the graph; its body "
+                                     "is priced once per step.", md)
     return table(["job", ""], rows, md) + batch
 
 
