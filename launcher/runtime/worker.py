@@ -21,13 +21,16 @@ import numpy as np
 
 from autodist.errors import LaunchError
 from launcher.runtime import phases
-from launcher.runtime.fit import at_plan_batch, check_global_batch, global_batch_rows, replica_share
+from launcher.runtime.fit import (at_plan_batch, check_global_batch, fewer_steps_repeated, global_batch_rows,
+                                  replica_share)
 from launcher.runtime.layout import canonical_device
 from autodist.io import read_json, write_json_atomic
 
-# Keras callbacks that write files: in every replica but the first they would
-# write the same files again, so only the first one keeps them.
-FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
+# Keras callbacks that write files, and the attribute that holds where.  Every replica but the first works in a
+# folder of its own (launcher.workdir) and keeps such a callback where it writes there; one that writes elsewhere
+# (an absolute path, a folder linked from the user's) would write the first replica's files again, and is dropped.
+FILE_WRITING_CALLBACKS = {"ModelCheckpoint": "filepath", "BackupAndRestore": "backup_dir", "TensorBoard": "log_dir",
+                          "CSVLogger": "filename"}
 
 
 
@@ -119,13 +122,15 @@ class CollectiveRun:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
         x, batch_size = at_plan_batch(self.group.layout, x, batch_size)
         x = replica_share(self.group.layout, x, self.group.size, self.group.rank)
+        if not args:  # epochs given by name, or none
+            x, kwargs = fewer_steps_repeated(x, kwargs)
         rows = _fit_batch_rows(x, y, batch_size)
         if self.steps and not hasattr(x, "__next__") and phases.needs_plan(self.group.layout, model, rows):
             self._plan_phase(phases.phase_layout(self.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
                                                  self._call_site()))
         check_global_batch(self.group.layout, rows)
         self.group.broadcast_from_first(model.weights)
-        kept = [c for c in callbacks or [] if self.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
+        kept = [c for c in callbacks or [] if self.first or _writes_in_own_folder(c)]
         progress = _progress_callback(self, self._samples(rows))
         model.train_step = self.group.replica_step(type(model).train_step.__get__(model))
         if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
@@ -198,6 +203,15 @@ class CollectiveRun:
             self.reporter.summary(self.plan_path)
         if report_path:
             write_json_atomic(report_path, self.record())
+
+
+def _writes_in_own_folder(callback):
+    """Whether ``callback`` writes no file, or only inside this process's working folder (links resolved)."""
+    attribute = FILE_WRITING_CALLBACKS.get(type(callback).__name__)
+    if attribute is None:
+        return True
+    here = os.path.realpath(os.getcwd())
+    return os.path.commonpath([here, os.path.realpath(os.fspath(getattr(callback, attribute, "")))]) == here
 
 
 @contextlib.contextmanager
