@@ -223,9 +223,56 @@ def _totals(results, stages):
     return counts
 
 
+# The options whose folders are this machine's own: the corpus reads relative to the repository, the scratch
+# folders (what --work and an --out outside the repository name) as these names.
+PATH_OPTIONS = {"--corpus": None, "--work": "$WORK", "--out": "$OUT"}
+
+
+def _portable_name(option, path):
+    """How ``path``, given to ``option``, reads in the results: relative to the repository where it is the corpus
+    or lies inside it, else the option's placeholder."""
+    inside = os.path.commonpath([ROOT, os.path.abspath(path)]) == ROOT
+    if PATH_OPTIONS[option] is None or inside:
+        return os.path.relpath(path, ROOT)
+    return PATH_OPTIONS[option]
+
+
+def _machine_folders(invocations, work):
+    """Absolute folder -> the name it reads as, for the default corpus, ``work`` and every folder the
+    ``invocations`` name (those recorded already portable are skipped)."""
+    folders = {DEFAULT_CORPUS: _portable_name("--corpus", DEFAULT_CORPUS),
+               os.path.abspath(work): _portable_name("--work", work)}
+    for invocation in invocations:
+        argv = invocation["argv"]
+        for option, value in zip(argv, argv[1:]):
+            if option in PATH_OPTIONS and os.path.isabs(value):
+                folders[value.rstrip(os.sep)] = _portable_name(option, value)
+    return folders
+
+
+def _portable(text, folders):
+    """``text`` with every folder of ``folders`` written as the name it reads as (longest folders first)."""
+    for folder in sorted(folders, key=len, reverse=True):
+        text = re.sub(re.escape(folder) + r"(?![\w.-])", lambda _: folders[folder], text)
+    return text
+
+
+def portable_records(results, invocations, work):
+    """The results' lines and the invocations' commands with this machine's folders written as any machine reads
+    them (:func:`_portable_name`), so that the committed files do not name the folders of whoever ran them."""
+    folders = _machine_folders(invocations, work)
+    for result in results:
+        for record in result["stages"]:
+            record["line"] = _portable(record["line"], folders)
+    for invocation in invocations:
+        invocation["argv"] = [_portable(arg, folders) for arg in invocation["argv"]]
+    return results, invocations
+
+
 def _write(args, results, seconds, invocations):
     """Write the results so far (every script's latest record of each stage) to ``args.out`` .json and .md, with
     the invocations that made them (``invocations``: earlier ones, then this one's)."""
+    results, invocations = portable_records(results, invocations, args.work)
     stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
     record = {"preset": PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
               "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
@@ -262,10 +309,10 @@ def main(argv=None):
     this = {"argv": ["python", "benchmarks/realworld.py", *(argv if argv is not None else sys.argv[1:])],
             "scripts": names, "stages": args.stages}
     invocations = invocations + [this]
-    work = args.work or tempfile.mkdtemp(prefix="realworld-")
+    args.work = args.work or tempfile.mkdtemp(prefix="realworld-")
     started = time.perf_counter()
     for name in names:
-        folder = os.path.join(work, name[:-3])
+        folder = os.path.join(args.work, name[:-3])
         os.makedirs(folder, exist_ok=True)
         earlier[name] = run_script(name, os.path.abspath(args.corpus), args.stages, args.timeout, folder,
                                    earlier.get(name, {}).get("stages", ()))

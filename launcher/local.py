@@ -5,7 +5,10 @@ tasks that run the user's script (every worker under a collective plan; the
 chief, or worker 0, otherwise: see :mod:`launcher.runtime.client`) and a
 TensorFlow server for each other task.  The first client's output is shown;
 every other task logs to a file.  Each process gets its
-own process group and a log file in a temporary folder.  Whatever happens
+own process group and a log file in a temporary folder.  The first client
+runs in the current folder and every other client in a folder of its own
+that links the current folder's entries, as workers on their own disks
+(:mod:`launcher.workdir`; with ``chief_in_place=False``, the first too).  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
 stopped before :func:`run_local` returns, and the folder is removed; if the
 launcher itself is killed, its tasks and folder go with it
@@ -32,6 +35,7 @@ from autodist.errors import LaunchError
 from launcher.runtime.joining import JOIN_TIMEOUT_S
 from launcher.runtime.server import task_cpu_devices
 from launcher.supervision import Watchdog, launched_env
+from launcher.workdir import own_folder
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -128,7 +132,7 @@ class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S,
-                 quiet=False, phases_dir=None):
+                 quiet=False, phases_dir=None, chief_in_place=True, env=None):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -142,6 +146,8 @@ class LocalRun:
         self.join_timeout = join_timeout
         self.quiet = quiet
         self.phases_dir = phases_dir
+        self.chief_in_place = chief_in_place
+        self.env = dict(env or {})
         self.network = None
         if plan.resource_spec.emulated:
             from launcher.emulation import EmulatedNetwork
@@ -207,8 +213,8 @@ class LocalRun:
         else:
             _raise_for(signum)
 
-    def _start(self, name, argv, env, log_to_file):
-        """Start one task and record it, so that teardown always finds it."""
+    def _start(self, name, argv, env, log_to_file, cwd=None):
+        """Start one task (in ``cwd``, default the current folder) and record it, so that teardown always finds it."""
         log_path = os.path.join(self._logdir, name.replace(":", "-").replace(" ", "-") + ".log")
         if self.network is not None:
             argv = self.network.command(self.node[name], argv)
@@ -216,7 +222,7 @@ class LocalRun:
         try:
             with open(log_path, "w") as log:
                 stream = log if log_to_file else None
-                process = subprocess.Popen(argv, env=launched_env(env), stdout=stream,
+                process = subprocess.Popen(argv, env=launched_env(env), stdout=stream, cwd=cwd,
                                            stderr=subprocess.STDOUT if log_to_file else None,
                                            stdin=subprocess.DEVNULL, start_new_session=True)
             task = TaskProcess(name, process, log_path)
@@ -236,7 +242,7 @@ class LocalRun:
     def start(self):
         """Start every server task, then the clients with the user's script; returns the client tasks."""
         # Temporary files of the tasks (and of the script) go in the run's folder, removed whatever happens.
-        base = {**os.environ, **TASK_ENV, "TMPDIR": self._logdir}
+        base = {**os.environ, **TASK_ENV, **self.env, "TMPDIR": self._logdir}
         if self.phases_dir:
             from launcher.runtime.phases import PHASES_ENV
 
@@ -255,7 +261,11 @@ class LocalRun:
                     "--cluster", json.dumps(self.cluster), "--join-timeout", str(self.join_timeout), *where]
             if self._report_of(k):
                 argv += ["--report", os.path.abspath(self._report_of(k))]
-            clients.append(self._start(name, argv + [self.script, *self.args], base, k > 0 or self.quiet))
+            script, cwd = self.script, None
+            if k > 0 or not self.chief_in_place:
+                script = os.path.abspath(self.script)
+                cwd = own_folder(self._logdir, "work-" + name.replace(":", "-").replace(" ", "-"))
+            clients.append(self._start(name, argv + [script, *self.args], base, k > 0 or self.quiet, cwd))
         return clients
 
     def wait(self, clients):
@@ -309,7 +319,7 @@ def _replica_name(places, rank):
 
 
 def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S,
-              quiet=False, phases_dir=None):
+              quiet=False, phases_dir=None, chief_in_place=True, env=None):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -331,6 +341,11 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         A folder where a collective run keeps its later training phases' steps and plans and the record of every
         phase's measured step time, for the caller to price and show (launcher.runtime.phases); its replicas then
         print no closing lines.
+    chief_in_place : bool
+        Run the first client in the current folder (the others each run in a
+        folder of their own, :mod:`launcher.workdir`); False: the first too.
+    env : dict, optional
+        Variables added to every task's environment.
 
     Raises
     ------
@@ -339,7 +354,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         ends with its last log lines.
     """
     with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout, quiet=quiet,
-                  phases_dir=phases_dir) as run:
+                  phases_dir=phases_dir, chief_in_place=chief_in_place, env=env) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

@@ -131,3 +131,30 @@ def test_a_script_that_raises_in_one_task_is_one_line_exit_2_and_nothing_left(tm
     line = _one_line_exit_2(_bench([str(script), "--preset", "cpu-local:2", "--strategies", "ring", *TINY], tmp_path))
     assert "strategy ring: task worker:1" in line and line.endswith("RuntimeError: boom in the second replica")
     assert not _processes_naming(str(tmp_path))
+
+
+def test_a_fit_on_a_dataset_of_fewer_batches_than_bench_measures_trains_it_repeated():
+    """keras_io_image_classification_from_scratch trains one epoch of one batch: bench ran it, then refused ("the
+    script trained 1 step, and the first is warm-up").  Under bench's variable a fit on a dataset of fewer batches
+    trains it repeated, one epoch of as many steps as asked; Keras' own fit counts them."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from launcher.runtime.fit import MIN_STEPS_ENV, fewer_steps_repeated
+
+    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 3), "float32"), np.ones((8, 1), "float32"))).batch(8)
+    wanted = {MIN_STEPS_ENV: "11"}
+    x, kwargs = fewer_steps_repeated(data, {"epochs": 1}, wanted)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    batches = []
+    model.fit(x, **kwargs, verbose=0, callbacks=[keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batches.append(batch))])
+    assert len(batches) == 11
+    x, kwargs = fewer_steps_repeated(data, {"epochs": 4}, wanted)
+    assert kwargs["steps_per_epoch"] == 3  # 12 steps over the four epochs
+    long_enough = data.unbatch().batch(1)
+    assert fewer_steps_repeated(long_enough, {"epochs": 2}, wanted) == (long_enough, {"epochs": 2})
+    assert fewer_steps_repeated(data, {"epochs": 1}, {}) == (data, {"epochs": 1})
+    arrays = np.ones((8, 3))
+    assert fewer_steps_repeated(arrays, {"epochs": 1}, wanted)[0] is arrays

@@ -618,6 +618,7 @@ def test_custom_loops_under_a_one_client_plan_are_refused_not_run_undistributed(
 def test_workers_that_build_different_batches_stop_with_the_reason(plans):
     """Under collectives every replica runs the script: a script whose data differs per replica is caught."""
     from launcher.local import local_cluster
+    from launcher.runtime.collective import BATCH_MISMATCH
 
     plan, plan_path = plans["allreduce"]
     cluster = local_cluster(plan)
@@ -630,9 +631,7 @@ def test_workers_that_build_different_batches_stop_with_the_reason(plans):
     for worker in workers:
         _, err = worker.communicate(timeout=200)
         assert worker.returncode == 2 and "Traceback" not in err, err[-2000:]
-        assert err.strip().splitlines()[-1].endswith(
-            "the replicas built different global batches; the script must make the same data, in the same order, "
-            "in every replica process (seed it)")
+        assert err.strip().splitlines()[-1].endswith(BATCH_MISMATCH)
 
 
 @pytest.mark.slow

@@ -4,7 +4,9 @@ Runs the searched plan and each baseline as a plan, for real, with the
 launcher ``autodist run`` uses (on this machine, or on an emulated cluster),
 and prints side by side each strategy's measured step time (the median of
 the run's last ``--steps`` steps, or of all but the first where the script
-trains no more; the steps before them are warm-up), its
+trains no more; the steps before them are warm-up; a ``model.fit`` on a
+dataset of fewer batches trains it repeated, so that a script of one batch
+is measured too), its
 spread, the predicted step time, their ratio, and both rankings.  A cluster
 that cannot run here (its GPUs are elsewhere) gets each plan written, and
 the commands that run it on the cluster's pods.  Strategies that run the
@@ -59,7 +61,8 @@ def _add_options(p):
                         f"plan; also {','.join(ALGORITHM_STRATEGIES)}: data parallelism by that allreduce algorithm)")
     p.add_argument("--steps", type=integer_between(1, MAX_STEPS), default=DEFAULT_STEPS, metavar="N",
                    help=f"steps measured per strategy: the median of each run's last N (default {DEFAULT_STEPS}), "
-                        "after at least the first (warm-up); of all but the first where the script trains N or fewer")
+                        "after at least the first (warm-up); a model.fit on a dataset of fewer batches trains it "
+                        "repeated; of all but the first where the script trains N or fewer otherwise")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
     p.add_argument("-o", "--output", default="bench-plans", metavar="DIR",
                    help="folder the strategies' plans are written to (default bench-plans)")
@@ -159,15 +162,20 @@ def runtime_program(strategy, resource_spec):
     return json.dumps(data, sort_keys=True)
 
 
-def run_strategy(name, plan, plan_path, script, script_args, folder, join_timeout):
-    """Run ``plan`` with the local launcher, its output logged in ``folder``; the run's record."""
+def run_strategy(name, plan, plan_path, script, script_args, folder, join_timeout, steps=None):
+    """Run ``plan`` with the local launcher, its output logged in ``folder``; the run's record.
+
+    With ``steps``, a ``model.fit`` on a dataset of fewer batches than ``steps`` and a warm-up trains it
+    repeated (:func:`launcher.runtime.fit.fewer_steps_repeated`)."""
     from autodist.io import read_json
     from launcher.local import run_local
+    from launcher.runtime.fit import MIN_STEPS_ENV
 
     report = os.path.join(folder, f"{name}.report.json")
     print(f"autodist: bench: running {name}", file=sys.stderr, flush=True)
     try:
-        run_local(plan, plan_path, script, script_args, report_path=report, join_timeout=join_timeout, quiet=True)
+        run_local(plan, plan_path, script, script_args, report_path=report, join_timeout=join_timeout, quiet=True,
+                  chief_in_place=False, env={MIN_STEPS_ENV: str(steps + 1)} if steps else None)
     except LaunchError as exc:
         raise LaunchError(_one_line(exc, name)) from None
     return read_json(report)
@@ -291,7 +299,7 @@ def bench(args):
                 for name, plan, _ in plans:
                     if plan is not None and runtime_program(plan.strategy, spec) not in ran:
                         record = run_strategy(name, plan, paths[name], args.script, args.script_args, folder,
-                                              args.join_timeout)
+                                              args.join_timeout, args.steps)
                         times[name] = measured_times(record, args.steps, name)
                         link_bytes[name] = record.get("link_bytes_sent")
                         ran[runtime_program(plan.strategy, spec)] = name

@@ -113,7 +113,9 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
                       join_timeout=JOIN_TIMEOUT_S):
     """A worker task with several replicas: one process per replica (each sees only its GPU), all awaited.
 
-    The first to fail stops the others and the task, naming the replica.
+    The task's first replica runs in the task's folder, every other in a folder
+    of its own (:mod:`launcher.workdir`).  The first to fail stops the others
+    and the task, naming the replica.
     """
     import subprocess
     import tempfile
@@ -121,6 +123,7 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
 
     from launcher.runtime.collective import replica_places
     from launcher.runtime.worker import merge_records
+    from launcher.workdir import own_folder
 
     places = replica_places(plan)
     gpus = plan.resource_spec.device(plan.strategy.replicas[ranks[0]][0]).kind == "GPU"
@@ -132,10 +135,12 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
                 env = launched_env(os.environ)
                 if gpus:
                     env["CUDA_VISIBLE_DEVICES"] = str(places[rank][1])
-                argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", plan_path,
+                own = rank != ranks[0]
+                argv = [sys.executable, "-m", "launcher.runtime.client", "--plan", os.path.abspath(plan_path),
                         "--cluster", json.dumps(cluster), "--replica", str(rank), "--report", report,
-                        "--join-timeout", str(join_timeout), script, *args]
-                processes.append(subprocess.Popen(argv, env=env))
+                        "--join-timeout", str(join_timeout), os.path.abspath(script) if own else script, *args]
+                cwd = own_folder(folder, f"work-{rank}") if own else None
+                processes.append(subprocess.Popen(argv, env=env, cwd=cwd))
             while True:
                 codes = [p.poll() for p in processes]
                 failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]

@@ -43,7 +43,9 @@ GRADIENT_GROUP, SETUP_GROUP = 1, 2
 # int32: 2**20 keys per step, 2**11 capacities).
 GATHER_KEY_STRIDE = 2**20
 BATCH_MISMATCH = ("the replicas built different global batches; the script must make the same data, "
-                  "in the same order, in every replica process (seed it)")
+                  "in the same order, in every replica process (seed it; a tf.data shuffle that reshuffles each "
+                  "iteration, as by default, can draw another order in each replica even seeded, its iterators "
+                  "sharing one generator at their own pace: give it reshuffle_each_iteration=False)")
 
 
 @contextlib.contextmanager

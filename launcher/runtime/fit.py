@@ -9,6 +9,7 @@ Outside it nothing is patched.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 
@@ -286,6 +287,28 @@ def at_plan_batch(layout, x, batch_size):
                           f"{type(x).__name__}, whose batches autodist run cannot re-cut; give arrays or a "
                           "tf.data.Dataset", field="--global-batch")
     return x, layout.batch_size
+
+
+# Set by ``autodist bench`` in every replica: the fewest steps a ``model.fit`` on a dataset trains (fewer_steps_repeated).
+MIN_STEPS_ENV = "AUTODIST_MIN_FIT_STEPS"
+
+
+def fewer_steps_repeated(x, kwargs, environ=None):
+    """``model.fit``'s ``(x, kwargs)``, a dataset of fewer batches than :data:`MIN_STEPS_ENV` over its epochs
+    repeated and each epoch bounded by ``steps_per_epoch``, as Keras trains a repeated dataset: ``autodist bench``
+    measures the median of its steps after a warm-up, and a script that trains one step (one batch, one epoch)
+    gives nothing to measure.  The step is the script's, on its batches in their order, again.  Arrays, a dataset
+    of unknown length, epochs given by position, and any fit without the variable set: as given."""
+    import tensorflow as tf
+
+    wanted = int((os.environ if environ is None else environ).get(MIN_STEPS_ENV, "0"))
+    if not wanted or not isinstance(x, tf.data.Dataset):
+        return x, kwargs
+    epochs = kwargs.get("epochs", 1) - kwargs.get("initial_epoch", 0)
+    per_epoch = kwargs.get("steps_per_epoch") or int(x.cardinality())
+    if epochs < 1 or per_epoch < 0 or epochs * per_epoch >= wanted:
+        return x, kwargs
+    return x.repeat(), dict(kwargs, steps_per_epoch=-(-wanted // epochs))
 
 
 def replica_share(layout, x, replicas, rank):

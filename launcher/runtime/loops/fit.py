@@ -5,6 +5,7 @@ model's ``train_step`` run on this replica's share of each batch and its gradien
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import numpy as np
@@ -13,13 +14,16 @@ from autodist.errors import LaunchError
 from autodist.loops import fit
 from launcher.runtime import phases
 from launcher.runtime.collective import batch_mismatch_is_a_launch_error
-from launcher.runtime.fit import PlacedFit, at_plan_batch, check_global_batch, global_batch_rows, replica_share
+from launcher.runtime.fit import (PlacedFit, at_plan_batch, check_global_batch, fewer_steps_repeated, global_batch_rows,
+                                  replica_share)
 
 NAME = fit.NAME
 
-# Keras callbacks that write files: in every replica but the first they would
-# write the same files again, so only the first one keeps them.
-FILE_WRITING_CALLBACKS = ("ModelCheckpoint", "BackupAndRestore", "TensorBoard", "CSVLogger")
+# Keras callbacks that write files, and the attribute that holds where.  Every replica but the first works in a
+# folder of its own (launcher.workdir) and keeps such a callback where it writes there; one that writes elsewhere
+# (an absolute path, a folder linked from the user's) would write the first replica's files again, and is dropped.
+FILE_WRITING_CALLBACKS = {"ModelCheckpoint": "filepath", "BackupAndRestore": "backup_dir", "TensorBoard": "log_dir",
+                          "CSVLogger": "filename"}
 
 
 @contextlib.contextmanager
@@ -45,13 +49,15 @@ def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, 
         raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
     x, batch_size = at_plan_batch(group.layout, x, batch_size)
     x = replica_share(group.layout, x, group.size, group.rank)
+    if not args:  # epochs given by name, or none
+        x, kwargs = fewer_steps_repeated(x, kwargs)
     rows = _fit_batch_rows(x, y, batch_size)
     if run.steps and not hasattr(x, "__next__") and phases.needs_plan(group.layout, model, rows):
         run.plan_phase(phases.phase_layout(run.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
                                            run.call_site()))
     check_global_batch(group.layout, rows)
     group.broadcast_from_first(model.weights)
-    kept = [c for c in callbacks or [] if run.first or type(c).__name__ not in FILE_WRITING_CALLBACKS]
+    kept = [c for c in callbacks or [] if run.first or writes_in_own_folder(c)]
     progress = _progress_callback(run, run.samples(rows))
     model.train_step = group.replica_step(type(model).train_step.__get__(model))
     if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
@@ -103,3 +109,12 @@ def _fit_batch_rows(x, y, batch_size):
     if isinstance(x, tf.data.Dataset):
         return global_batch_rows(x.element_spec)
     return (batch_size or 32) if any(isinstance(a, np.ndarray) for a in (x, y)) else None
+
+
+def writes_in_own_folder(callback):
+    """Whether ``callback`` writes no file, or only inside this process's working folder (links resolved)."""
+    attribute = FILE_WRITING_CALLBACKS.get(type(callback).__name__)
+    if attribute is None:
+        return True
+    here = os.path.realpath(os.getcwd())
+    return os.path.commonpath([here, os.path.realpath(os.fspath(getattr(callback, attribute, "")))]) == here
