@@ -130,7 +130,8 @@ def test_xla_prices_a_gpu_step_faster_and_in_less_memory(captured, tmp_path):
 
 
 def test_run_refuses_an_xla_setting_the_plan_was_not_priced_with(captured, bn_script, tmp_path):
-    """Replicas compile the step as the plan priced it: another --xla is one line, exit 2, nothing run."""
+    """Replicas compile the step as the plan priced it: another --xla is one line, exit 2, nothing run, saying
+    why the plan was priced so."""
     import subprocess
     import sys
 
@@ -142,6 +143,7 @@ def test_run_refuses_an_xla_setting_the_plan_was_not_priced_with(captured, bn_sc
                           bn_script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr
     assert "--xla" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "the job asks for no XLA" in out.stderr
 
 
 TWO_V100 = ONE_V100.replace("one-v100", "two-v100").replace("count: 1}", "count: 2}")

@@ -165,8 +165,9 @@ def run(args):
                              f"--micro-batches {args.micro_batches}", field="--micro-batches")
         priced = "on" if plan.graph.get("xla") else "off"
         if getattr(args, "xla", None) in ("on", "off") and args.xla != priced:
-            raise InputError(f"{args.plan} was priced with XLA {priced} (its replicas compile the step so); plan "
-                             f"again with --xla {args.xla}", field="--xla")
+            why = plan.graph.get("xla_reason") or "its replicas compile the step so"
+            raise InputError(f"{args.plan} was priced with XLA {priced} ({why}); plan again with --xla {args.xla}",
+                             field="--xla")
         if args.replan:
             plan, plan_path = _replanned(args, plan)
     else:
