@@ -23,8 +23,9 @@ REFERENCE = ("import runpy, sys, keras; keras.utils.set_random_seed(0); sys.argv
              "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 # The same, with the runtime's repeat of a reshuffling shuffle (launcher.runtime.reshuffle) installed.
-REFERENCE_REPEATS = ("import runpy, sys, keras; from launcher.runtime import reshuffle; keras.utils.set_random_seed(0); "
-                     "sys.argv = sys.argv[1:]\nwith reshuffle.repeats_alike(): runpy.run_path(sys.argv[0], run_name='__main__')")
+REFERENCE_REPEATS = ("import runpy, sys, keras; from launcher.runtime import reshuffle; "
+                     "keras.utils.set_random_seed(0); sys.argv = sys.argv[1:]\n"
+                     "with reshuffle.repeats_alike(): runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def _weights(prefix):
