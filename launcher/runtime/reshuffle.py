@@ -29,16 +29,15 @@ from autodist import hooks
 def repeats_alike():
     """Inside: ``tf.data.Dataset.repeat`` of a reshuffling ``shuffle`` reshuffles each repetition from seeds of its
     own iterator (see the module); any other repeat as TensorFlow's."""
-    import tensorflow as tf
 
-    def repeat(dataset, count=None, name=None):
+    def repeat(original, dataset, count, name):
         plain = original(dataset, count, name=name)
         seeds = _reshuffle_seed(dataset)
         if seeds is None:
             return plain
         return _reshuffled(dataset, seeds, count, plain.cardinality())
 
-    with hooks.patched(tf.data.Dataset, "repeat", repeat) as original:
+    with hooks.dataset_repeat(repeat):
         yield
 
 
