@@ -17,6 +17,9 @@ patches nothing.
 - :func:`keras_take`: ``keras.ops.take`` (what ``Embedding`` looks rows up
   with) goes to a handler (the runtime gathers a PS variable's rows on its
   parameter servers);
+- :func:`dataset_repeat`: ``tf.data.Dataset.repeat`` goes to a handler (a
+  replica reshuffles each repetition from seeds of its own iterator,
+  launcher.runtime.reshuffle);
 - :func:`single_replica_strategies`: ``MirroredStrategy`` and
   ``MultiWorkerMirroredStrategy`` are TensorFlow's default strategy (one
   replica, no-op scope), so that autodist's plan distributes the script;
@@ -136,6 +139,19 @@ def keras_take(handler):
         return handler(original, x, indices, axis)
 
     with patched(backend.numpy, "take", take) as original:
+        yield
+
+
+@contextlib.contextmanager
+def dataset_repeat(handler):
+    """Inside: ``dataset.repeat(count, name=name)`` of a ``tf.data.Dataset`` is ``handler(original, dataset, count,
+    name)``; ``original`` is TensorFlow's own ``repeat``."""
+    import tensorflow as tf
+
+    def repeat(dataset, count=None, name=None):
+        return handler(original, dataset, count, name)
+
+    with patched(tf.data.Dataset, "repeat", repeat) as original:
         yield
 
 

@@ -45,9 +45,10 @@ class CollectiveRun:
         self._stack = None
 
     def __enter__(self):
-        from launcher.runtime import loops
+        from launcher.runtime import loops, reshuffle
 
         self._stack = contextlib.ExitStack()
+        self._stack.enter_context(reshuffle.repeats_alike())  # the replicas' repeated shuffles draw alike
         self._stack.enter_context(loops.replica(self))
         return self
 
