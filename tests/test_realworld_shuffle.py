@@ -34,16 +34,16 @@ def _weights(prefix):
     return [dict(np.load(os.path.join(folder, f))) for f in sorted(os.listdir(folder)) if f.startswith(base + ".")]
 
 
-@pytest.mark.parametrize("name", ["fit_default_shuffle", "tfdata_unseeded_shuffle"])
-def test_two_replicas_train_an_unseeded_shuffle_as_one_process_does(name, tmp_path):
-    script = os.path.join(SCRIPTS, f"{name}.py")
+def _trains_as_one_process(script, reference_code, tmp_path):
+    """``autodist run`` of ``script`` on a two-replica ring plan: both replicas' weights equal ``reference_code``
+    running the script in one process."""
     plan = ring_plan(captured(script, tmp_path, [str(tmp_path / "unused")]), tmp_path / "plan.json")
     (tmp_path / "run").mkdir()
     (tmp_path / "one").mkdir()
     done = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan, "--",
                            str(tmp_path / "run" / "w")], capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    reference = subprocess.run([sys.executable, "-c", REFERENCE, script, str(tmp_path / "one" / "w")],
+    reference = subprocess.run([sys.executable, "-c", reference_code, script, str(tmp_path / "one" / "w")],
                                capture_output=True, text=True, timeout=200, cwd=tmp_path)
     assert reference.returncode == 0, reference.stderr[-2000:]
     replicas, (single,) = _weights(str(tmp_path / "run" / "w")), _weights(str(tmp_path / "one" / "w"))
@@ -51,6 +51,11 @@ def test_two_replicas_train_an_unseeded_shuffle_as_one_process_does(name, tmp_pa
     for weights in replicas:
         for key in single:
             np.testing.assert_allclose(weights[key], single[key], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["fit_default_shuffle", "tfdata_unseeded_shuffle"])
+def test_two_replicas_train_an_unseeded_shuffle_as_one_process_does(name, tmp_path):
+    _trains_as_one_process(os.path.join(SCRIPTS, f"{name}.py"), REFERENCE, tmp_path)
 
 
 @pytest.mark.slow
@@ -60,18 +65,4 @@ def test_two_replicas_train_a_repeated_shuffle_a_batch_was_looked_at_in(tmp_path
     lived, so each replica's fit started from another seed ("the replicas built different global batches"); the
     replicas now train alike, as one process running the script under the runtime's repeat
     (``launcher.runtime.reshuffle``)."""
-    script = os.path.join(SCRIPTS, "tfdata_peeked_repeat.py")
-    plan = ring_plan(captured(script, tmp_path, [str(tmp_path / "unused")]), tmp_path / "plan.json")
-    (tmp_path / "run").mkdir()
-    (tmp_path / "one").mkdir()
-    done = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan, "--",
-                           str(tmp_path / "run" / "w")], capture_output=True, text=True, timeout=400, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    reference = subprocess.run([sys.executable, "-c", REFERENCE_REPEATS, script, str(tmp_path / "one" / "w")],
-                               capture_output=True, text=True, timeout=200, cwd=tmp_path)
-    assert reference.returncode == 0, reference.stderr[-2000:]
-    replicas, (single,) = _weights(str(tmp_path / "run" / "w")), _weights(str(tmp_path / "one" / "w"))
-    assert len(replicas) == 2
-    for weights in replicas:
-        for key in single:
-            np.testing.assert_allclose(weights[key], single[key], rtol=1e-4, atol=1e-5)
+    _trains_as_one_process(os.path.join(SCRIPTS, "tfdata_peeked_repeat.py"), REFERENCE_REPEATS, tmp_path)
