@@ -18,6 +18,8 @@ _PUBLIC = {
     "Plan": "autodist.plan",
     "function": "autodist.graph.capture",
     "is_chief": "autodist.loops.function",
+    "replica_rank": "autodist.loops.function",
+    "replica_count": "autodist.loops.function",
     "capture_step": "autodist.graph.capture",
     "capture_script": "autodist.graph.capture",
     "load_graph": "autodist.graph.capture",

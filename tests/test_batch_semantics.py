@@ -164,21 +164,23 @@ def test_a_later_phase_keeps_every_replica_on_its_own_batch(tmp_path):
     assert "global batch 12, every replica on its own batch" in line
 
 
-def test_every_replica_reads_its_own_batches_of_an_unshuffled_pipeline(tmp_path):
-    """Under --batch-per-replica, two replicas fitting a tf.data pipeline that does not shuffle take its batches in
-    turn: their mean step is one process's step on the two batches together, so the weights equal one process
-    training at twice the batch (before, each replica read every batch: the same examples on both, twice the
-    steps)."""
+def _per_replica_plan(tmp_path, script):
+    """A plan of two replicas each running ``script``'s batch (--batch-per-replica), allreduced by ring."""
     from autodist.graph.semantics import planned_batch
 
-    script = os.path.join(SCRIPTS, "tfdata_in_order.py")
     job = planned_batch(captured(script, tmp_path, [str(tmp_path / "unused")]), 2, per_replica=True)
-    plan = ring_plan(job, tmp_path / "plan.json")
+    return ring_plan(job, tmp_path / "plan.json")
+
+
+def _per_replica_equals_twice_the_batch(tmp_path, script, steps_line, plan=None):
+    """``script`` run on two replicas each on its batch of 8 (--batch-per-replica) ends with the weights of one
+    process running it at batch 16: each replica trained on its own half of each global batch."""
+    plan = plan or _per_replica_plan(tmp_path, script)
     (tmp_path / "run").mkdir()
     done = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan, "--",
                            str(tmp_path / "run" / "w")], capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "step 12/12" in done.stdout  # 2 epochs of 6 rounds of two batches of 8
+    assert steps_line in done.stdout
     (tmp_path / "one").mkdir()
     reference = subprocess.run([sys.executable, "-c", SEEDED.format(patch=""), "0", script, str(tmp_path / "one" / "w"),
                                 "16"], capture_output=True, text=True, timeout=200, cwd=tmp_path)
@@ -189,3 +191,45 @@ def test_every_replica_reads_its_own_batches_of_an_unshuffled_pipeline(tmp_path)
     for weights in replicas:
         for key in single:
             np.testing.assert_allclose(weights[key], single[key], rtol=1e-4, atol=1e-5)
+
+
+def test_every_replica_reads_its_own_batches_of_an_unshuffled_pipeline(tmp_path):
+    """Under --batch-per-replica, two replicas fitting a tf.data pipeline that does not shuffle take its batches in
+    turn: their mean step is one process's step on the two batches together, so the weights equal one process
+    training at twice the batch (before, each replica read every batch: the same examples on both, twice the
+    steps)."""
+    _per_replica_equals_twice_the_batch(tmp_path, os.path.join(SCRIPTS, "tfdata_in_order.py"),
+                                        "step 12/12")  # 2 epochs of 6 rounds of two batches of 8
+
+
+def test_every_replica_trains_its_own_rows_of_unshuffled_arrays(tmp_path):
+    """Under --batch-per-replica, two replicas fitting arrays with shuffle=False, sample weights and a validation
+    split each train on every other row of the split's training rows (weights with them): the weights equal one
+    process training at twice the batch.  Before, both replicas trained every row, the same batches."""
+    _per_replica_equals_twice_the_batch(tmp_path, os.path.join(SCRIPTS, "fit_arrays_in_order.py"),
+                                        "step 10/10")  # 2 epochs of 5 batches of 8: 40 of the 80 training rows each
+
+
+def test_a_custom_loop_reading_the_same_data_on_every_replica_is_refused(tmp_path):
+    """A custom loop reads the script's data itself: under --batch-per-replica two replicas that read the same
+    batches are refused at the first step, in one line saying how to shard (before, both trained on copies of
+    each batch, silently); sharded with autodist.replica_count()/replica_rank(), the weights equal one process
+    training at twice the batch."""
+    script = os.path.join(SCRIPTS, "custom_loop_in_order.py")
+    plan = _per_replica_plan(tmp_path, script)
+    (tmp_path / "same").mkdir()
+    refused = subprocess.run([sys.executable, "-m", "autodist", "run", script, "--plan", plan, "--",
+                              str(tmp_path / "same" / "w"), "8", "unsharded"], capture_output=True, text=True,
+                             timeout=400, cwd=tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    (line,) = {line for line in refused.stderr.splitlines() if "got the same batch" in line}  # each replica's
+    assert "on 2 of 2 replicas" in line and "custom_loop_in_order.py:33)" in line
+    assert "dataset.shard(autodist.replica_count(), autodist.replica_rank())" in line
+    assert not os.listdir(tmp_path / "same")
+    _per_replica_equals_twice_the_batch(tmp_path, script, "step 6", plan)  # 48 rows each, in batches of 8
+
+
+def test_replica_rank_and_count_outside_a_run():
+    import autodist
+
+    assert (autodist.replica_rank(), autodist.replica_count()) == (0, 1)

@@ -83,6 +83,21 @@ def is_chief():
     return _runtime is None or _runtime.first
 
 
+def replica_rank():
+    """This replica's index among :func:`replica_count` (0 outside ``autodist run`` and in a plan's single client).
+
+    Under ``--batch-per-replica`` every replica runs the script's batch and must read data of its own, as with
+    Horovod's ``hvd.rank()``: ``dataset.shard(autodist.replica_count(), autodist.replica_rank())`` in a custom
+    loop (``model.fit`` deals its data out itself).
+    """
+    return 0 if _runtime is None else _runtime.rank
+
+
+def replica_count():
+    """How many replicas run the script (1 outside ``autodist run`` and in a plan's single client)."""
+    return 1 if _runtime is None else _runtime.count
+
+
 def step_item(step, args, kwargs, model_name, source):
     """The GraphItem of one call of ``step`` (traced, not run), compiled as the step asks."""
     return trace_step(step, args, kwargs, model_name, source,

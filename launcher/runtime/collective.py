@@ -21,7 +21,9 @@ Where the plan has every replica run the script's own batch
 (``RunLayout.per_replica``, Horovod's semantics), nothing is sliced or
 checked: each replica's batch is its own (seeded apart, see
 ``launcher.runtime.client.seed_replica``; a dataset given to ``model.fit``
-dealt out batch by batch, see ``launcher.runtime.fit.replica_share``) and
+dealt out batch by batch and its arrays row by row, see
+``launcher.runtime.fit.replica_share`` and ``replica_rows``; a custom loop's
+first batches compared once, :meth:`CollectiveGroup.copies_of_first`) and
 counts for an equal share.
 Float outputs of a step (the loss, Keras' metrics) are averaged over the
 replicas, weighted by each one's share of the batch, so they equal the
@@ -410,6 +412,24 @@ class CollectiveGroup:
                 v.assign(self.all_sum(value * tf.cast(keep, value.dtype), SETUP_GROUP, name="initial_broadcast"))
 
         broadcast()
+
+    def copies_of_first(self, batch):
+        """How many replicas besides the first got the first's batch (by a checksum of ``batch``'s batch tensors);
+        two collectives, every replica at once."""
+        import tensorflow as tf
+
+        tensors = [t for t in tf.nest.flatten(batch) if _is_batched(t)]
+        if not tensors:
+            return 0
+
+        @tf.function
+        def copies():
+            mine = tf.add_n([_checksum(t) for t in tensors])
+            first = self.all_sum(mine * (1.0 if self.rank == 0 else 0.0), SETUP_GROUP, name="first_batch")
+            alike = tf.constant(0.0 if self.rank == 0 else 1.0, tf.float64) * tf.cast(tf.equal(mine, first), tf.float64)
+            return self.all_sum(alike, SETUP_GROUP, name="copies_of_first")
+
+        return int(copies().numpy())
 
     # -- the replica's step --------------------------------------------------------
     def replica_step(self, func):

@@ -334,6 +334,38 @@ def replica_share(layout, x, replicas, rank):
     return x.window(replicas, drop_remainder=True).flat_map(own)
 
 
+def replica_rows(layout, x, y, kwargs, replicas, rank):
+    """``model.fit``'s ``(x, y, kwargs)`` as replica ``rank`` of ``replicas`` reads arrays where every replica runs
+    the script's batch (Horovod's semantics): ``validation_split``'s last rows taken first, on every replica, as
+    Keras takes them (as ``validation_data``); then the training rows, ``sample_weight``'s with them (class weights
+    follow ``y``), dealt out one in ``replicas`` from row ``rank``, so that the replicas train on different rows
+    whatever ``shuffle``, an epoch is one pass over the data, and the replicas' step ``i`` together holds one
+    process's batch ``i`` at ``replicas`` x the batch without shuffling.  Every replica gets as many rows (the last
+    ``len % replicas`` are dropped).  Anything else, and arrays under the other semantics, as given."""
+    import tensorflow as tf
+
+    def is_array(a):
+        return isinstance(a, (np.ndarray, tf.Tensor))
+
+    data = (x, y, kwargs.get("sample_weight"))
+    if (not layout.per_replica or replicas < 2 or x is None
+            or not all(is_array(a) for a in tf.nest.flatten(x))):
+        return x, y, kwargs
+    rows = int(tf.nest.flatten(x)[0].shape[0])
+    kwargs = dict(kwargs)
+    split = kwargs.pop("validation_split", 0)
+    if split and kwargs.get("validation_data") is None:  # Keras ignores the split when given validation_data
+        cut = int(np.floor(rows * (1.0 - split)))
+        held = tf.nest.map_structure(lambda a: a[cut:] if is_array(a) else a, data)
+        kwargs["validation_data"] = held if held[2] is not None else held[:2]
+        data, rows = tf.nest.map_structure(lambda a: a[:cut] if is_array(a) else a, data), cut
+    keep = rows - rows % replicas
+    x, y, weights = tf.nest.map_structure(lambda a: a[:keep][rank::replicas] if is_array(a) else a, data)
+    if weights is not None:
+        kwargs["sample_weight"] = weights
+    return x, y, kwargs
+
+
 def global_batch_rows(batch):
     """Samples in a global batch: the leading dimension of its first array or tensor spec (None if unknown)."""
     import tensorflow as tf

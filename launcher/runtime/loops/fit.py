@@ -15,7 +15,7 @@ from autodist.loops import fit
 from launcher.runtime import phases
 from launcher.runtime.collective import batch_mismatch_is_a_launch_error
 from launcher.runtime.fit import (PlacedFit, at_plan_batch, check_global_batch, fewer_steps_repeated, global_batch_rows,
-                                  replica_share)
+                                  replica_rows, replica_share)
 
 NAME = fit.NAME
 
@@ -49,6 +49,7 @@ def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, 
         raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
     x, batch_size = at_plan_batch(group.layout, x, batch_size)
     x = replica_share(group.layout, x, group.size, group.rank)
+    x, y, kwargs = replica_rows(group.layout, x, y, kwargs, group.size, group.rank)
     if not args:  # epochs given by name, or none
         x, kwargs = fewer_steps_repeated(x, kwargs)
     rows = _fit_batch_rows(x, y, batch_size)

@@ -25,6 +25,14 @@ class _ReplicaSteps:
     def first(self):
         return self.run.first
 
+    @property
+    def rank(self):
+        return self.run.group.rank
+
+    @property
+    def count(self):
+        return self.run.group.size
+
     def call_step(self, step, args, kwargs):
         """One call of a custom loop's step: traced once, first call checks data and broadcasts weights."""
         import tensorflow as tf
@@ -39,6 +47,8 @@ class _ReplicaSteps:
             if run.steps:
                 run.plan_phase(phases.step_layout(group.layout, run.plan_path, step, args, kwargs, run.call_site()))
             check_global_batch(group.layout, global_batch_rows((args, kwargs)))
+            if group.layout.per_replica:
+                _check_own_batches(group, (args, kwargs), run.call_site())
             traced = tf.function(group.replica_step(step.python_function), **self._step_options(step))
             traced.get_concrete_function(*args, **kwargs)
             group.broadcast_from_first(group.variables.values())
@@ -57,10 +67,22 @@ class _ReplicaSteps:
         return dict(step_options(step), jit_compile=group.layout.jit_compile(group.device_type))
 
 
+def _check_own_batches(group, batch, site):
+    """Raise LaunchError where another replica got the first's batch for the step called at ``site``: every
+    replica runs the script's batch (``--batch-per-replica``) and a custom loop reads the script's data itself,
+    so replicas that read the same data would train on copies of one batch."""
+    copies = group.copies_of_first(batch)
+    if copies:
+        raise LaunchError(f"under --batch-per-replica every replica runs its own batch, and the custom loop's step "
+                          f"({site}) got the same batch on {copies + 1} of {group.size} replicas, which would train "
+                          "on copies of it; give each replica its own data, as with Horovod: "
+                          "dataset.shard(autodist.replica_count(), autodist.replica_rank())", field="data")
+
+
 class RefusedSteps:
     """Custom-loop steps under a one-client plan: refused, naming why (not trained undistributed)."""
 
-    first = True
+    first, rank, count = True, 0, 1
 
     def __init__(self, reason):
         self.reason = reason
