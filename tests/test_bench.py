@@ -101,6 +101,19 @@ def test_a_script_that_trains_fewer_steps_than_asked_is_measured_on_all_but_its_
     assert "all the script trained" not in render_text({"script": "s.py", "cluster": "c", "steps": 3, "strategies": [row]})
 
 
+def test_bench_measures_the_phase_its_plan_was_priced_for():
+    """A script of two training phases (a later model.fit planned where it starts) is measured on its first phase's
+    steps, the step the plan was made and priced for; before, on the run's last steps, another phase's."""
+    from autodist.cli.bench_cmd import measured_times
+    from autodist.errors import LaunchError
+
+    record = {"step_times": [0.9, 0.01, 0.02, 0.03, 0.5, 0.6, 0.7], "phase_first_steps": [1, 5]}
+    assert measured_times(record, 10, "ring") == [0.01, 0.02, 0.03]
+    assert measured_times(record, 2, "ring") == [0.02, 0.03]
+    with pytest.raises(LaunchError, match="trained 1 step in its first phase"):
+        measured_times({"step_times": [0.9, 0.5, 0.6], "phase_first_steps": [1, 2]}, 10, "ring")
+
+
 @pytest.mark.slow
 def test_bench_runs_every_strategy_and_reports_both_times(tmp_path):
     done = _bench([SCRIPT, "--preset", "cpu-local:2", "--steps", "3", "--format", "json", "-o", "plans", *TINY],

@@ -3,8 +3,9 @@
 Runs the searched plan and each baseline as a plan, for real, with the
 launcher ``autodist run`` uses (on this machine, or on an emulated cluster),
 and prints side by side each strategy's measured step time (the median of
-the run's last ``--steps`` steps, or of all but the first where the script
-trains no more; the steps before them are warm-up; a ``model.fit`` on a
+the last ``--steps`` steps of the run's first training phase, the step the
+plan is priced for, or of all but the first where the phase trains no more;
+the steps before them are warm-up; a ``model.fit`` on a
 dataset of fewer batches trains it repeated, so that a script of one batch
 is measured too), its
 spread, the predicted step time, their ratio, and both rankings.  A cluster
@@ -128,11 +129,17 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
 
 
 def measured_times(record, steps, name):
-    """The last ``steps`` step times of a run record, after at least its first (warm-up): all but the first where
-    the script trained ``steps`` or fewer; a LaunchError when it trained fewer than two (nothing after warm-up)."""
+    """The last ``steps`` step times of a run record's first training phase (the step the plan was made and priced
+    for; a later ``model.fit`` or step is planned where it starts, ``phase_first_steps``), after at least its first
+    (warm-up): all but the first where the phase trained ``steps`` or fewer; a LaunchError when it trained fewer than
+    two (nothing after warm-up)."""
     times = record.get("step_times") or []
+    later = (record.get("phase_first_steps") or [1])[1:]
+    if later:
+        times = times[:later[0] - 1]
     if len(times) < 2:
-        raise LaunchError(f"strategy {name}: the script trained {len(times)} step{'s' if len(times) != 1 else ''}, "
+        raise LaunchError(f"strategy {name}: the script trained {len(times)} step{'s' if len(times) != 1 else ''}"
+                          f"{' in its first phase' if later else ''}, "
                           "and the first is warm-up: give the script at least 2", field="--steps")
     return times[-min(steps, len(times) - 1):]
 

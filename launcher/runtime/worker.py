@@ -101,6 +101,7 @@ class CollectiveRun:
             "steps": self.steps,
             "measured_step_time": self.reporter.measured_step_time(),
             "step_times": list(self.reporter.times),
+            "phase_first_steps": [phase["first_step"] for phase in self.reporter.phase_starts],
             "predicted_step_time": self.reporter.predicted,
             "tf_devices": tf_devices,
             "variable_devices": {name: [planned if device == own else device] for name, device in tf_devices.items()},
