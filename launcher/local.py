@@ -132,7 +132,7 @@ class LocalRun:
     """The processes of one local run; use as a context manager (it always tears down)."""
 
     def __init__(self, plan, plan_path, script, args=(), report_path=None, out=None, join_timeout=JOIN_TIMEOUT_S,
-                 quiet=False, phases_dir=None, chief_in_place=True, env=None):
+                 quiet=False, chief_in_place=True, env=None):
         from launcher.runtime.client import client_tasks
         from launcher.runtime.collective import collective_mode, replica_places
 
@@ -145,7 +145,6 @@ class LocalRun:
         self.out = out or sys.stdout
         self.join_timeout = join_timeout
         self.quiet = quiet
-        self.phases_dir = phases_dir
         self.chief_in_place = chief_in_place
         self.env = dict(env or {})
         self.network = None
@@ -243,10 +242,6 @@ class LocalRun:
         """Start every server task, then the clients with the user's script; returns the client tasks."""
         # Temporary files of the tasks (and of the script) go in the run's folder, removed whatever happens.
         base = {**os.environ, **TASK_ENV, **self.env, "TMPDIR": self._logdir}
-        if self.phases_dir:
-            from launcher.runtime.phases import PHASES_ENV
-
-            base[PHASES_ENV] = os.path.abspath(self.phases_dir)
         names = {name for name, _ in self.clients}
         for job, addresses in self.cluster.items():
             for index in range(len(addresses)):
@@ -319,7 +314,7 @@ def _replica_name(places, rank):
 
 
 def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None, join_timeout=JOIN_TIMEOUT_S,
-              quiet=False, phases_dir=None, chief_in_place=True, env=None):
+              quiet=False, chief_in_place=True, env=None):
     """Run ``script`` under ``plan`` on localhost; returns when training ended and every task is stopped.
 
     Parameters
@@ -337,10 +332,6 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         Seconds a client waits for the other tasks before it gives up.
     quiet : bool
         Log the first client to a file too, instead of showing its output.
-    phases_dir : str, optional
-        A folder where a collective run keeps its later training phases' steps and plans and the record of every
-        phase's measured step time, for the caller to price and show (launcher.runtime.phases); its replicas then
-        print no closing lines.
     chief_in_place : bool
         Run the first client in the current folder (the others each run in a
         folder of their own, :mod:`launcher.workdir`); False: the first too.
@@ -354,7 +345,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         ends with its last log lines.
     """
     with LocalRun(plan, plan_path, script, args, report_path, join_timeout=join_timeout, quiet=quiet,
-                  phases_dir=phases_dir, chief_in_place=chief_in_place, env=env) as run:
+                  chief_in_place=chief_in_place, env=env) as run:
         clients = run.start()
         if on_start is not None:
             on_start(run)

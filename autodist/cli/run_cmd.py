@@ -142,6 +142,7 @@ def run(args):
     from autodist.io import check_output_file
     from autodist.plan import Plan
     from launcher.local import Terminated, run_local
+    from launcher.runtime.phases import PHASES_ENV
 
     _parse_rest(args)
     for path, option in ((args.report, "--report"), (None if args.plan else args.output, "-o")):
@@ -175,7 +176,7 @@ def run(args):
     with tempfile.TemporaryDirectory(prefix="autodist-phases-") as phases_dir:
         try:
             run_local(plan, plan_path, args.script, args.script_args, report_path=args.report,
-                      join_timeout=args.join_timeout, phases_dir=phases_dir)
+                      join_timeout=args.join_timeout, env={PHASES_ENV: os.path.abspath(phases_dir)})
         except Terminated:
             print("autodist: terminated; every task is stopped", file=sys.stderr)
             return 128 + signal.SIGTERM
