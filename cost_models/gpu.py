@@ -6,8 +6,15 @@ What a step costs on a GPU, as modelled:
   shape arithmetic and control flow run no GPU kernel (the ``trivial``
   class of cost_models.prior); neither do small int32 ops, which TensorFlow
   keeps in host memory.  Ops nothing reads are pruned (cost_models.features).
-- **Grappler's remapper fusions** (cost_models.step_table.remapper_fused):
-  BiasAdd and activations folded into a convolution or matmul cost nothing.
+- **Ops run inside another's kernel launch nothing.**  Without XLA, those
+  Grappler's remapper folds into a fused kernel as TensorFlow 2.21 does on a
+  GPU (cost_models.gpu_remapper: a float32 spatial convolution's BiasAdd and
+  Relu; a matrix product's only under cuBLASLt; a batch norm's side-input
+  Add and Relu, and the Relu's gradient, only in float16 under cuDNN's
+  persistent batch norm), moving only what the fused kernel still moves for
+  them; with XLA, and in the published PyTorch runs, the bias add and
+  activation after a product (cost_models.step_table.epilogue_fused), which
+  cost nothing.
 - **Kernels.**  A matrix product or convolution runs at
   ``peak(precision) * efficiency(class, precision) / (1 + half_flops / flops)``
   (small products are far from peak), with one efficiency per class
@@ -215,7 +222,15 @@ class GpuStep:
         dtype = table["dtype"]
         classes = np.array([OP_CLASS.get(t, "") for t in op_type], dtype=object)
         host = np.isin(dtype, HOST_DTYPES) & (table["out0_elements"] <= HOST_MAX_ELEMENTS)
-        no_kernel = (classes == "trivial") | host | (table["unread"] > 0) | (table["fused"] > 0)
+        no_kernel = (classes == "trivial") | host | (table["unread"] > 0)
+        # Ops run inside another op's kernel, without XLA and with it, and the bytes that kernel still moves for
+        # them (the remapper's; none in an epilogue).
+        self.folded = {x: (table["fused"] if fuses_elementwise(x, framework) else table["remapped"]) > 0
+                       for x in (False, True)}
+        halved = halved_by_precision(table, precision)
+        self.folded_bytes = {x: np.zeros(len(op_type)) if fuses_elementwise(x, framework)
+                             else np.where(halved, table["remapped_bytes"] / 2, table["remapped_bytes"])
+                             for x in (False, True)}
         self.compute = np.isin(classes, COMPUTE_CLASSES) & ~no_kernel
         self.conv = (classes == "conv") & self.compute
         self.memory = ~no_kernel & ~self.compute
@@ -234,7 +249,7 @@ class GpuStep:
         self.kinds = {kind: kinds == kind for kind in set(EFFICIENCY_KIND.values())}
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)
-        self.bytes = np.where(halved_by_precision(table, precision), data / 2, data)
+        self.bytes = np.where(halved, data / 2, data)
         # NCHW half-precision convolutions: a transpose in or out of NHWC reads and writes each operand and result.
         transposed = self.conv & self.kinds["half"] & (layout == "nchw")
         self.transposed_bytes = np.where(transposed, 2 * self.bytes, 0.0)
@@ -256,12 +271,13 @@ class GpuStep:
         bandwidth = self.memory_bandwidth * params.shared["memory"] * arch["memory"]
         streaming = self.bytes / bandwidth
         compute = np.maximum(compute, streaming) + self.transposed_bytes / bandwidth
-        memory = np.where(self._launching(xla), streaming * self._fusion(params, xla), 0.0)
+        memory = np.where(self._launching(xla), streaming * self._fusion(params, xla),
+                          self.folded_bytes[bool(xla)] / bandwidth)
         return np.where(self.compute, compute, memory)
 
     def _launching(self, xla):
         """Which ops launch a kernel of their own: not the memory-bound ops inside a chain a fusing kernel runs."""
-        launching = self.compute | self.memory
+        launching = (self.compute | self.memory) & ~self.folded[bool(xla)]
         return launching & ~self.chained if self.fuser[bool(xla)] else launching
 
     def _fusion(self, params, xla):
@@ -309,6 +325,8 @@ class GpuStep:
         out = object.__new__(GpuStep)
         out.__dict__.update({k: v[keep] if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()})
         out.kinds = {kind: mask[keep] for kind, mask in self.kinds.items()}
+        out.folded = {x: mask[keep] for x, mask in self.folded.items()}
+        out.folded_bytes = {x: moved[keep] for x, moved in self.folded_bytes.items()}
         return out
 
     def step_seconds(self, params):

@@ -17,8 +17,12 @@ Columns: the raw op features (cost_models.features.RAW_COLUMNS) plus
   (XLA fuses an elementwise producer into its consumer reduction, and so do
   the hand-fused normalisation kernels) never writes it out
   (:func:`inside_elementwise_chains`);
-- ``fused``: 1 where Grappler's remapper folds the op into the kernel of the
-  op that produces its input on a GPU (see :func:`remapper_fused`);
+- ``fused``: 1 where a kernel fusing the step's elementwise chains (XLA, or
+  a published PyTorch run's hand-fused kernels) runs the op inside the
+  kernel of the product before it (see :func:`epilogue_fused`);
+- ``remapped``: 1 where TensorFlow without XLA runs it inside another op's
+  GPU kernel (Grappler's remapper, cost_models.gpu_remapper), and
+  ``remapped_bytes`` what that kernel still moves for it;
 - ``early_bytes``, ``early_use``: the bytes of the op's outputs that are
   last read before ``last_use``, and the last op that reads one of them
   (-1 and 0 bytes when none is): a multi-output op's outputs die apart
@@ -36,16 +40,16 @@ import weakref
 import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
+from cost_models.gpu_remapper import remapper_fused
 
-TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused", "early_bytes", "early_use")
+TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused", "remapped", "remapped_bytes",
+                                "early_bytes", "early_use")
 BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements",
-                "early_bytes")
+                "early_bytes", "remapped_bytes")
 
-# Grappler's remapper (tensorflow/core/grappler/optimizers/remapper.cc, TF 2.21)
-# rewrites, on GPUs, a convolution or matrix product followed by BiasAdd and an
-# activation into one _FusedConv2D / _FusedMatMul kernel (cuDNN / cuBLASLt
-# epilogues), and a FusedBatchNorm followed by Relu into _FusedBatchNormEx,
-# when each intermediate has no other consumer.
+# XLA's GPU compiler runs a bias add and the activation after a convolution or matrix product in the product's
+# kernel (cuDNN's fused convolution, cuBLASLt's epilogues), and the normalisation's Relu in its fusion; PyTorch's
+# examples add a layer's bias inside its product.
 FUSION_HEADS = ("Conv2D", "MatMul", "DepthwiseConv2dNative")
 BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV3")
 FUSED_BIAS = ("BiasAdd",)
@@ -65,8 +69,8 @@ FUSIBLE_READERS = ELEMENTWISE + REDUCTIONS + ALIAS_TYPES
 CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")
 
 
-def remapper_fused(ops, inputs=None):
-    """Names of the ops the GPU remapper folds into their producer's kernel.
+def epilogue_fused(ops, inputs=None):
+    """Names of the ops a fusing GPU compiler runs in their producer's kernel (XLA; PyTorch's examples).
 
     ``ops`` are ``OpInfo`` records in topological order (``inputs``: their
     data inputs, when already at hand).  A ``BiasAdd``
@@ -125,11 +129,14 @@ def _step_table(graph_item):
     inputs = [op.data_inputs for op in ops]
     producers = [[t.rpartition(":")[0] for t in tensors] for tensors in inputs]
     sources = [[index[p] for p in names if p in index] for names in producers]
-    fused = remapper_fused(ops, inputs)
+    fused = epilogue_fused(ops, inputs)
+    remapped = remapper_fused(ops, inputs, graph_item.job.gpu_env)
     table["phase"] = np.asarray([op.phase for op in ops], dtype=object)
     table["last_use"] = _last_readers(ops, sources, lambda op: True)
     table["opaque_use"] = _last_readers(ops, sources, lambda op: op.type not in FUSIBLE_READERS)
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
+    table["remapped"] = np.asarray([1.0 if op.name in remapped else 0.0 for op in ops])
+    table["remapped_bytes"] = np.asarray([float(remapped.get(op.name, 0)) for op in ops])
     table["early_bytes"], table["early_use"] = _early_outputs(ops, index, table["last_use"])
     return table
 
@@ -172,8 +179,8 @@ def fuses_elementwise(xla, framework=""):
 
 def inside_elementwise_chains(table):
     """Ops a kernel fusing elementwise chains runs inside the chain: elementwise, their output read only by
-    elementwise ops and reductions.  Not bool masks, which dropout keeps for its backward, nor ops the remapper
-    folds into a product (``fused``): their output is the product kernel's, written out."""
+    elementwise ops and reductions.  Not bool masks, which dropout keeps for its backward, nor ops run in a
+    product's kernel (``fused``): their output is the product kernel's, written out."""
     elementwise = np.isin(table["op_type"], ELEMENTWISE) & (table["dtype"] != "bool") & (table["fused"] == 0)
     return elementwise & (table["opaque_use"] < 0)
 

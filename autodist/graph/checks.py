@@ -19,6 +19,7 @@ from __future__ import annotations
 import networkx as nx
 
 from autodist.errors import InputError
+from autodist.graph.job_options import GPU_ENV
 
 # The phases of a training step an op may belong to (a GraphItem's ``OpInfo.phase``).
 PHASES = ("forward", "backward", "update", "other")
@@ -120,6 +121,8 @@ JOB_FIELDS = {
     "framework": (lambda v: v in ("", "pytorch"), 'one of "", "pytorch"'),
     "layout": (lambda v: v in ("", "nhwc", "nchw"), 'one of "", "nhwc", "nchw"'),
     "amp_rewrite": _BOOL,
+    "gpu_env": (lambda v: isinstance(v, list) and all(name in GPU_ENV for name in v),
+                f"a list of TensorFlow switches ({', '.join(GPU_ENV)})"),
     "micro_batches": (lambda v: _is_int(v) and v >= 1, "a positive integer"),
     "collective_only": _BOOL,
     "batch_pinned": _STRING,

@@ -181,6 +181,9 @@ class JobInfo:
     # Whether TensorFlow's automatic mixed precision graph rewrite runs the float32 step in float16 on GPUs
     # (autodist.graph.amp_rewrite: the ops are the rewritten graph's).
     amp_rewrite: bool = False
+    # TensorFlow's GPU_ENV switches (autodist.graph.job_options) the script's process turned on when capture
+    # traced the step: which fused kernels Grappler's remapper runs on a GPU (cost_models.gpu_remapper).
+    gpu_env: list = field(default_factory=list)
     # Micro-batches whose gradients are accumulated before one update (gradient accumulation).
     micro_batches: int = 1
     # Whether autodist's runtime runs this job on collective ops only: a custom

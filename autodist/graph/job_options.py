@@ -7,6 +7,16 @@ from autodist.graph.xla import XLA_CHOICES
 
 # The compute precisions a job is planned at (cost_models.gpu prices each).
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+# TensorFlow's switches (environment variables) that decide which fused kernels Grappler's remapper runs on a
+# GPU (cost_models.gpu_remapper); capture records the ones the script's process turned on (JobInfo.gpu_env).
+CUBLASLT = "TF_USE_CUBLASLT"
+BATCHNORM_PERSISTENT = "TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT"
+GPU_ENV = (CUBLASLT, BATCHNORM_PERSISTENT)
+
+
+def gpu_env(environ):
+    """The :data:`GPU_ENV` switches ``environ`` turns on, as TensorFlow reads them ("1" or "true", any case)."""
+    return [name for name in GPU_ENV if environ.get(name, "").strip().lower() in ("1", "true")]
 
 
 def with_job_options(graph_item, precision=None, micro_batches=None, xla=None):

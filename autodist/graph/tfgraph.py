@@ -21,6 +21,7 @@ KEPT_ATTRS = (
     "adj_x",
     "adj_y",
     "equation",
+    "is_training",
 )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
 from autodist.graph.item import GraphItem, JobInfo
+from autodist.graph.job_options import gpu_env
 from autodist.graph.loops import attach, loop_records
 from autodist.graph.naming import step_variables, variable_name
 from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
@@ -261,6 +263,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         dtype_policy=policy,
         xla=bool(xla),
         amp_rewrite=rewrite,
+        gpu_env=gpu_env(os.environ),
         collective_only=collective_only,
         batch_pinned=pinned_batch(traced, specs, kwspecs, _batch_size((specs, kwspecs))),
         **(jit or {}),

@@ -5,7 +5,15 @@ elementwise ops, each a kernel of its own without XLA).  NVIDIA's TensorFlow 1
 convolutional examples use ``tf.compat.v1.layers.batch_normalization(fused=True)``:
 one ``FusedBatchNormV3`` kernel forward and one ``FusedBatchNormGradV3``
 backward.  ``--fused-batch-norm`` builds the zoo's image models that way, so
-that the graph autodist captures is the one those published runs executed.
+that the graph autodist captures is the one those published runs executed:
+their convolutions have no bias before a batch norm (NVIDIA
+DeepLearningExamples, TensorFlow/Classification/ConvNets/model/blocks/
+conv2d_block.py: ``use_bias=not use_batch_norm``).  Their runner turns on
+cuDNN's persistent batch norm (``TF_USE_CUDNN_BATCHNORM_SPATIAL_PERSISTENT``,
+runtime/runner.py), under which TensorFlow fuses a float16 NHWC batch norm
+with its Relu; they computed in NCHW (utils/cmdline_helper.py:
+``--data_format`` defaults to NCHW), where it fuses none in training, so the
+switch is left off here (cost_models.gpu_remapper).
 """
 
 import keras
@@ -27,11 +35,14 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
 
 
 def with_fused_batch_norm(model):
-    """``model`` rebuilt with every BatchNormalization as a :class:`FusedBatchNormalization` (fresh weights)."""
+    """``model`` rebuilt with every BatchNormalization as a :class:`FusedBatchNormalization` and every Conv2D
+    without a bias (fresh weights; each of the zoo's convolutions feeds a batch norm)."""
 
     def clone(layer):
         if type(layer) is keras.layers.BatchNormalization:
             return FusedBatchNormalization.from_config(layer.get_config())
+        if type(layer) is keras.layers.Conv2D:
+            return keras.layers.Conv2D.from_config({**layer.get_config(), "use_bias": False})
         return layer.__class__.from_config(layer.get_config())
 
     return keras.models.clone_model(model, clone_function=clone)
