@@ -19,7 +19,10 @@ class ParameterServerSync:
 
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
-        """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
+        """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order; one
+        task per device where the Simulator prices TensorFlow 1's towers (``Simulator.tower_ps``)."""
+        if self.sim.tower_ps:
+            return self._cached(("towers", c, slot), lambda: [(r[slot],) for r in self.classes[c][1]])
         return self._cached(("workers", c, slot), lambda: self._group_by_node(c, slot))
 
     def _group_by_node(self, c, slot):
