@@ -21,7 +21,25 @@ simulated; P is the cluster's nodes (one PS task each), n its GPUs:
   rows each way under PS: 14 replicas' rows against 63.
 - VGG-16 on dgx-a100:8 (NVLink + 8x 200 Gb/s InfiniBand a node): ring beats
   partitioned-ps.
+- VGG-16 on p3.16xlarge:2 (16 V100, 25 GbE TCP), 64 images a GPU, without XLA,
+  as Horovod's README measured it (16 Pascal GPUs on 25 Gb/s: "Distributed
+  TensorFlow" 74.7 img/s, Horovod with NCCL 1,308.7 over TCP and 1,787.4 over
+  RDMA, 0.04-0.06 of it): TensorFlow 1's parameter servers as tf_cnn_benchmarks
+  ran them (``tensorflow-ps``: every GPU pushes and pulls its own copy,
+  placement.baselines.tensorflow_ps_step) against Horovod's step
+  (``horovod``, placement.baselines.horovod_step).
+- the zoo's BERT-large on g4dn.12xlarge:8 (32 T4, 50 GbE TCP), 8 sequences of
+  128 a GPU (AutoDist's examples/benchmark/bert.py), without XLA (TensorFlow
+  2.0.1 graph mode, on both sides): AutoDist's PartitionedPS, whose local
+  proxies pull each shard as soon as it is updated (``autodist-ps``,
+  placement.baselines.autodist_ps_step), against Horovod with sparse
+  gradients densified (``horovod-sparse-as-dense``), AutoDist's published
+  1.5x (petuum.github.io/autodist, "Performance Analysis"); autodist's own
+  runtime's ``partitioned-ps`` reads every shard at the next step's start.
 
+Every job goes through what ``placement report`` does to it (``--xla``,
+``--global-batch``: with_job_options, planned_batch), then the baselines the
+report lists and the two references the published figures were measured on.
 Each comparison prints whether it goes as published (or as the issue
 expects, or as the bytes predict), with the reason it should; the results
 also hold every strategy's busiest NIC seconds.  Simulated only: the LM's
@@ -46,7 +64,8 @@ from zoo import BATCH_SIZES, MODELS_DIR, REPO, captured, machine
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPARED = ("greedy-ps", "partitioned-ps", "ring", "hierarchical", "parallax")
 DENSIFIED = "ring-sparse-as-dense"
-ETHERNET, NVLINK_IB = "p3.16xlarge:8", "dgx-a100:8"
+HOROVOD, HOROVOD_DENSE, TF_PS, AUTODIST_PS = "horovod", "horovod-sparse-as-dense", "tensorflow-ps", "autodist-ps"
+ETHERNET, NVLINK_IB, T4_NODES = "p3.16xlarge:8", "dgx-a100:8", "g4dn.12xlarge:8"
 # A wrapper that runs the zoo LM with a larger vocabulary (the script reads VOCAB when it builds).
 _BIG_VOCAB_LM = """
 import sys
@@ -63,6 +82,13 @@ _GATHERED = ("no published figure: the ring all-gathers the embedding's touched 
 _ROWS = ("the flat ring all-gathers 63 replicas' rows through every NIC each way, partitioned PS about 14, "
          "less its client's dispatch")
 _RING_WINS = "BytePS and Horovod: NCCL's ring over InfiniBand with RDMA against PS over gRPC/TCP, for a dense CNN"
+_HOROVOD_README = ("Horovod's README (2017), 16 Pascal GPUs on 25 Gb/s, VGG-16 at 64 a GPU: Distributed TensorFlow "
+                   "74.7 img/s, Horovod (NCCL) 1,308.7 over TCP and 1,787.4 over RDMA: TensorFlow's PS at 0.04-0.06 "
+                   "of Horovod, every GPU pushing its own gradient of the 528 MiB model through its node's NIC")
+_AUTODIST_BERT = ("AutoDist's performance analysis (TensorFlow 2.0.1, 8 g4dn.12xlarge): PartitionedPS about 1.5x "
+                  "Horovod for BERT-large; its PS sums a node's GPUs before one push (2(P-1)/P = 1.75 of the gradient "
+                  "through each NIC, Horovod's ring 2(n-1)/n = 1.94 of it, the embedding densified) and its proxies "
+                  "pull each shard back as soon as it is updated, beside the pushes still going")
 
 
 def big_vocab_lm(vocab, batch_size=8):
@@ -80,23 +106,38 @@ def big_vocab_lm(vocab, batch_size=8):
         return GraphItem.load(graph)
 
 
-def compare(graph_item, preset):
-    """Per strategy: ``(step seconds, busiest NIC's busy seconds)``; the compared baselines, and ring with sparse
-    gradients densified where the model has any."""
+def compare(graph_item, preset, xla=None, global_batch=None):
+    """Per strategy: ``(step seconds, busiest NIC's busy seconds)``.
+
+    The job as ``placement report --preset PRESET [--xla X] [--global-batch N]``
+    plans it (with_job_options, planned_batch); the compared baselines, ring
+    with sparse gradients densified where the model has any, and the
+    references the published figures were measured on: Horovod's step
+    (``horovod``; ``horovod-sparse-as-dense`` where the model has sparse
+    gradients), TensorFlow 1's parameter servers (``tensorflow-ps``) and
+    AutoDist's PartitionedPS (``autodist-ps``).
+    """
+    from autodist.api import with_job_options
+    from autodist.graph.semantics import planned_batch
     from autodist.resource_spec import load_cluster
     from cost_models import CostModel
     from placement import Problem, Simulator, baselines
 
-    problem = Problem(graph_item, load_cluster(preset=preset), CostModel.default())
+    spec = load_cluster(preset=preset)
+    item = planned_batch(with_job_options(graph_item, xla=xla), len(spec.compute_devices()), global_batch)
+    problem = Problem(item, spec, CostModel.default())
     sim = Simulator(problem)
     strategies = {name: baselines.named(name).build(problem) for name in COMPARED}
     if problem.sparse_gradients:
         strategies[DENSIFIED] = baselines.sparse_as_dense(strategies["ring"], problem.sparse_gradients)
-    out = {}
-    for name, strategy in strategies.items():
-        result = sim.simulate(strategy)
-        out[name] = (result.step_time, max((t for link, t in result.link_busy.items() if "/nic" in link), default=0.0))
-    return out
+    results = {name: sim.simulate(strategy) for name, strategy in strategies.items()}
+    results[HOROVOD] = baselines.horovod_step(problem)
+    if problem.sparse_gradients:
+        results[HOROVOD_DENSE] = baselines.horovod_step(problem, dense=True)
+    results[TF_PS] = baselines.tensorflow_ps_step(problem)
+    results[AUTODIST_PS] = baselines.autodist_ps_step(problem)
+    return {name: (result.step_time, max((t for link, t in result.link_busy.items() if "/nic" in link), default=0.0))
+            for name, result in results.items()}
 
 
 def replicas(preset):
@@ -113,7 +154,7 @@ def main(argv=None):
     if args.vocab < 1:
         parser.exit(2, f"ps_direction: error: --vocab must be at least 1, got {args.vocab}\n")
     recommender_batch = replicas(ETHERNET) * BATCH_SIZES["wide_deep"]
-    # (model, cluster, graph, [(expected faster, than, what the expectation rests on, why)])
+    # (model, cluster, graph, [(expected faster, than, what the expectation rests on, why)][, report options])
     cases = [
         (f"transformer_lm, vocabulary {args.vocab}, batch 8", ETHERNET, big_vocab_lm(args.vocab),
          [("partitioned-ps", DENSIFIED, "published", _PUBLISHED_PS),
@@ -121,10 +162,15 @@ def main(argv=None):
         (f"wide_deep, batch {recommender_batch}", ETHERNET, captured("wide_deep", recommender_batch),
          [("partitioned-ps", "ring", "the bytes predict", _ROWS)]),
         ("vgg16, batch 16", NVLINK_IB, captured("vgg16", 16), [("ring", "partitioned-ps", "published", _RING_WINS)]),
+        ("vgg16, 64 a GPU, global batch 1024, --xla off", "p3.16xlarge:2", captured("vgg16", 64),
+         [(HOROVOD, TF_PS, "published", _HOROVOD_README)], {"xla": "off", "global_batch": 1024}),
+        ("bert_large, 8 a GPU, global batch 256, --xla off", T4_NODES, captured("bert_large", 8),
+         [(AUTODIST_PS, HOROVOD_DENSE, "published", _AUTODIST_BERT)], {"xla": "off", "global_batch": 256}),
     ]
     rows = []
-    for model, preset, graph_item, checks in cases:
-        found = compare(graph_item, preset)
+    for model, preset, graph_item, checks, *options in cases:
+        options = options[0] if options else {}
+        found = compare(graph_item, preset, **options)
         steps = {name: step for name, (step, _) in found.items()}
         print(f"{model} on {preset}: " + "  ".join(f"{name} {t * 1e3:.1f} ms" for name, t in steps.items()))
         verdicts = []
@@ -134,7 +180,7 @@ def main(argv=None):
                              "holds": held, "as": basis, "why": why})
             print(f"  {winner} {steps[loser] / steps[winner]:.2f}x faster than {loser} "
                   f"({'as' if held else 'NOT as'} {basis}: {why})")
-        rows.append({"model": model, "cluster": preset, "step_time": steps,
+        rows.append({"model": model, "cluster": preset, "report_options": options, "step_time": steps,
                      "busiest_nic_seconds": {name: nic for name, (_, nic) in found.items()}, "checks": verdicts})
     write_json_atomic(args.out, {
         "command": "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:]),

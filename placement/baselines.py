@@ -23,8 +23,11 @@
   PS so that GPUs hold no weights or optimizer slots.
 
 Besides them, :func:`horovod_step` prices the job as Horovod runs it, the
-reference the published multi-GPU runs are priced as: not a baseline, since
-autodist's runtime does not run Horovod.
+reference the published multi-GPU runs are priced as, and
+:func:`tensorflow_ps_step` as TensorFlow 1's distributed parameter servers
+ran it in the published comparisons with Horovod, and :func:`autodist_ps_step`
+as AutoDist's (petuum/autodist) PartitionedPS ran it in its own: not
+baselines, since autodist's runtime runs none of them.
 
 The named baselines are :class:`Baseline` records of options of
 :func:`data_parallel`, listed once in :data:`BASELINES`; the CLI, the report
@@ -201,6 +204,44 @@ def horovod_step(problem, nodes=None, dense=False):
     if dense:
         strategy = sparse_as_dense(strategy, problem.sparse_gradients)
     return Simulator(problem, horovod=True).simulate(strategy)
+
+
+def tensorflow_ps_step(problem, nodes=None):
+    """The simulated step (a SimResult) of ``problem``'s job as TensorFlow 1's distributed parameter servers ran it
+    on the first ``nodes`` compute nodes, the "Distributed TensorFlow" of the published comparisons with Horovod.
+
+    tf_cnn_benchmarks' ``--variable_update=parameter_server`` (tensorflow/benchmarks,
+    ``VariableMgrDistributedFetchFromPS``): ``replica_device_setter`` with a
+    ``GreedyLoadBalancingStrategy`` by bytes over the PS tasks (the ``greedy-ps``
+    baseline's placement), and every tower's gradient summed on its
+    variable's PS (``aggregate_gradients_using_copy_with_variable_colocation``):
+    each GPU pushes its own gradient and reads the variable itself, with no sum
+    inside its node (``Simulator(tower_ps=True)``), where autodist's runtime sums
+    a node's replicas first and pushes once.
+    """
+    from placement.simulator import Simulator
+
+    return Simulator(problem, tower_ps=True).simulate(named("greedy-ps").build(problem, nodes))
+
+
+def autodist_ps_step(problem, nodes=None):
+    """The simulated step (a SimResult) of ``problem``'s job as AutoDist's (petuum/autodist) ``PartitionedPS`` with
+    its default local proxy variables ran it on the first ``nodes`` compute nodes, in its published comparison with
+    Horovod (its examples/benchmark scripts, ``PartitionedPS(local_proxy_variable=True)``).
+
+    The ``partitioned-ps`` baseline's shards and node sums, but each worker's
+    proxy of a shard is refreshed right after the shard's update, inside the
+    step (``ProxyVariable.get_all_update_ops``: an assign of the updated value,
+    after that variable's update alone), so the pulls overlap the step's other
+    pushes and updates and the next step reads its proxies
+    (``Simulator(proxy_pulls=True)``); autodist's runtime reads every PS
+    variable at the next step's start.  AutoDist sums a node's replicas on its
+    CPU where the runtime sums them on the first replica device; that stays
+    as the runtime does it.
+    """
+    from placement.simulator import Simulator
+
+    return Simulator(problem, proxy_pulls=True).simulate(named("partitioned-ps").build(problem, nodes))
 
 
 class HorovodPricer:

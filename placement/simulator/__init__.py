@@ -49,7 +49,12 @@ What one step does, as simulated:
    once its inputs are in, so a CNN's first layers run while its large
    dense layers are still being pulled; the step ends when the last pull
    ends less how long its variable is not yet needed, but no sooner than
-   every link has carried the step's bytes.  A variable's
+   every link has carried the step's bytes.  (The published systems autodist
+   is judged beside ran PS otherwise: ``Simulator(tower_ps=True)`` prices
+   TensorFlow 1's towers, every GPU pushing and pulling for itself, and
+   ``Simulator(proxy_pulls=True)`` AutoDist's proxies, each shard pulled as
+   soon as it is updated: placement.baselines.tensorflow_ps_step and
+   autodist_ps_step.)  A variable's
    pushes are all in flight at once in the runtime, and
    so are the pulls: the simulator takes them in turns (``ParameterServerSync._turn``)
    in which every node sends to a different node, as concurrent streams keep

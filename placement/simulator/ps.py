@@ -19,7 +19,10 @@ class ParameterServerSync:
 
     # -- parameter servers -------------------------------------------------
     def _workers(self, c, slot):
-        """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order."""
+        """Class ``c``'s devices at ``slot``, per worker task (one per node): a tuple each, in node order; one
+        task per device where the Simulator prices TensorFlow 1's towers (``Simulator.tower_ps``)."""
+        if self.sim.tower_ps:
+            return self._cached(("towers", c, slot), lambda: [(r[slot],) for r in self.classes[c][1]])
         return self._cached(("workers", c, slot), lambda: self._group_by_node(c, slot))
 
     def _group_by_node(self, c, slot):
@@ -31,8 +34,9 @@ class ParameterServerSync:
 
     def parameter_server(self, name, slot):
         """Every task sums its replicas' gradient of each shard and pushes it once, in turns; the PS updates
-        the shard; the pulls wait for :meth:`pull`.  What each shard costs is the Simulator's to cache
-        (:meth:`_shard_plans`)."""
+        the shard; the pulls wait for :meth:`pull`, or, where the Simulator prices proxies
+        (``Simulator.proxy_pulls``), start when the shard's update ends (:meth:`_proxy_pulls`).  What each
+        shard costs is the Simulator's to cache (:meth:`_shard_plans`)."""
         s = self.strategy.sync[name]
         devices = tuple(self.strategy.ps_devices[task] for task in s.ps_tasks)
         plans = self._cached((name, s.shards, devices, slot), lambda: self._shard_plans(name, s.shards, devices, slot))
@@ -40,10 +44,12 @@ class ParameterServerSync:
         for i, (ps_device, pushes, pulls, cost, labels, cpu, beside) in enumerate(plans):
             self.charge(cpu)
             accumulate(self.beside_compute, beside)
-            pushed = self._after_pushes(len(pushes), ps_device, cost, labels[1])
+            then = self._proxy_pulls(pulls, labels[2]) if self.sim.proxy_pulls else None
+            pushed = self._after_pushes(len(pushes), ps_device, cost, labels[1], then)
             requests += [(turn, i, ready, phases, labels[0], pushed) for turn, ready, phases in pushes]
-            self.pulls += [(turn, len(self.pulls), phases, labels[2], needed, cpu)
-                           for turn, phases, needed, cpu in pulls]
+            if then is None:
+                self.pulls += [(turn, len(self.pulls), phases, labels[2], needed, cpu)
+                               for turn, phases, needed, cpu in pulls]
         for _, _, ready, phases, label, pushed in sorted(requests, key=lambda r: r[:2]):
             self.engine.submit(ready, phases, label, pushed)
 
@@ -178,8 +184,18 @@ class ParameterServerSync:
         return problem.prices.phase_list(("local", src, dst, nbytes, copies),
                                   lambda: problem.prices.transfer_phases(src, dst, nbytes), copies)
 
-    def _after_pushes(self, pending, ps_device, cost, label):
-        """The callback that, at the last push of a shard, updates it."""
+    def _proxy_pulls(self, pulls, label):
+        """The callback that, when a shard's update ends, refreshes every task's proxy of it: its pulls, in turn
+        order, inside this step, which ends no sooner than they do (the next step reads the proxies)."""
+
+        def refresh(t):
+            for _, phases, _, _ in sorted(pulls, key=lambda p: p[0]):
+                self.engine.submit(t, phases, label, self.finish.append)
+
+        return refresh
+
+    def _after_pushes(self, pending, ps_device, cost, label, then=None):
+        """The callback that, at the last push of a shard, updates it (and calls ``then`` with when it ends)."""
         left = [pending]
 
         def pushed(t):
@@ -192,6 +208,8 @@ class ParameterServerSync:
             self.busy[ps_device] = self.busy.get(ps_device, 0.0) + cost
             if self.trace:
                 self.events.append((label, "update", ps_device, start, stop))
+            if then is not None:
+                then(stop)
 
         return pushed
 

@@ -27,12 +27,24 @@ class Simulator:
         Price the collectives of a plan on collective ops as Horovod's fused collectives: each pays Horovod's
         fixed cost per collective (cost_models.overlap), which autodist's runtime does not.  The reference the
         published multi-GPU runs are priced as (placement.baselines.horovod_step).
+    tower_ps : bool
+        Price PS variables as TensorFlow 1's between-graph replication moves them: every replica (a "tower")
+        pushes its own gradient to the variable's PS and reads the variable from it itself, with no sum inside
+        its node, which autodist's runtime makes.  The reference the published distributed-TensorFlow runs are
+        priced as (placement.baselines.tensorflow_ps_step).
+    proxy_pulls : bool
+        Price PS pulls as AutoDist's (petuum/autodist) local proxy variables run them: each task's proxy of a
+        shard is refreshed as soon as the shard's update ends, inside the step, where autodist's runtime reads
+        every PS variable at the next step's start.  The reference AutoDist's published runs are priced as
+        (placement.baselines.autodist_ps_step).
     """
 
-    def __init__(self, problem, incremental=True, horovod=False):
+    def __init__(self, problem, incremental=True, horovod=False, tower_ps=False, proxy_pulls=False):
         self.problem = problem
         self.incremental = incremental
         self.horovod = horovod
+        self.tower_ps = tower_ps
+        self.proxy_pulls = proxy_pulls
         self.lowering = Lowering(self, incremental)
         self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
@@ -53,7 +65,8 @@ class Simulator:
         if problem is self.problem:
             return self
         if id(problem) not in self._shares:
-            self._shares[id(problem)] = Simulator(problem, self.incremental, self.horovod)
+            self._shares[id(problem)] = Simulator(problem, self.incremental, self.horovod, self.tower_ps,
+                                                    self.proxy_pulls)
         return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
