@@ -284,3 +284,30 @@ def test_every_number_of_a_row_comes_from_one_simulation(capsys, embedding_file,
         result = next(r for _, r in traced if r.step_time == row["step_time"])
         assert row["client_time"] == result.client_time and row["compute_time"] == result.compute_time
         assert (row["exposed_comm_time"], row["update_time"]) == exposed_split(result)
+
+
+def test_references_price_the_job_as_other_systems_run_it(capsys, tmp_path, cnn_graph):
+    """``--references`` adds the job as Horovod, TensorFlow 1's PS and AutoDist's PartitionedPS run it on the same
+    cluster (the systems published comparisons are made against): on two 25 GbE nodes a CNN's step under
+    TensorFlow's PS, every GPU pushing and pulling for itself, is slower than under Horovod's ring.  Without the
+    flag, no such section."""
+    from autodist.api import make_plan
+
+    cnn_file = tmp_path / "cnn.json"
+    cnn_graph.save(cnn_file)
+    args = ("report", cnn_file, "--preset", "p3.16xlarge:2", "--budget", BUDGET)
+    status, out, err = placement(capsys, *args, "--references", "--format", "json")
+    assert status == 0, err
+    doc = json.loads(out)
+    jsonschema.validate(doc, schema())
+    steps = {r["name"]: r["step_time"] for r in doc["references"]}
+    assert set(steps) == {"horovod", "tensorflow-ps", "autodist-ps"} and min(steps.values()) > 0
+    assert steps["tensorflow-ps"] > steps["horovod"]
+    status, out, err = placement(capsys, *args, "--references")
+    assert status == 0 and "\nOther systems (predicted)\n" in out and "tensorflow-ps" in out
+    assert max(len(line) for line in out.splitlines()) <= WIDTH
+    status, out, err = placement(capsys, *args)
+    assert status == 0 and "Other systems" not in out
+    plan_file = tmp_path / "plan.json"
+    make_plan(cnn_graph, "p3.16xlarge:2", budget_s=0.2).save(plan_file)
+    assert "--references" in _one_line_error(capsys, "report", plan_file, "--references")

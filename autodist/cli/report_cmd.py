@@ -28,6 +28,10 @@ def register(subparsers):
     p.add_argument("--timeline", metavar="TRACE_JSON", help="write the simulated step as a Chrome trace")
     add_search_arguments(p)
     p.add_argument("--compare", metavar="PLAN_JSON", help="another plan to compare with")
+    p.add_argument("--references", action="store_true",
+                   help="also price the job as other systems run it on this cluster: Horovod, TensorFlow 1's "
+                   "distributed parameter servers, AutoDist's PartitionedPS (not runnable by autodist; "
+                   "TensorFlow's PS takes seconds to simulate on a cluster of hundreds of GPUs)")
     add_job_arguments(p)
     add_cost_model_argument(p)
     pass_script_args(p)
@@ -55,8 +59,10 @@ def _from_plan_file(args):
 
     plan = Plan.load(args.source)
     check_no_batch_options(args, args.source)
-    if args.timeline:
-        raise InputError("--timeline needs the job's graph: give train.py or graph.json, not a plan", field="--timeline")
+    for needs_graph in ("timeline", "references"):
+        if getattr(args, needs_graph):
+            raise InputError(f"--{needs_graph} needs the job's graph: give train.py or graph.json, not a plan",
+                             field=f"--{needs_graph}")
     if _cluster_given(args):
         check_plan_cluster(plan, cluster_from_args(args), args.source)
     return plan, None, None, None
@@ -108,7 +114,8 @@ def run(args):
         plan_file = None
     other = Plan.load(args.compare) if args.compare else None
     budget_s = args.budget if result and args.moves is None else None
-    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s, cost_model=cost_model)
+    doc = build_report(plan, graph_item, result, other, plan_file=plan_file, budget_s=budget_s, cost_model=cost_model,
+                       references=args.references)
     if args.timeline:
         write_json_atomic(args.timeline, chrome_trace(result.simulation))
     if args.format == "json":

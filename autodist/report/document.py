@@ -12,6 +12,7 @@ from autodist.graph.semantics import describe
 from autodist.report.bottleneck import bottleneck, exposed_split
 from autodist.report.counterfactuals import explain
 from autodist.report.pricing import Pricing
+from autodist.report.references import reference_steps
 from autodist.throughput import samples_per_second
 
 FORMAT = "autodist.report"
@@ -222,7 +223,7 @@ def _compare(data, other, batch_size):
 
 
 def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=None, budget_s=None,
-                 cost_model=None):
+                 cost_model=None, references=False):
     """The report document.
 
     Parameters
@@ -244,6 +245,8 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
         The search budget that was given.
     cost_model : cost_models.CostModel, optional
         The cost model the plan was priced with.
+    references : bool
+        With ``search``: also price the job as other systems run it (autodist.report.references).
 
     Returns
     -------
@@ -311,5 +314,6 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "warning": stats.get("warning"),
         },
         "compare": None if other_plan is None else _compare(data, other_plan, batch),
+        "references": reference_steps(search.simulator.problem, batch, step) if references and search else None,
         "provenance": data["provenance"],
     }

@@ -210,6 +210,21 @@ def _comparison(doc, md):
     return "\n".join(lines)
 
 
+def _references(doc, md):
+    """The job as other systems run it (``--references``); None (no section) when not asked for."""
+    if doc["references"] is None:
+        return None
+    rows = [[r["name"], ms(r["step_time"]), count(r["samples_per_s"]), factor(r["throughput_vs_plan"])]
+            for r in doc["references"]]
+    notes = "\n".join(f"- {r['system']}" if md else
+                      textwrap.fill(r["system"], WIDTH, initial_indent="- ", subsequent_indent="  ")
+                      for r in doc["references"])
+    return "\n".join([
+        _paragraph("The same job as systems autodist does not run would run it on this cluster, as published "
+                   "comparisons are made (throughput against this plan's):", md),
+        "", table(["system", "step", "samples/s", "throughput"], rows, md), "", notes])
+
+
 def _bottleneck(doc, md):
     b = doc["bottleneck"]
     rows = []
@@ -276,6 +291,7 @@ SECTIONS = (
     ("Job", _job),
     ("Cluster", _cluster),
     ("Plan and baselines (predicted)", _comparison),
+    ("Other systems (predicted)", _references),
     ("Where the time goes", _bottleneck),
     ("Pods", _pods),
     ("Largest variables", _variables),
@@ -291,6 +307,7 @@ def render(doc, fmt="text"):
     if md:
         parts.append(f"# autodist placement report: {doc['job']['model_name'] or 'job'}")
     for title, section in SECTIONS:
-        parts.append(_heading(title, md))
-        parts.append(section(doc, md))
+        text = section(doc, md)
+        if text is not None:
+            parts += [_heading(title, md), text]
     return "\n\n".join(parts) + "\n"

@@ -1,0 +1,33 @@
+"""The job priced as other systems run it on the same cluster, beside autodist's plan and baselines.
+
+Published comparisons are made against these systems, which autodist's
+runtime does not run (placement.baselines prices each): Horovod's ring
+allreduce, TensorFlow 1's distributed parameter servers and AutoDist's
+(petuum/autodist) PartitionedPS.
+"""
+
+from __future__ import annotations
+
+from autodist.throughput import samples_per_second
+
+# (name, what the system does, the placement.baselines function that prices it)
+SYSTEMS = (
+    ("horovod", "Horovod: every gradient ring-allreduced, at Horovod's cost per fused collective", "horovod_step"),
+    ("tensorflow-ps", "TensorFlow 1's PS: every GPU pushes its own gradient and reads the variables itself",
+     "tensorflow_ps_step"),
+    ("autodist-ps", "AutoDist's PartitionedPS: a sum per node, each shard pulled back once it is updated",
+     "autodist_ps_step"),
+)
+
+
+def reference_steps(problem, batch_size, plan_step):
+    """One entry per system of :data:`SYSTEMS`: its simulated step of ``problem`` and its throughput against the
+    plan's ``plan_step``."""
+    from placement import baselines
+
+    out = []
+    for name, system, pricer in SYSTEMS:
+        step = getattr(baselines, pricer)(problem).step_time
+        out.append({"name": name, "system": system, "step_time": step,
+                    "samples_per_s": samples_per_second(batch_size, step), "throughput_vs_plan": plan_step / step})
+    return out
