@@ -46,7 +46,7 @@ class _Graph:
     """The step's ops with who reads what: the remapper's view of the graph."""
 
     def __init__(self, ops, inputs):
-        self.ops, self.inputs = ops, inputs
+        self.inputs = inputs
         self.by_name = {op.name: op for op in ops}
         self.position = {op.name: i for i, op in enumerate(ops)}
         self.readers = {}
@@ -74,17 +74,27 @@ class _Graph:
             return None
         return source
 
+    def _source(self, op, index):
+        """``(producer, output index)`` of ``op``'s input ``index``; ``(None, 0)`` if none."""
+        tensors = self.inputs[self.position[op.name]]
+        if len(tensors) <= index:
+            return None, 0
+        name, _, port = tensors[index].rpartition(":")
+        return self.by_name.get(name), int(port or 0)
+
     def producer(self, op, index):
         """The op producing ``op``'s input ``index`` (None if none)."""
-        tensors = self.inputs[self.position[op.name]]
-        return self.by_name.get(tensors[index].rpartition(":")[0]) if len(tensors) > index else None
+        return self._source(op, index)[0]
 
     def input_bytes(self, op, index):
-        """Bytes of ``op``'s input ``index``."""
-        tensor = self.inputs[self.position[op.name]][index]
-        source, _, port = tensor.rpartition(":")
-        outputs = self.by_name[source].output_bytes if source in self.by_name else []
-        return outputs[int(port or 0)] if int(port or 0) < len(outputs) else 0
+        """Bytes of ``op``'s input ``index`` (0 if not known)."""
+        source, port = self._source(op, index)
+        return source.output_bytes[port] if source is not None and port < len(source.output_bytes) else 0
+
+    def input_shape(self, op, index):
+        """Shape of ``op``'s input ``index`` (None if not known)."""
+        source, port = self._source(op, index)
+        return source.output_shapes[port] if source is not None and port < len(source.output_shapes) else None
 
 
 def _dtype(op):
@@ -134,10 +144,9 @@ def _relu_fusions(graph, relu, env):
     if source.type in BATCH_NORMS:
         return {relu.name: 0} if _fusing_batch_norm(graph, source, env) else {}
     if source.type in SIDE_INPUT_ADDS:
-        left, right = graph.producer(source, 0), graph.producer(source, 1)
-        same_shape = (left is not None and right is not None
-                      and left.output_shapes[:1] == right.output_shapes[:1])
-        for norm, side in ((left, 1), (right, 0)):
+        shapes = [graph.input_shape(source, i) for i in (0, 1)]
+        same_shape = shapes[0] is not None and shapes[0] == shapes[1]  # FusedBatchNormEx does not broadcast
+        for norm, side in ((graph.producer(source, 0), 1), (graph.producer(source, 1), 0)):
             if same_shape and _fusing_batch_norm(graph, norm, env):
                 return {source.name: graph.input_bytes(source, side), relu.name: 0}
     return {}
