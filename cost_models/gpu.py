@@ -62,16 +62,14 @@ What a step costs on a GPU, as modelled:
   when it is issued and the previous one ended, so launch cost shows only
   where kernels are shorter than their launch:
   ``end_i = max(end_{i-1}, issued_i) + kernel_i``.
-- **Tensor layout** (published PyTorch runs only).  cuDNN's tensor-core
-  convolutions take NHWC tensors; PyTorch keeps its tensors NCHW unless a
-  script asks for channels-last, so cuDNN transposes every operand and
-  result of a half-precision convolution in and out of NHWC (MosaicML's
-  channels-last method card, after NVIDIA: avoiding them speeds ResNet-50
-  up about 30% on V100 and A100).  Such a
-  convolution also streams its bytes twice more (a read and a write of
-  each), at ``memory`` times the bandwidth.  TensorFlow's layout optimizer
-  runs a half-precision graph's convolutions in NHWC (transposing once at
-  the graph's edges), so a TensorFlow step pays nothing of the kind.
+- **Tensor layout.**  cuDNN's tensor-core convolutions (half precision,
+  and TF32) take NHWC tensors and transpose NCHW ones in and out of NHWC;
+  such a convolution streams its bytes twice more (a read and a write of
+  each), at ``memory`` times the bandwidth.  Which convolutions get NCHW
+  tensors is the framework's choice, as cost_models.conv_layout states it:
+  PyTorch's unless a script asks for channels-last; XLA's float32 (TF32)
+  convolutions before Hopper; a TF32 training step's under Grappler's
+  layout optimizer.  Half-precision TensorFlow steps run NHWC.
 - **Gradient accumulation**: a step of ``m`` micro-batches runs the forward
   and backward ops ``m`` times and the update once.
 
@@ -84,8 +82,8 @@ class and precision (:meth:`GpuStep.kernel_classes`, e.g. "conv_half") that
 no fitted figure of the GPU's architecture spends a tenth of its step on
 (:meth:`GpuKernelParams.covers`): their efficiency is the shared value
 times a factor fitted on other kernels (Hopper's convolutions are priced
-from BERT's matrix products, and held-out ResNet-50 figures on H100 come
-out 21-27% faster than published).
+from BERT's matrix products, and the held-out AMP ResNet-50 figure on H100
+comes out 29% faster than published).
 """
 
 from __future__ import annotations
@@ -99,6 +97,7 @@ from autodist.errors import CostModelError
 from autodist.graph.job_options import PRECISIONS
 from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.presets import find_device_model
+from cost_models.conv_layout import transposed_convs
 from cost_models.features import moved_bytes
 from cost_models.prior import OP_CLASS
 from cost_models.step_table import fuses_elementwise, inside_elementwise_chains
@@ -193,8 +192,8 @@ class GpuStep:
         TensorFlow, "pytorch" for a published PyTorch run (see
         :data:`FRAMEWORK_FUSION`: its fuser without XLA).
     layout : str
-        "nchw" where cuDNN gets a published PyTorch run's convolution tensors
-        NCHW and transposes them (see the module docstring); "nhwc" otherwise.
+        A published PyTorch run's own layout: "nchw" where its convolution
+        tensors stay NCHW (cost_models.conv_layout); "nhwc" otherwise.
 
     :func:`job_step` builds it from a job, as users' plans and the
     calibration rows both do.
@@ -250,9 +249,11 @@ class GpuStep:
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)
         self.bytes = np.where(halved, data / 2, data)
-        # NCHW half-precision convolutions: a transpose in or out of NHWC reads and writes each operand and result.
-        transposed = self.conv & self.kinds["half"] & (layout == "nchw")
-        self.transposed_bytes = np.where(transposed, 2 * self.bytes, 0.0)
+        # Tensor-core convolutions given NCHW tensors, without XLA and with it (cost_models.conv_layout): a transpose in
+        # or out of NHWC reads and writes each operand and result.
+        self.transposed_bytes = {
+            x: np.where(transposed_convs(op_type, self.conv, self.kinds["half"], self.kinds["tf32"], self.architecture,
+                                         x, framework, layout), 2 * self.bytes, 0.0) for x in (False, True)}
         self.memory_bandwidth = float(device.memory_bandwidth)
         if self.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")
@@ -270,7 +271,7 @@ class GpuStep:
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
         bandwidth = self.memory_bandwidth * params.shared["memory"] * arch["memory"]
         streaming = self.bytes / bandwidth
-        compute = np.maximum(compute, streaming) + self.transposed_bytes / bandwidth
+        compute = np.maximum(compute, streaming) + self.transposed_bytes[bool(xla)] / bandwidth
         memory = np.where(self._launching(xla), streaming * self._fusion(params, xla),
                           self.folded_bytes[bool(xla)] / bandwidth)
         return np.where(self.compute, compute, memory)
@@ -327,6 +328,7 @@ class GpuStep:
         out.kinds = {kind: mask[keep] for kind, mask in self.kinds.items()}
         out.folded = {x: mask[keep] for x, mask in self.folded.items()}
         out.folded_bytes = {x: moved[keep] for x, moved in self.folded_bytes.items()}
+        out.transposed_bytes = {x: moved[keep] for x, moved in self.transposed_bytes.items()}
         return out
 
     def step_seconds(self, params):

@@ -30,6 +30,34 @@ def _keras_step(model, optimizer, loss_fn):
     return train_step
 
 
+def capture_layers(layers, shape, env=None, policy="float32"):
+    """A Keras model of ``layers`` over ``shape`` inputs (a pair ``(merge, branch)`` applies ``merge`` to the input
+    and ``branch`` of it), then a Dense ReLU layer and 10 logits, its training step captured with the environment
+    switches ``env`` set and the dtype ``policy``."""
+    import keras
+    import numpy as np
+
+    from autodist.graph.capture import capture_step
+
+    before = dict(os.environ)
+    os.environ.update(env or {})
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        inputs = keras.Input(shape)
+        x = inputs
+        for layer in layers(keras):
+            x = layer(x) if not isinstance(layer, tuple) else layer[0](x, layer[1](x))
+        x = keras.layers.Dense(16, activation="relu", name="dense")(keras.layers.Flatten()(x))
+        model = keras.Model(inputs, keras.layers.Dense(10, dtype="float32", name="logits")(x))
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        step = _keras_step(model, keras.optimizers.SGD(0.1), loss)
+        return capture_step(step, np.zeros((4, *shape), np.float32), np.zeros((4,), np.int32))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+        os.environ.clear()
+        os.environ.update(before)
+
+
 def build_mlp_step(batch_size=16):
     """A 32-64-10 MLP with Adam; returns (step, x, y, model)."""
     import keras

@@ -1,42 +1,14 @@
 """Which ops TensorFlow runs inside another op's GPU kernel without XLA (Grappler's remapper, TF 2.21's rules),
 and with XLA: on real Keras steps captured here."""
 
-import os
-
 import numpy as np
 import pytest
 
-from autodist.graph.capture import capture_step
 from autodist.graph.job_options import BATCHNORM_PERSISTENT, CUBLASLT
 from cost_models.fitting.gpu_calibration import device_of
 from cost_models.gpu import GpuKernelParams, GpuStep
 from cost_models.step_table import step_table
-from tests.conftest import _keras_step
-
-
-def _capture(layers, shape, env=None, policy="float32"):
-    """A Keras model of ``layers`` over ``shape`` inputs (a pair ``(merge, branch)`` applies ``merge`` to the input
-    and ``branch`` of it), then a Dense ReLU layer and 10 logits, its training step captured with the environment
-    switches ``env`` set and the dtype ``policy``."""
-    import keras
-
-    before = dict(os.environ)
-    os.environ.update(env or {})
-    keras.mixed_precision.set_global_policy(policy)
-    try:
-        inputs = keras.Input(shape)
-        x = inputs
-        for layer in layers(keras):
-            x = layer(x) if not isinstance(layer, tuple) else layer[0](x, layer[1](x))
-        x = keras.layers.Dense(16, activation="relu", name="dense")(keras.layers.Flatten()(x))
-        model = keras.Model(inputs, keras.layers.Dense(10, dtype="float32", name="logits")(x))
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        step = _keras_step(model, keras.optimizers.SGD(0.1), loss)
-        return capture_step(step, np.zeros((4, *shape), np.float32), np.zeros((4,), np.int32))
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-        os.environ.clear()
-        os.environ.update(before)
+from tests.conftest import capture_layers as _capture
 
 
 def _folded(item, column="remapped"):

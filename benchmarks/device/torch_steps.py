@@ -16,6 +16,7 @@ events around each step), peak memory from torch.cuda.max_memory_allocated.
 import argparse
 import json
 import platform
+import re
 import statistics
 import time
 
@@ -91,7 +92,9 @@ CONFIGS = [
     ("resnet50 (LPT1 amp-h100)", _resnet50, 1280, "fp16", {"channels_last": False}),
     ("resnet50 channels_last", _resnet50, 1280, "fp16", {"channels_last": True}),
     ("resnet50 (LPT2 tf32-h100)", _resnet50, 640, "tf32", {"channels_last": False}),
+    ("resnet50 tf32 channels_last", _resnet50, 640, "tf32", {"channels_last": True}),
     ("resnet50 fp32", _resnet50, 256, "fp32", {"channels_last": False}),
+    ("resnet50 fp32 channels_last", _resnet50, 256, "fp32", {"channels_last": True}),
     ("bert_base s384 (G34 h100)", _bert, 320, "fp16", {"channels_last": False, "size": "base", "seq": 384}),
     ("bert_large s384 (G33 h100)", _bert, 112, "fp16", {"channels_last": False, "size": "large", "seq": 384}),
 ]
@@ -102,12 +105,15 @@ def main():
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", default="", help="run only the configurations whose name matches this regex")
     args = parser.parse_args()
     machine = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
                "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     results = []
     for name, build, batch, precision, extra in CONFIGS:
+        if not re.search(args.only, name):
+            continue
         try:
             results.append(measure(torch, name, build, batch, precision, **extra))
         except Exception as exc:  # a configuration that fails is recorded, and the others still run

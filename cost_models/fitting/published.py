@@ -84,7 +84,7 @@ class PublishedRun:
     precision: str
     xla: bool | None  # None: the source does not say
     framework: str
-    layout: str  # "nchw": cuDNN got PyTorch's NCHW convolution tensors (cost_models.gpu); "nhwc" otherwise
+    layout: str  # "nchw": a PyTorch run kept its convolution tensors NCHW (cost_models.conv_layout); "nhwc" otherwise
     batch: int
     micro_batches: int
     throughput: float
@@ -131,8 +131,8 @@ def _run(line, path, n):
     if run.layout not in LAYOUTS:
         raise CostModelError(f"unknown layout {run.layout!r} (one of {', '.join(LAYOUTS)})", source=where, field="layout")
     if run.layout == "nchw" and run.framework != "pytorch":
-        raise CostModelError("layout nchw is for PyTorch runs: TensorFlow's layout optimizer gives cuDNN NHWC tensors",
-                             source=where, field="layout")
+        raise CostModelError("layout nchw is for PyTorch runs: TensorFlow lays its convolutions out itself "
+                             "(cost_models.conv_layout)", source=where, field="layout")
     if run.evaluated and (run.config not in CONFIGS or run.batch < 1 or run.micro_batches < 1
                           or run.throughput <= 0):
         raise CostModelError("needs a known config, a positive batch, micro_batches and throughput", source=where)
