@@ -106,7 +106,6 @@ FORMAT = "autodist.gpu_kernel_model"
 VERSION = 3
 MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernel_model.json")
 
-ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
 COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory

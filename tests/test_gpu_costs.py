@@ -75,6 +75,24 @@ def test_products_no_published_figure_of_the_architecture_runs_are_assumed(mlp_g
     assert "matmul_tf32" in text and "ASSUMED" in text
 
 
+def test_a_p100_named_as_nvidia_smi_names_it_runs_fp32_on_cuda_cores_and_is_priced_as_assumed(tmp_path, cnn_graph):
+    """Pascal has no tensor cores and no published figure of the calibration set: a TF32 job runs as fp32, its
+    convolutions pay no NCHW transposes, and every kernel it launches is priced with the shared values, as assumed."""
+    cluster = tmp_path / "p100.yaml"
+    cluster.write_text("name: p100\nnodes:\n  - name: box\n    gpus: {model: Tesla-P100-SXM2-16GB, count: 2}\n")
+    spec = load_cluster(str(cluster))
+    gpu = spec.gpus()[0]
+    assert gpu.model == "P100-SXM2" and architecture_of(gpu.model) == "pascal"
+    assert not GpuKernelParams.load().calibrated("pascal")
+    costs = CostModel.default().op_costs(cnn_graph, gpu)
+    assert {c.source for c in costs.values() if c.seconds > 0} == {"assumed"}
+    step = GpuStep(step_table(cnn_graph), gpu, cnn_graph.job.precision, xla=None)
+    assert cnn_graph.job.precision == "tf32" and step.kinds["fp32"][step.conv].all() and step.conv.sum() == 2
+    assert not any(moved.any() for moved in step.transposed_bytes.values())
+    a100 = GpuStep(step_table(cnn_graph), device_of("A100-40GB"), cnn_graph.job.precision, xla=None)
+    assert (a100.transposed_bytes[False][a100.conv] > 0).all()
+
+
 def test_bias_and_activation_after_a_matmul_are_fused_away_under_xla_only(mlp_graph):
     """XLA runs them in the product's kernel; without XLA TensorFlow runs them apart (cuBLASLt is off)."""
     table = step_table(mlp_graph)

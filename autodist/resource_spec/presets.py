@@ -73,6 +73,39 @@ AVX512_FP32_PER_CYCLE = 64
 AVX2_FP32_PER_CYCLE = 32
 
 DEVICE_MODELS = {
+    # NVIDIA Tesla P100 datasheet (images.nvidia.com/content/tesla/pdf/nvidia-tesla-p100-datasheet.pdf): SXM2
+    # (NVLink) 10.6 FP32 / 21.2 FP16 TFLOP/s, PCIe 9.3 / 18.7; 16 GB HBM2 at 732 GB/s (the 12 GB PCIe card 549 GB/s).
+    # Pascal has no tensor cores: FP16 runs on CUDA cores at twice the FP32 rate, bfloat16 not at all (FP32 rate).
+    "P100-SXM2": DeviceModel(
+        "GPU",
+        {"float32": 10.6 * TFLOPS, "float16": 21.2 * TFLOPS, "bfloat16": 10.6 * TFLOPS},
+        16 * GB,
+        732 * GBPS,
+        fabric="nvlink-p100",
+        host_link="pcie-gen3",
+        aliases=("tesla-p100-sxm2-16gb", "p100-sxm2-16gb", "p100", "tesla-p100"),
+        architecture="pascal",
+    ),
+    "P100-PCIE-16GB": DeviceModel(
+        "GPU",
+        {"float32": 9.3 * TFLOPS, "float16": 18.7 * TFLOPS, "bfloat16": 9.3 * TFLOPS},
+        16 * GB,
+        732 * GBPS,
+        fabric="pcie-gen3",
+        host_link="pcie-gen3",
+        aliases=("tesla-p100-pcie-16gb", "p100-pcie"),
+        architecture="pascal",
+    ),
+    "P100-PCIE-12GB": DeviceModel(
+        "GPU",
+        {"float32": 9.3 * TFLOPS, "float16": 18.7 * TFLOPS, "bfloat16": 9.3 * TFLOPS},
+        12 * GB,
+        549 * GBPS,
+        fabric="pcie-gen3",
+        host_link="pcie-gen3",
+        aliases=("tesla-p100-pcie-12gb",),
+        architecture="pascal",
+    ),
     # hw.md "V100 SXM2": 15.7 FP32, 125 FP16 tensor TFLOP/s, 16/32 GB, 0.9 TB/s.
     # No bfloat16 tensor cores on Volta, so bfloat16 runs at the FP32 rate.
     "V100-16GB": DeviceModel(
@@ -93,6 +126,28 @@ DEVICE_MODELS = {
         fabric="nvlink-v100",
         host_link="pcie-gen3",
         aliases=("tesla-v100-sxm2-32gb",),
+        architecture="volta",
+    ),
+    # NVIDIA V100 datasheet (images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf):
+    # V100 PCIe 14 FP32 / 112 tensor TFLOP/s, 16/32 GB, 900 GB/s, no NVLink.
+    "V100-PCIE-16GB": DeviceModel(
+        "GPU",
+        {"float32": 14 * TFLOPS, "float16": 112 * TFLOPS, "bfloat16": 14 * TFLOPS},
+        16 * GB,
+        900 * GBPS,
+        fabric="pcie-gen3",
+        host_link="pcie-gen3",
+        aliases=("tesla-v100-pcie-16gb", "v100-pcie"),
+        architecture="volta",
+    ),
+    "V100-PCIE-32GB": DeviceModel(
+        "GPU",
+        {"float32": 14 * TFLOPS, "float16": 112 * TFLOPS, "bfloat16": 14 * TFLOPS},
+        32 * GB,
+        900 * GBPS,
+        fabric="pcie-gen3",
+        host_link="pcie-gen3",
+        aliases=("tesla-v100-pcie-32gb", "tesla-v100s-pcie-32gb"),
         architecture="volta",
     ),
     # NVIDIA A100 datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/
@@ -118,6 +173,40 @@ DEVICE_MODELS = {
         host_link="pcie-gen4",
         aliases=("nvidia-a100-sxm4-80gb", "a100-sxm4-80gb", "nvidia-a100-80gb-hbm2e"),
         architecture="ampere",
+    ),
+    # The A100 datasheet above: A100 PCIe 40GB as the SXM part (19.5 / 156 TF32 / 312 TFLOP/s) with 1,555 GB/s;
+    # A100 80GB PCIe 1,935 GB/s.  PCIe Gen4; an NVLink bridge joins pairs where a cluster file says so.
+    "A100-PCIE-40GB": DeviceModel(
+        "GPU",
+        {"float32": 19.5 * TFLOPS, "tf32": 156 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
+        40 * GB,
+        1555 * GBPS,
+        fabric="pcie-gen4",
+        host_link="pcie-gen4",
+        aliases=("a100-pcie-40gb", "nvidia-a100-pcie-40gb"),
+        architecture="ampere",
+    ),
+    "A100-PCIE-80GB": DeviceModel(
+        "GPU",
+        {"float32": 19.5 * TFLOPS, "tf32": 156 * TFLOPS, "float16": 312 * TFLOPS, "bfloat16": 312 * TFLOPS},
+        80 * GB,
+        1935 * GBPS,
+        fabric="pcie-gen4",
+        host_link="pcie-gen4",
+        aliases=("nvidia-a100-80gb-pcie", "a100-80gb-pcie"),
+        architecture="ampere",
+    ),
+    # NVIDIA H100 datasheet (nvidia.com/en-us/data-center/h100): H100 PCIe 51 FP32 TFLOP/s, TF32 756 and FP16/BF16
+    # 1,513 with 2:4 sparsity (378 and 756.5 dense), 80 GB at 2.0 TB/s, PCIe Gen5.
+    "H100-PCIE": DeviceModel(
+        "GPU",
+        {"float32": 51 * TFLOPS, "tf32": 378 * TFLOPS, "float16": 756.5 * TFLOPS, "bfloat16": 756.5 * TFLOPS},
+        80 * GB,
+        2000 * GBPS,
+        fabric="pcie-gen5",
+        host_link="pcie-gen5",
+        aliases=("nvidia-h100-pcie", "h100-pcie-80gb"),
+        architecture="hopper",
     ),
     # hw.md "H100 SXM": 67 FP32, 989 BF16/FP16 tensor TFLOP/s, 80 GB, 3.35 TB/s.  TF32 tensor:
     # 989 TFLOP/s with 2:4 sparsity, half of it dense (NVIDIA H100 datasheet,
@@ -188,6 +277,8 @@ LINK_PRESETS = {
     # so 150 / 300 / 450 GB/s per direction.  NVLink latency is not in hw.md;
     # taken like PCIe's ~1 us.  (p3.16xlarge's V100s form a hybrid cube mesh, not
     # all pairs linked directly; modelled as a full fabric.)
+    # P100 (Tesla P100 datasheet): four NVLink 1.0 links, 160 GB/s both directions, so 80 per direction.
+    "nvlink-p100": LinkSpec("nvlink", 80 * GBPS, 1 * US),
     "nvlink-v100": LinkSpec("nvlink", 150 * GBPS, 1 * US),
     "nvlink-a100": LinkSpec("nvlink", 300 * GBPS, 1 * US),
     "nvlink-h100": LinkSpec("nvlink", 450 * GBPS, 1 * US),
