@@ -40,21 +40,29 @@ GRAPPLER_NHWC_SHARE = 0.5
 
 
 def transposed_convs(op_type, conv, half, tf32, architecture, xla, framework="", layout="nhwc"):
-    """Per op, whether it is a tensor-core convolution cuDNN gets NCHW tensors for (bool array).
+    """Per op, whether it is a tensor-core convolution cuDNN gets NCHW tensors for (bool array), and why (the
+    layout's chooser, in words; "" where none is).
 
     ``conv``, ``half`` and ``tf32``: per op, a convolution kernel, one run at
     half precision, one run in TF32 (cost_models.gpu.GpuStep's masks);
     ``xla``: whether XLA compiles the step; ``framework`` and ``layout`` as in
     ``JobInfo`` (a PyTorch run's own layout).
     """
-    tensor_core = conv & (half | tf32) if architecture in TENSOR_CORE_ARCHITECTURES else np.zeros_like(conv)
+    none = np.zeros_like(conv)
+    tensor_core = conv & (half | tf32) if architecture in TENSOR_CORE_ARCHITECTURES else none
     if framework == "pytorch":
-        nchw = layout == "nchw"
+        chosen = tensor_core if layout == "nchw" else none
+        why = "the script keeps PyTorch's NCHW tensors"
     elif xla:
-        return tensor_core & ~half if architecture not in XLA_NHWC_ARCHITECTURES else np.zeros_like(conv)
+        chosen = tensor_core & ~half if architecture not in XLA_NHWC_ARCHITECTURES else none
+        why = "XLA lays float32 convolutions out NCHW before Hopper"
     else:
-        nchw = not _grappler_keeps_nhwc(op_type, conv, half, tf32)
-    return tensor_core if nchw else np.zeros_like(conv)
+        chosen = none if _grappler_keeps_nhwc(op_type, conv, half, tf32) else tensor_core
+        why = ("Grappler's layout optimizer lays a TF32 training step out NCHW (it keeps NHWC for TF32 convolutions "
+               "only where no float32 convolution gradient runs)" if (conv & tf32).any() else
+               "Grappler's layout optimizer lays the step out NCHW (fewer than half its convolutions run in half "
+               "precision)")
+    return chosen, why if chosen.any() else ""
 
 
 def _grappler_keeps_nhwc(op_type, conv, half, tf32):

@@ -250,9 +250,10 @@ class GpuStep:
         self.bytes = np.where(halved, data / 2, data)
         # Tensor-core convolutions given NCHW tensors, without XLA and with it (cost_models.conv_layout): a transpose in
         # or out of NHWC reads and writes each operand and result.
-        self.transposed_bytes = {
-            x: np.where(transposed_convs(op_type, self.conv, self.kinds["half"], self.kinds["tf32"], self.architecture,
-                                         x, framework, layout), 2 * self.bytes, 0.0) for x in (False, True)}
+        nchw = {x: transposed_convs(op_type, self.conv, self.kinds["half"], self.kinds["tf32"], self.architecture, x,
+                                    framework, layout) for x in (False, True)}
+        self.transposed_bytes = {x: np.where(mask, 2 * self.bytes, 0.0) for x, (mask, _) in nchw.items()}
+        self.transposed_why = {x: why for x, (_, why) in nchw.items()}
         self.memory_bandwidth = float(device.memory_bandwidth)
         if self.memory_bandwidth <= 0:
             raise CostModelError(f"device {device.model!r} has no memory_bandwidth", field="memory_bandwidth")
@@ -268,12 +269,24 @@ class GpuStep:
             eff[mask & self.conv] = params.shared[f"conv_{kind}"]
         eff = eff * arch["compute"]
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
-        bandwidth = self.memory_bandwidth * params.shared["memory"] * arch["memory"]
+        bandwidth = self._bandwidth(params)
         streaming = self.bytes / bandwidth
         compute = np.maximum(compute, streaming) + self.transposed_bytes[bool(xla)] / bandwidth
         memory = np.where(self._launching(xla), streaming * self._fusion(params, xla),
                           self.folded_bytes[bool(xla)] / bandwidth)
         return np.where(self.compute, compute, memory)
+
+    def _bandwidth(self, params):
+        """Bytes per second a memory-bound kernel streams."""
+        return self.memory_bandwidth * params.shared["memory"] * params.architecture(self.architecture)["memory"]
+
+    def transposes(self, params):
+        """The share of the step's kernel time cuDNN spends transposing NCHW convolution tensors in and out of NHWC,
+        and why they are NCHW ("" where none are); without XLA where the step's setting is not known."""
+        xla = bool(self.xla)
+        total = float(self.kernel_seconds(params, xla).sum())
+        share = float(self.transposed_bytes[xla].sum()) / self._bandwidth(params) / total if total > 0 else 0.0
+        return share, self.transposed_why[xla]
 
     def _launching(self, xla):
         """Which ops launch a kernel of their own: not the memory-bound ops inside a chain a fusing kernel runs."""

@@ -314,6 +314,11 @@ class CostModel:
         return {c: float(kernel[classes == c].sum()) / total
                 for c in sorted(set(classes[~covered & step.compute]))} if total > 0 else {}
 
+    def conv_transposes(self, graph_item, device):
+        """The share of ``graph_item``'s kernel time on ``device`` (a GPU) that cuDNN spends transposing NCHW
+        convolution tensors, and why its framework lays them out NCHW (cost_models.conv_layout)."""
+        return self._gpu_kernels(graph_item, device).transposes(self.gpu)
+
     def predict_step(self, raw, predecessors, device_kind, device_model, peak_flops, memory_bandwidth, cores=None,
                      extra=None, widths=None):
         """Per op of a one-device step (``raw`` features, ``predecessors``): seconds alone, source, step share.

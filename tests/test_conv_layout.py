@@ -72,3 +72,27 @@ def test_the_transposes_cost_what_they_move_at_the_memory_bandwidth(float32_step
     bandwidth = step.memory_bandwidth * params.shared["memory"] * arch["memory"]
     extra = without - with_xla
     assert extra[step.conv] == pytest.approx(2 * step.bytes[step.conv] / bandwidth, rel=1e-9)
+
+
+def test_the_report_says_where_and_why_convolutions_run_nchw():
+    """On an A100 without XLA the captured float32 step's convolutions run TF32 and Grappler lays the step out NCHW: the
+    report gives the transposes' share of the kernel time and the reason; with --xla on an H100 there is nothing to
+    say (XLA lays them out NHWC there)."""
+    import jsonschema
+
+    from autodist.api import make_plan
+    from autodist.report import build_report, render, schema
+
+    item = capture_layers(_convolutions(), (12, 12, 3))
+    for preset, xla, transposing in (("dgx-a100:1", "off", True), ("dgx-h100:1", "on", False)):
+        doc = build_report(make_plan(item, preset, budget_s=0.2, xla=xla), item)
+        jsonschema.validate(doc, schema())
+        (gpu,) = [d for d in doc["costs"]["devices"] if d["kind"] == "GPU"]
+        assert ("nchw_transposes" in gpu) == transposing, preset
+        text = render(doc)
+        words = " ".join(text.split())
+        assert ("Layout on A100-80GB: Grappler's layout optimizer lays a TF32 training step out NCHW" in words
+                ) == transposing
+        if transposing:
+            assert 0 < gpu["nchw_transposes"]["share"] < 1 and "layout on A100-80GB" in text
+            assert max(len(line) for line in text.splitlines()) <= 100

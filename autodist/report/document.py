@@ -93,7 +93,8 @@ RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf
 
 def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
     """The job's precision and accumulation, and how each device model's costs were obtained (by ``cost_model``,
-    else the shipped one; with ``graph_item``, whether its step was timed whole on a CPU model)."""
+    else the shipped one; with ``graph_item``, whether its step was timed whole on a CPU model, and what share of a
+    GPU's kernel time cuDNN spends transposing NCHW convolutions)."""
     from cost_models import CostModel
     from cost_models.gpu import architecture_of, peak_key
 
@@ -113,6 +114,9 @@ def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
             entry["basis"] = "step-measured"
         else:
             entry["basis"] = "measured" if name in model.learned_devices else "assumed"
+        if kind == "GPU" and graph_item is not None:
+            share, why = model.conv_transposes(graph_item, one)
+            entry.update({"nchw_transposes": {"share": share, "why": why}} if share > 0 else {})
         devices.append(entry)
     xla = {"xla": data["graph"]["xla"], "xla_reason": data["graph"]["xla_reason"]} if "xla_reason" in data["graph"] else {}
     return {"precision": precision, "micro_batches": micro_batches, "devices": devices, **xla}

@@ -102,12 +102,23 @@ def _job(doc, md):
     if "xla" in costs:
         rows.append(["XLA", f"{'on' if costs['xla'] else 'off'} ({costs['xla_reason']})"])
     rows += [[f"costs on {d['model']}", _basis(d)] for d in costs["devices"]]
+    transposing = [d for d in costs["devices"] if "nchw_transposes" in d]
+    rows += [[f"layout on {d['model']}",
+              f"NCHW: cuDNN transposes ({_share(d['nchw_transposes']['share'])} of kernel time)"] for d in transposing]
     semantics = job.get("batch_semantics")
     batch = f"\n\n{_paragraph(f'Batch: {semantics}.', md)}" if semantics else ""
+    for d in transposing:
+        batch += "\n\n" + _paragraph(f"Layout on {d['model']}: {d['nchw_transposes']['why']}; cuDNN transposes each "
+                                     "tensor-core convolution's operands and result in and out of NHWC.", md)
     for op in job.get("unknown_trips", []):
         batch += "\n\n" + _paragraph(f"Warning: the trip count of loop {op} is not known from the graph; its body "
                                      "is priced once per step.", md)
     return table(["job", ""], rows, md) + batch
+
+
+def _share(fraction):
+    """A fraction as a whole percentage, "<1%" where it rounds to nothing."""
+    return "<1%" if 0 < fraction < 0.005 else f"{fraction:.0%}"
 
 
 BASIS = {"measured": "measured", "step-measured": "measured, this step timed whole",

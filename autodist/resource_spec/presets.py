@@ -128,8 +128,9 @@ DEVICE_MODELS = {
         aliases=("tesla-v100-sxm2-32gb",),
         architecture="volta",
     ),
-    # NVIDIA V100 datasheet (images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf):
-    # V100 PCIe 14 FP32 / 112 tensor TFLOP/s, 16/32 GB, 900 GB/s, no NVLink.
+    # NVIDIA V100 datasheet (images.nvidia.com/content/technologies/volta/pdf/
+    # volta-v100-datasheet-update-us-1165301-r5.pdf): V100 PCIe 14 FP32 / 112 tensor TFLOP/s, 16/32 GB, 900 GB/s,
+    # no NVLink.
     "V100-PCIE-16GB": DeviceModel(
         "GPU",
         {"float32": 14 * TFLOPS, "float16": 112 * TFLOPS, "bfloat16": 14 * TFLOPS},
