@@ -21,8 +21,9 @@ A100.  Who lays the tensors out:
   graph with no float32 convolution gradient, so never in a TF32 training
   step); otherwise every convolution runs NCHW.
 
-Only tensor-core convolutions pay for NCHW (a float32 convolution on CUDA
-cores takes either layout), so only those are returned.
+Only cuDNN's tensor-core convolutions pay for NCHW (a float32 convolution on
+CUDA cores takes either layout, and TensorFlow's depthwise convolutions are
+its own kernels), so only those are returned.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ TENSOR_CORE_ARCHITECTURES = ("volta", "turing", "ampere", "hopper")
 XLA_NHWC_ARCHITECTURES = ("hopper",)
 FORWARD_CONVS = ("Conv2D", "Conv3D")
 CONV_GRADIENTS = ("Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2")
+# The convolutions TensorFlow runs through cuDNN (its depthwise ones run kernels of its own, in either layout).
+CUDNN_CONVS = FORWARD_CONVS + CONV_GRADIENTS + ("_FusedConv2D",)
 # Grappler keeps NHWC where at least this share of the forward convolutions prefer it.
 GRAPPLER_NHWC_SHARE = 0.5
 
@@ -49,7 +52,8 @@ def transposed_convs(op_type, conv, half, tf32, architecture, xla, framework="",
     ``JobInfo`` (a PyTorch run's own layout).
     """
     none = np.zeros_like(conv)
-    tensor_core = conv & (half | tf32) if architecture in TENSOR_CORE_ARCHITECTURES else none
+    cudnn = conv & np.isin(op_type, CUDNN_CONVS)
+    tensor_core = cudnn & (half | tf32) if architecture in TENSOR_CORE_ARCHITECTURES else none
     if framework == "pytorch":
         chosen = tensor_core if layout == "nchw" else none
         why = "the script keeps PyTorch's NCHW tensors"

@@ -64,6 +64,15 @@ def test_without_a_float32_convolution_gradient_grappler_keeps_tf32_convolutions
     assert transposed.sum() == step.conv.sum() >= 3
 
 
+def test_depthwise_convolutions_run_tensorflows_own_kernels_and_pay_no_transposes():
+    table = step_table(capture_layers(lambda keras: [keras.layers.DepthwiseConv2D(3), keras.layers.Conv2D(8, 3)],
+                                      (12, 12, 3)))
+    step, transposed = _transposed(table, "A100-40GB", "tf32", False)
+    depthwise = np.char.startswith(table["op_type"].astype(str), "DepthwiseConv2dNative")
+    assert (step.conv & depthwise).sum() >= 2 and not transposed[depthwise].any()
+    assert transposed.sum() == (step.conv & ~depthwise).sum() >= 2
+
+
 def test_the_transposes_cost_what_they_move_at_the_memory_bandwidth(float32_step):
     params = GpuKernelParams.load()
     step = GpuStep(float32_step, device_of("H100-SXM"), "tf32", xla=None)
