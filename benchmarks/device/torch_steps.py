@@ -4,7 +4,8 @@ The device machines lent to this project carry PyTorch but no TensorFlow (a
 TensorFlow GPU wheel is far over what a call may carry), so this measures the
 configurations of the calibration and validation rows whose source ran
 PyTorch (LambdaPT's ResNet-50 and BERT SQuAD figures: G33, G34, LPT1, LPT2)
-with plain torchvision / transformers models on synthetic data.  The numbers
+with plain torchvision / transformers models on synthetic data, and
+torchvision's VGG-16 and Inception-v3 channels-last (the zoo's other CNNs).  The numbers
 judge the GPU kernel model on a GPU the TensorFlow sources lack; nothing is
 fitted on them (only ../shared/reference/published-training-figures.md is).
 
@@ -26,6 +27,22 @@ def _resnet50(torch, batch, precision, channels_last):
 
     model = torchvision.models.resnet50(weights=None).cuda()
     images = torch.randn(batch, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (batch,), device="cuda")
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.contiguous(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    return model, optimizer, lambda: loss_fn(model(images), labels)
+
+
+def _torchvision(torch, batch, precision, channels_last, network, size):
+    """A torchvision classifier (VGG-16, Inception-v3 without its auxiliary head) on ``size`` x ``size`` images."""
+    import torchvision
+
+    kwargs = {"aux_logits": False, "init_weights": False} if network == "inception_v3" else {}
+    model = getattr(torchvision.models, network)(weights=None, **kwargs).cuda()
+    images = torch.randn(batch, 3, size, size, device="cuda")
     labels = torch.randint(0, 1000, (batch,), device="cuda")
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -95,6 +112,13 @@ CONFIGS = [
     ("resnet50 tf32 channels_last", _resnet50, 640, "tf32", {"channels_last": True}),
     ("resnet50 fp32", _resnet50, 256, "fp32", {"channels_last": False}),
     ("resnet50 fp32 channels_last", _resnet50, 256, "fp32", {"channels_last": True}),
+    ("vgg16 tf32", _torchvision, 128, "tf32", {"channels_last": False, "network": "vgg16", "size": 224}),
+    ("vgg16 tf32 channels_last", _torchvision, 128, "tf32", {"channels_last": True, "network": "vgg16", "size": 224}),
+    ("vgg16 amp channels_last", _torchvision, 128, "fp16", {"channels_last": True, "network": "vgg16", "size": 224}),
+    ("inception_v3 tf32 channels_last", _torchvision, 128, "tf32",
+     {"channels_last": True, "network": "inception_v3", "size": 299}),
+    ("inception_v3 amp channels_last", _torchvision, 128, "fp16",
+     {"channels_last": True, "network": "inception_v3", "size": 299}),
     ("bert_base s384 (G34 h100)", _bert, 320, "fp16", {"channels_last": False, "size": "base", "seq": 384}),
     ("bert_large s384 (G33 h100)", _bert, 112, "fp16", {"channels_last": False, "size": "large", "seq": 384}),
 ]
