@@ -18,7 +18,9 @@ What a step costs on a GPU, as modelled:
 - **Kernels.**  A matrix product or convolution runs at
   ``peak(precision) * efficiency(class, precision) / (1 + half_flops / flops)``
   (small products are far from peak), with one efficiency per class
-  (matmul, conv) and precision (half, tf32, fp32), and never faster than it
+  (matmul, conv) and precision (half, tf32, fp32), a float32 convolution
+  cuDNN runs as a Winograd transform at ``winograd`` times its class's
+  (cost_models.winograd: fewer multiplies than its FLOPs), and never faster than it
   streams its operands and result (the roofline: a product of few FLOPs per
   byte is memory-bound).  Every other kernel (elementwise, reductions,
   normalisation, gathers, each optimizer-update op) streams its bytes at
@@ -103,15 +105,15 @@ from cost_models.prior import OP_CLASS
 from cost_models.step_table import fuses_elementwise, inside_elementwise_chains
 
 FORMAT = "autodist.gpu_kernel_model"
-VERSION = 3
+VERSION = 4
 MODEL_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpu_kernel_model.json")
 
 COMPUTE_CLASSES = ("matmul", "conv", "batched")
 HOST_DTYPES = ("int32",)
 HOST_MAX_ELEMENTS = 1024  # int32 shape arithmetic stays in host memory
 # The fitted parameters, each a positive number (fitted in log space).
-SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "memory", "half_flops",
-          "launch", "xla_memory", "fused_pytorch")
+SHARED = ("matmul_half", "matmul_tf32", "matmul_fp32", "conv_half", "conv_tf32", "conv_fp32", "winograd", "memory",
+          "half_flops", "launch", "xla_memory", "fused_pytorch")
 # The framework whose kernels run a step (JobInfo.framework) -> the factor on its memory-bound kernels where
 # it fuses without XLA.
 FRAMEWORK_FUSION = {"pytorch": "fused_pytorch"}
@@ -231,6 +233,7 @@ class GpuStep:
                              for x in (False, True)}
         self.compute = np.isin(classes, COMPUTE_CLASSES) & ~no_kernel
         self.conv = (classes == "conv") & self.compute
+        self.winograd = (table["winograd"] > 0) & self.conv
         self.memory = ~no_kernel & ~self.compute
         self.chained = self.memory & inside_elementwise_chains(table)
         self.fallback = (classes == "") & self.memory
@@ -267,7 +270,7 @@ class GpuStep:
         for kind, mask in self.kinds.items():
             eff[mask & ~self.conv] = params.shared[f"matmul_{kind}"]
             eff[mask & self.conv] = params.shared[f"conv_{kind}"]
-        eff = eff * arch["compute"]
+        eff = eff * arch["compute"] * np.where(self.winograd & self.kinds["fp32"], params.shared["winograd"], 1.0)
         compute = self.flops / (self.peak * eff) * (1.0 + params.shared["half_flops"] / self.flops)
         bandwidth = self._bandwidth(params)
         streaming = self.bytes / bandwidth

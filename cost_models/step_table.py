@@ -23,6 +23,8 @@ Columns: the raw op features (cost_models.features.RAW_COLUMNS) plus
 - ``remapped``: 1 where TensorFlow without XLA runs it inside another op's
   GPU kernel (Grappler's remapper, cost_models.gpu_remapper), and
   ``remapped_bytes`` what that kernel still moves for it;
+- ``winograd``: 1 for a convolution cuDNN can run as a Winograd transform
+  (cost_models.winograd);
 - ``early_bytes``, ``early_use``: the bytes of the op's outputs that are
   last read before ``last_use``, and the last op that reads one of them
   (-1 and 0 bytes when none is): a multi-output op's outputs die apart
@@ -41,9 +43,10 @@ import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
 from cost_models.gpu_remapper import remapper_fused
+from cost_models.winograd import winograd_convs
 
 TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused", "remapped", "remapped_bytes",
-                                "early_bytes", "early_use")
+                                "winograd", "early_bytes", "early_use")
 BATCH_AFFINE = ("flops", "input_bytes", "output_bytes", "in0_elements", "in1_elements", "out0_elements",
                 "early_bytes", "remapped_bytes")
 
@@ -137,6 +140,8 @@ def _step_table(graph_item):
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
     table["remapped"] = np.asarray([1.0 if op.name in remapped else 0.0 for op in ops])
     table["remapped_bytes"] = np.asarray([float(remapped.get(op.name, 0)) for op in ops])
+    winograd = winograd_convs(ops)
+    table["winograd"] = np.asarray([1.0 if op.name in winograd else 0.0 for op in ops])
     table["early_bytes"], table["early_use"] = _early_outputs(ops, index, table["last_use"])
     return table
 

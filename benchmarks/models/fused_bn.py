@@ -26,9 +26,12 @@ class FusedBatchNormalization(keras.layers.BatchNormalization):
     def call(self, inputs, training=None, mask=None):
         if not training or self.axis not in (-1, len(inputs.shape) - 1) or len(inputs.shape) != 4:
             return super().call(inputs, training=training, mask=mask)
+        channels = inputs.shape[-1]
+        # Layers built with scale=False or center=False (Inception-v3's) have no gamma or beta: the kernel takes 1s, 0s.
+        gamma = tf.convert_to_tensor(self.gamma) if self.scale else tf.ones((channels,), self.variable_dtype)
+        beta = tf.convert_to_tensor(self.beta) if self.center else tf.zeros((channels,), self.variable_dtype)
         y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
-            inputs, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta), epsilon=self.epsilon,
-            data_format="NHWC", is_training=True)
+            inputs, gamma, beta, epsilon=self.epsilon, data_format="NHWC", is_training=True)
         for average, batch in ((self.moving_mean, mean), (self.moving_variance, variance)):
             average.assign(average * self.momentum + tf.cast(batch, average.dtype) * (1.0 - self.momentum))
         return y

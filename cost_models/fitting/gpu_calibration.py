@@ -30,11 +30,11 @@ from cost_models.step_table import fuses_elementwise
 # we capture, so they cannot tell it apart from their frameworks' fusion factors, which are fitted relative to it.
 FIXED = {"memory": 0.8}
 START = {"matmul_half": 0.5, "matmul_tf32": 0.5, "matmul_fp32": 0.7, "conv_half": 0.5, "conv_tf32": 0.5,
-         "conv_fp32": 0.7, "memory": FIXED["memory"], "half_flops": 1e8, "launch": 5e-6, "xla_memory": 0.5,
-         "fused_pytorch": 0.7}
+         "conv_fp32": 0.7, "winograd": 1.0, "memory": FIXED["memory"], "half_flops": 1e8, "launch": 5e-6,
+         "xla_memory": 0.5, "fused_pytorch": 0.7}
 EFFICIENCY = (0.02, 1.0)
-# cuDNN's Winograd and FFT convolutions do fewer multiplies than the direct FLOP count, so a convolution may
-# run above its nominal efficiency (up to 2.25x fewer for 3x3 Winograd F(2x2,3x3), Lavin and Gray 2016).
+# cuDNN's FFT convolutions (and the Winograd ones, which have their own factor) do fewer multiplies than the direct
+# FLOP count, so a convolution class may run above its nominal efficiency.
 CONV_EFFICIENCY = (0.02, 2.25)
 # A kernel launch costs the host "a few us" (../shared/reference/hardware.md): at most 5 us here.  The rows hardly
 # tell launches from small products' inefficiency (the fit ends at this bound); unbounded, a fit without BERT-large's
@@ -43,8 +43,12 @@ LAUNCH = (5e-7, 5e-6)
 # A fuser's factor on the memory-bound kernels left after its chains (cost_models.gpu): the same wide range for
 # each, XLA's included (its kernels left may stream slower than the Keras graph's, as FusedBatchNorm's do).
 FUSED = (0.05, 4.0)
+# A Winograd convolution's speed over its class's (cost_models.winograd): from none (the start, where no figure has
+# one: ResNeXt's grouped convolutions are not) to the 4x fewer multiplies of F(4x4, 3x3).
+WINOGRAD = (1.0, 4.0)
 BOUNDS = {"matmul_half": EFFICIENCY, "matmul_tf32": EFFICIENCY, "matmul_fp32": EFFICIENCY,
           "conv_half": CONV_EFFICIENCY, "conv_tf32": CONV_EFFICIENCY, "conv_fp32": CONV_EFFICIENCY,
+          "winograd": WINOGRAD,
           "half_flops": (1e5, 1e11),
           "launch": LAUNCH, "xla_memory": FUSED, "fused_pytorch": FUSED}
 FREE = tuple(k for k in SHARED if k not in FIXED)

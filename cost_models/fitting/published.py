@@ -55,6 +55,9 @@ CONFIGS = {
     "resnet50-mp-fbn": ("resnet50.py", ["--mixed-precision", "--fused-batch-norm"]),
     "resnext101-fp32-fbn": ("resnext101.py", ["--fused-batch-norm"]),
     "resnext101-mp-fbn": ("resnext101.py", ["--mixed-precision", "--fused-batch-norm"]),
+    # tf_cnn_benchmarks (2017): batch norm fused too; VGG-16 has none.
+    "inception_v3-fp32-fbn": ("inception_v3.py", ["--fused-batch-norm"]),
+    "vgg16-fp32": ("vgg16.py", []),
     # NVIDIA's TensorFlow 1 BERT: Google's tanh GELU, and AMP as TensorFlow's graph rewrite of the float32 step.
     "bert_base-s128-tf1-fp32": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh"]),
     "bert_base-s128-tf1-amp": ("bert_base.py", ["--seq-len", "128", "--gelu", "tanh", "--amp-graph-rewrite"]),
