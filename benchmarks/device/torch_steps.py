@@ -22,22 +22,9 @@ import statistics
 import time
 
 
-def _resnet50(torch, batch, precision, channels_last):
-    import torchvision
-
-    model = torchvision.models.resnet50(weights=None).cuda()
-    images = torch.randn(batch, 3, 224, 224, device="cuda")
-    labels = torch.randint(0, 1000, (batch,), device="cuda")
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-        images = images.contiguous(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    return model, optimizer, lambda: loss_fn(model(images), labels)
-
-
 def _torchvision(torch, batch, precision, channels_last, network, size):
-    """A torchvision classifier (VGG-16, Inception-v3 without its auxiliary head) on ``size`` x ``size`` images."""
+    """A torchvision classifier (ResNet-50, VGG-16, Inception-v3 without its auxiliary head) on ``size`` x ``size``
+    images, trained with SGD and momentum."""
     import torchvision
 
     kwargs = {"aux_logits": False, "init_weights": False} if network == "inception_v3" else {}
@@ -50,6 +37,10 @@ def _torchvision(torch, batch, precision, channels_last, network, size):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     return model, optimizer, lambda: loss_fn(model(images), labels)
+
+
+def _resnet50(torch, batch, precision, channels_last):
+    return _torchvision(torch, batch, precision, channels_last, "resnet50", 224)
 
 
 def _bert(torch, batch, precision, channels_last, size, seq):
