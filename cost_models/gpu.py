@@ -85,7 +85,7 @@ no fitted figure of the GPU's architecture spends a tenth of its step on
 (:meth:`GpuKernelParams.covers`): their efficiency is the shared value
 times a factor fitted on other kernels (Hopper's convolutions are priced
 from BERT's matrix products, and the held-out AMP ResNet-50 figure on H100
-comes out 29% faster than published).
+comes out 28% faster than published).
 """
 
 from __future__ import annotations
