@@ -102,7 +102,8 @@ def test_costmodel_eval_json_reports_every_measure(small_data, small_calibration
     assert gpu["user_path"]["median_error_left_out"] == gpu["summary"]["median_error_left_out"]
     # The held-out figures are priced by the fit on the calibration rows and never fitted on.
     held_out = gpu["validation"]["rows"]
-    assert held_out and all(r["id"].startswith("LPT") and r["predicted"] > 0 for r in held_out)
+    assert {r["id"].split("/")[0] for r in held_out} == {"LPT1", "LPT2", "LPT3", "TFB1"}
+    assert all(r["predicted"] > 0 and r["fits"] for r in held_out)
     assert not {r["id"] for r in held_out} & set(gpu["parameters"]["fitted_on"])
 
 
