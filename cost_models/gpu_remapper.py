@@ -42,10 +42,12 @@ BATCH_NORM_GRADS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNor
 SIDE_INPUT_ADDS = ("Add", "AddV2")
 
 
-class _Graph:
-    """The step's ops with who reads what: the remapper's view of the graph."""
+class StepGraph:
+    """The step's ops with who reads what, and the shapes and bytes of their inputs (the remapper's view of the
+    graph, cost_models.winograd's too)."""
 
     def __init__(self, ops, inputs):
+        self.ops = ops
         self.inputs = inputs
         self.by_name = {op.name: op for op in ops}
         self.position = {op.name: i for i, op in enumerate(ops)}
@@ -103,8 +105,7 @@ def _dtype(op):
 
 def _spatial_filter(graph, conv):
     """Whether ``conv``'s filter is known and neither of its spatial dimensions is 1."""
-    weights = graph.producer(conv, 1)
-    shape = weights.output_shapes[0] if weights is not None and weights.output_shapes else None
+    shape = graph.input_shape(conv, 1)
     return bool(shape) and len(shape) == 4 and shape[0] not in (1, -1) and shape[1] not in (1, -1)
 
 
@@ -152,15 +153,14 @@ def _relu_fusions(graph, relu, env):
     return {}
 
 
-def remapper_fused(ops, inputs, env=()):
+def remapper_fused(graph, env=()):
     """The ops the GPU remapper folds into another op's kernel (see the module docstring): name -> the bytes the
     fused kernel still moves for it.
 
-    ``ops`` are ``OpInfo`` records in topological order, ``inputs`` their
-    data inputs; ``env`` the switches the script turned on
-    (``JobInfo.gpu_env``).
+    ``graph`` is the step's :class:`StepGraph` (its ops in topological
+    order); ``env`` the switches the script turned on (``JobInfo.gpu_env``).
     """
-    graph = _Graph(ops, inputs)
+    ops, inputs = graph.ops, graph.inputs
     fused = {}
     for op in ops:
         if op.type == "Relu":

@@ -42,7 +42,7 @@ import weakref
 import numpy as np
 
 from cost_models.features import RAW_COLUMNS, op_raw_features
-from cost_models.gpu_remapper import remapper_fused
+from cost_models.gpu_remapper import StepGraph, remapper_fused
 from cost_models.winograd import winograd_convs
 
 TABLE_COLUMNS = RAW_COLUMNS + ("phase", "last_use", "opaque_use", "fused", "remapped", "remapped_bytes",
@@ -133,14 +133,15 @@ def _step_table(graph_item):
     producers = [[t.rpartition(":")[0] for t in tensors] for tensors in inputs]
     sources = [[index[p] for p in names if p in index] for names in producers]
     fused = epilogue_fused(ops, inputs)
-    remapped = remapper_fused(ops, inputs, graph_item.job.gpu_env)
+    graph = StepGraph(ops, inputs)
+    remapped = remapper_fused(graph, graph_item.job.gpu_env)
     table["phase"] = np.asarray([op.phase for op in ops], dtype=object)
     table["last_use"] = _last_readers(ops, sources, lambda op: True)
     table["opaque_use"] = _last_readers(ops, sources, lambda op: op.type not in FUSIBLE_READERS)
     table["fused"] = np.asarray([1.0 if op.name in fused else 0.0 for op in ops])
     table["remapped"] = np.asarray([1.0 if op.name in remapped else 0.0 for op in ops])
     table["remapped_bytes"] = np.asarray([float(remapped.get(op.name, 0)) for op in ops])
-    winograd = winograd_convs(ops)
+    winograd = winograd_convs(graph)
     table["winograd"] = np.asarray([1.0 if op.name in winograd else 0.0 for op in ops])
     table["early_bytes"], table["early_use"] = _early_outputs(ops, index, table["last_use"])
     return table

@@ -17,30 +17,21 @@ from __future__ import annotations
 FORWARD, INPUT_GRADIENT, FILTER_GRADIENT = "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"
 
 
-def winograd_convs(ops):
-    """Names of the ops of ``ops`` (a step's OpInfo records) that are Winograd-eligible convolutions."""
-    outputs = {op.name: op.output_shapes for op in ops}
-
-    def shape(tensor):
-        name, _, port = tensor.rpartition(":")
-        shapes = outputs.get(name) or []
-        port = int(port or 0)
-        return list(shapes[port]) if port < len(shapes) and shapes[port] else None
-
+def winograd_convs(graph):
+    """Names of the ops of ``graph`` (the step's cost_models.gpu_remapper.StepGraph) that are Winograd-eligible
+    convolutions."""
     found = set()
-    for op in ops:
+    for op in graph.ops:
         if op.type not in (FORWARD, INPUT_GRADIENT, FILTER_GRADIENT):
             continue
         if any(s != 1 for s in op.attrs.get("strides", [1])) or any(d != 1 for d in op.attrs.get("dilations", [1])):
             continue
-        inputs = op.data_inputs
         own = list(op.output_shapes[0]) if op.output_shapes and op.output_shapes[0] else None
         # (filter shape [h, w, in, out], the shape of the image side whose channels are the filter's "in")
-        sides = {FORWARD: (shape(inputs[1]) if len(inputs) > 1 else None, shape(inputs[0]) if inputs else None),
-                 INPUT_GRADIENT: (shape(inputs[1]) if len(inputs) > 1 else None, own),
-                 FILTER_GRADIENT: (own, shape(inputs[0]) if inputs else None)}[op.type]
-        kernel, image = sides
-        if not kernel or len(kernel) != 4 or kernel[:2] != [3, 3]:
+        kernel, image = {FORWARD: (graph.input_shape(op, 1), graph.input_shape(op, 0)),
+                         INPUT_GRADIENT: (graph.input_shape(op, 1), own),
+                         FILTER_GRADIENT: (own, graph.input_shape(op, 0))}[op.type]
+        if not kernel or len(kernel) != 4 or list(kernel[:2]) != [3, 3]:
             continue
         channel = 1 if op.attrs.get("data_format") == "NCHW" else 3
         if image and len(image) == 4 and image[channel] not in (-1, kernel[2]):
