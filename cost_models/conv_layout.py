@@ -47,7 +47,7 @@ def transposed_convs(op_type, conv, half, tf32, architecture, xla, framework="",
     layout's chooser, in words; "" where none is).
 
     ``conv``, ``half`` and ``tf32``: per op, a convolution kernel, one run at
-    half precision, one run in TF32 (cost_models.gpu.GpuStep's masks);
+    half precision on tensor cores, one run in TF32 (cost_models.gpu.GpuStep's masks);
     ``xla``: whether XLA compiles the step; ``framework`` and ``layout`` as in
     ``JobInfo`` (a PyTorch run's own layout).
     """

@@ -26,7 +26,9 @@ What a step costs on a GPU, as modelled:
   normalisation, gathers, each optimizer-update op) streams its bytes at
   ``memory`` times the memory bandwidth.  float32 products use TF32 tensor
   cores where the GPU has them and the job allows it (TensorFlow's default
-  on Ampere and later), float16/bfloat16 ops their tensor-core peak.  A
+  on Ampere and later), float16/bfloat16 ops their tensor-core peak, or,
+  where the GPU has no tensor cores for the dtype (Pascal; bfloat16 before
+  Ampere), the dtype's CUDA-core peak at the fp32 efficiency.  A
   float32 graph run at fp16/bf16 moves half the bytes outside its update; a
   mixed-precision graph moves what its dtypes say (:func:`halved_by_precision`).
 - **Fusion.**  Where a step's elementwise chains run fused (XLA, or a
@@ -96,6 +98,7 @@ import os
 import numpy as np
 
 from autodist.errors import CostModelError
+from autodist.graph import amp_rewrite
 from autodist.graph.job_options import PRECISIONS
 from autodist.graph.xla import resolve_xla
 from autodist.resource_spec.presets import find_device_model
@@ -148,6 +151,18 @@ def peak_key(dtype, precision, peaks):
 
 EFFICIENCY_KIND = {"float16": "half", "bfloat16": "half", "tf32": "tf32", "float32": "fp32"}
 HALF_DTYPES = ("float16", "bfloat16")
+# Half precisions an architecture has no tensor cores for: their products run on CUDA cores (at the device's peak
+# for the dtype), as float32 products do.  NVIDIA's architecture whitepapers: Pascal (P100) has none; Volta's and
+# Turing's tensor cores take float16; bfloat16 runs on the tensor cores of Ampere and later.
+CUDA_CORE_HALVES = {"pascal": ("float16", "bfloat16"), "volta": ("bfloat16",), "turing": ("bfloat16",)}
+
+
+def efficiency_kind(peak, architecture):
+    """The efficiency a product at ``peak`` (a ``peak_flops`` key) runs at on ``architecture``: "half" or "tf32" on
+    tensor cores, "fp32" on CUDA cores."""
+    if peak in CUDA_CORE_HALVES.get(architecture, ()):
+        return "fp32"
+    return EFFICIENCY_KIND.get(peak, "")
 
 
 def halved_by_precision(table, precision):
@@ -167,7 +182,16 @@ def halved_by_precision(table, precision):
 def job_step(table, job, device, xla="job"):
     """The :class:`GpuStep` of ``job``'s step (its step ``table``; ``job`` a JobInfo) on ``device``, as the job
     runs there: its precision, XLA resolved for the device (autodist.graph.xla), its micro-batches, framework
-    and layout.  ``xla`` True/False/None (not known: published runs only) replaces the resolved setting."""
+    and layout.  ``xla`` True/False/None (not known: published runs only) replaces the resolved setting.
+
+    Raises CostModelError for a job captured with TensorFlow's mixed precision graph rewrite on a GPU where
+    TensorFlow skips it: the step would run float32 as written, which its rewritten graph does not record.
+    """
+    if job.amp_rewrite and architecture_of(device.model) in amp_rewrite.SKIPPED_ON:
+        raise CostModelError(f"TensorFlow skips its mixed precision graph rewrite on {device.model} (compute "
+                             f"capability below 7.0), so the step runs float32 there, not as captured (rewritten): "
+                             f"turn auto_mixed_precision off in the script to price it on this GPU",
+                             field="job.amp_rewrite")
     on = resolve_xla(job, device.kind).on if xla == "job" else xla
     return GpuStep(table, device, job.precision or "fp32", on, job.micro_batches, job.framework, job.layout or "nhwc")
 
@@ -246,7 +270,7 @@ class GpuStep:
             raise CostModelError(f"device {device.model!r} lists no {missing[0]} peak, which this "
                                  f"{precision} job needs", field="peak_flops")
         self.peak = np.array([float(peaks[k]) if k else 1.0 for k in keys])
-        kinds = np.array([EFFICIENCY_KIND.get(k, "") for k in keys], dtype=object)
+        kinds = np.array([efficiency_kind(k, self.architecture) for k in keys], dtype=object)
         self.kinds = {kind: kinds == kind for kind in set(EFFICIENCY_KIND.values())}
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)

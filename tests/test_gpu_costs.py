@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from autodist.api import with_job_options
+from autodist.cli import placement_main
 from autodist.errors import AutoDistError, CostModelError, InputError
 from autodist.graph.item import GraphItem, JobInfo, OpInfo
 from autodist.resource_spec import load_cluster
@@ -159,9 +160,10 @@ model.fit(np.zeros((32, 32), np.float32), np.zeros((32, 1), np.float32), batch_s
 """
 
 
-def test_the_amp_graph_rewrite_is_captured_as_tensorflow_rewrites_the_step_for_a_gpu(tmp_path):
+def test_the_amp_graph_rewrite_is_captured_as_tensorflow_rewrites_the_step_for_a_gpu(tmp_path, capsys):
     """TensorFlow's own auto_mixed_precision pass runs on the captured step: products in float16, the tanh
-    GELU (its Pow is on TensorFlow's deny list) and the layer norm's statistics in float32, Casts between."""
+    GELU (its Pow is on TensorFlow's deny list) and the layer norm's statistics in float32, Casts between; a GPU
+    where TensorFlow skips the pass is refused in one line."""
     import tensorflow as tf
 
     from autodist.graph.capture import capture_script
@@ -183,6 +185,32 @@ def test_the_amp_graph_rewrite_is_captured_as_tensorflow_rewrites_the_step_for_a
     assert all(v.dtype == "float32" for v in item.trainable_variables())
     step = GpuStep(step_table(item), device_of("V100-16GB"), item.job.precision)
     assert set(step.kernel_classes()[step.compute]) == {"matmul_half"}
+
+    # TensorFlow skips the pass below compute capability 7.0: on a P100 the step would run float32, unrewritten.
+    graph = tmp_path / "amp.json"
+    item.save(graph)
+    cluster = tmp_path / "p100.yaml"
+    cluster.write_text("name: p100\nnodes:\n  - name: box\n    gpus: {model: P100-SXM2, count: 1}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        placement_main(["report", str(graph), "--cluster", str(cluster)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1
+    assert "job.amp_rewrite" in err and "P100-SXM2" in err and "auto_mixed_precision" in err
+
+
+def test_half_precisions_without_tensor_cores_run_on_cuda_cores(cnn_graph):
+    """float16 on a P100 and bfloat16 on a V100 run at the dtype's CUDA-core peak and the fp32 efficiency, and their
+    convolutions pay no NCHW transposes; on an A100 both run on tensor cores."""
+    table = step_table(cnn_graph)
+    for model, precision, on_tensor_cores in (("P100-SXM2", "fp16", False), ("V100-16GB", "bf16", False),
+                                              ("V100-16GB", "fp16", True), ("A100-40GB", "bf16", True)):
+        device = device_of(model)
+        step = GpuStep(table, device, precision, framework="pytorch", layout="nchw")
+        kind = "half" if on_tensor_cores else "fp32"
+        assert step.kinds[kind][step.compute].all(), (model, precision)
+        peak = device.peak_flops[{"fp16": "float16", "bf16": "bfloat16"}[precision]]
+        assert (step.peak[step.compute] == peak).all()
+        assert step.transposed_bytes[False][step.conv].all() == on_tensor_cores, (model, precision)
 
 
 def test_liveness_peak_of_a_toy_graph_equals_the_hand_computed_peak():

@@ -31,6 +31,9 @@ CAST_SUFFIX = "-AutoMixedPrecision"
 PRODUCTS = ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv3D", "Conv2DBackpropInput",
             "Conv2DBackpropFilter")
 GPU = "/job:localhost/replica:0/task:0/device:GPU:0"
+# The pass leaves the graph alone on a GPU below compute capability 7.0 (auto_mixed_precision.cc, kMinGPUArch = {7, 0}):
+# of the architectures autodist knows, Pascal's (6.0, 6.1).
+SKIPPED_ON = ("pascal",)
 # The virtual GPU the pass sees: Volta, with the CUDA and cuDNN versions whose lists TensorFlow 2.21 uses for it.
 GPU_ENVIRONMENT = {"architecture": "7.0", "cuda": "12000", "cudnn": "8900"}
 
