@@ -26,7 +26,7 @@ from cost_models.fitting.dataset import read_meta, read_timings
 from cost_models.fitting.evaluation import (SECTIONS, evaluate, evaluate_section, format_report, leave_one_model_out,
                                             op_holdout, section_lines)
 from cost_models.model import DEFAULT_PARAMS, TIMINGS, TIMINGS_META, CostModel, profiled_cores
-from placement.baselines import HorovodPricer
+from placement.baselines import AllreducePricer
 from targets import meets, step_target, target_lines
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,7 +82,7 @@ def update_section(path, name):
     """Recompute section ``name`` of the evaluation recorded in ``path``, keeping the rest of the file."""
     with open(path) as f:
         result = json.load(f)
-    section = evaluate_section(name, HorovodPricer)
+    section = evaluate_section(name, AllreducePricer)
     print("\n".join(section_lines(name, section)))
     result["evaluation"][name] = section
     result["meets"] = meets(result["evaluation"])
@@ -106,11 +106,11 @@ def main(argv=None):
     if args.refit_overlap:
         from cost_models.fitting.cluster_published import write_shipped
 
-        print(write_shipped(HorovodPricer, "python " + " ".join(
+        print(write_shipped(AllreducePricer, "python " + " ".join(
             shlex.quote(a) for a in [os.path.relpath(__file__)] + sys.argv[1:])))
     if args.section:
         return update_section(args.out, args.section)
-    report = evaluate(HorovodPricer)
+    report = evaluate(AllreducePricer)
     print(format_report(report))
     print("\n".join(target_lines(report)))
     result = {

@@ -198,12 +198,18 @@ def horovod_step(problem, nodes=None, dense=False):
     ``dense``: sparse gradients summed as dense tensors (:func:`sparse_as_dense`),
     else their rows all-gathered (Horovod's default).
     """
+    return _ring_step(problem, nodes, dense, horovod=True)
+
+
+def _ring_step(problem, nodes, dense, horovod):
+    """The simulated step of the ``ring`` baseline's plan (``dense``: see :func:`horovod_step`), with Horovod's fixed
+    cost per fused collective or without it."""
     from placement.simulator import Simulator
 
     strategy = named("ring").build(problem, nodes)
     if dense:
         strategy = sparse_as_dense(strategy, problem.sparse_gradients)
-    return Simulator(problem, horovod=True).simulate(strategy)
+    return Simulator(problem, horovod=horovod).simulate(strategy)
 
 
 def tensorflow_ps_step(problem, nodes=None):
@@ -244,22 +250,29 @@ def autodist_ps_step(problem, nodes=None):
     return Simulator(problem, proxy_pulls=True).simulate(named("partitioned-ps").build(problem, nodes))
 
 
-class HorovodPricer:
-    """The seconds of ``item``'s Horovod step (:func:`horovod_step`) on ``cluster`` for any NCCL overlap constants,
-    its Problem built once: what the calibration of cost_models.fitting.cluster_published is handed."""
+class AllreducePricer:
+    """The seconds of ``item``'s data-parallel step on ``cluster`` for any NCCL overlap constants, its Problem built
+    once: what the calibration of cost_models.fitting.cluster_published is handed.
 
-    def __init__(self, item, cluster, cost_model, dense=False):
+    ``horovod``: the step as Horovod runs it (:func:`horovod_step`), else as
+    the ``ring`` baseline's plan runs on TensorFlow's own NCCL all-reduce,
+    without Horovod's fixed cost per fused collective; ``dense``: see
+    :func:`horovod_step`.
+    """
+
+    def __init__(self, item, cluster, cost_model, dense=False, horovod=True):
         from placement.problem import Problem
 
         self.problem = Problem(item, cluster, cost_model)
         self.dense = dense
+        self.horovod = horovod
 
     def seconds(self, overlap=None):
         """The step's seconds with ``overlap``'s constants (cost_models.overlap.NcclOverlap; None: as they are)."""
         if overlap is not None:
             self.problem.comm.overlap = overlap
             self.problem.prices.reset()
-        return horovod_step(self.problem, dense=self.dense).step_time
+        return _ring_step(self.problem, None, self.dense, self.horovod).step_time
 
 
 def min_size_shards(shape, nbytes, max_shards, min_shard_bytes=MIN_SHARD_BYTES):

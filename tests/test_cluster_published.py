@@ -11,14 +11,15 @@ import pytest
 from cost_models.fitting import cluster_published as cp
 from cost_models.fitting.published import captured_graph
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap, lockstep_pace
-from placement.baselines import HorovodPricer
+from placement.baselines import AllreducePricer
 
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "costmodel_eval.json")
 
 
-# ResNet-50 on DGX-1s and on p3.16xlarge nodes (25 GbE): two systems, one scaling series; a subset whose problems build
-# in seconds (BERT-large's at 256 GPUs take minutes for the whole table: benchmarks/costmodel_eval.py runs it).
-SUBSET = ("M1", "M2", "M42")
+# ResNet-50 on DGX-1s and on p3.16xlarge nodes (25 GbE): two systems, one scaling series; and the validation points
+# (VGG-16 on one DGX-1 P100): a subset whose problems build in seconds (BERT-large's at 256 GPUs take minutes for the
+# whole table: benchmarks/costmodel_eval.py runs it).
+SUBSET = ("M1", "M2", "M42", "TFB1")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +45,29 @@ def test_every_row_is_priced_or_skipped_with_a_reason(section):
         assert 0 < r["predicted_efficiency"] <= 1 + 1e-9
         assert r["gpus"] >= 8 and r["global_batch"] == r["batch"] * r["micro_batches"] * r["gpus"]
     assert "placement report" in section["how"]
+
+
+def test_validation_points_are_priced_with_the_shipped_constants_and_never_fitted(section):
+    """TensorFlow's 2017 DGX-1 P100 figures judge the pricing from outside the calibration set: no fit sees them, and
+    they are priced as they ran, TensorFlow's own NCCL all-reduce (no Horovod cost per collective) on 2 to 8 GPUs of
+    one node, efficiency over the source's one-GPU figure."""
+    validation = section["validation"]
+    ids = [r["id"] for r in validation["rows"]]
+    assert ids == [run.id for run in cp.VALIDATION] and len(ids) == 6
+    fits = [section["fitted_on_all_rows"], *section["fitted_without_system"].values()]
+    assert not set(ids) & {i for fitted in fits for i in fitted["fitted_on"]}
+    assert not set(ids) & set(NcclOverlap.load(OVERLAP_FILE).fitted_on)
+    eight = next(r for r in validation["rows"] if r["id"] == "TFB1/vgg16-b64-8gpu")
+    assert (eight["nodes"], eight["gpus"], eight["global_batch"], eight["horovod"]) == (1, 8, 512, False)
+    assert eight["published_efficiency"] == pytest.approx(1081 / (8 * 154))
+    assert "predicted_left_out" not in eight and validation["summary"]["rows_with_published_efficiency"] == 6
+    shipped = NcclOverlap.load(OVERLAP_FILE)
+    pricer = cp.Pricer(AllreducePricer)
+    run = next(run for run in cp.VALIDATION if run.id == eight["id"])
+    assert eight["predicted"] == pytest.approx(pricer.predict(run, shipped)[0], rel=1e-9)
+    no_fixed_cost = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
+    assert shipped.collective_seconds > 0
+    assert pricer.step_seconds(run, shipped) == pricer.step_seconds(run, no_fixed_cost)
 
 
 def test_an_unknown_row_is_one_line_and_exit_2():
@@ -90,7 +114,7 @@ def test_horovod_is_the_ring_baseline_plus_its_fixed_cost_per_fused_collective()
     from placement.baselines import named
 
     run = _run("M1/amp")
-    pricer = cp.Pricer(HorovodPricer)
+    pricer = cp.Pricer(AllreducePricer)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     free = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
     problem = pricer.problem(run)
@@ -120,7 +144,7 @@ def test_a_row_is_priced_by_the_code_placement_report_runs(run_id, tmp_path):
                      micro_batches=run.micro_batches, global_batch=run.batch * run.micro_batches * run.nodes * gpus)
     shipped = NcclOverlap.load(OVERLAP_FILE)
     free = NcclOverlap(0.0, shipped.contention, shipped.speed_spread)
-    assert plan.prediction["baselines"]["ring"] == pytest.approx(cp.Pricer(HorovodPricer).step_seconds(run, free), rel=1e-9)
+    assert plan.prediction["baselines"]["ring"] == pytest.approx(cp.Pricer(AllreducePricer).step_seconds(run, free), rel=1e-9)
 
 
 def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduce():
@@ -132,7 +156,7 @@ def test_the_slowest_gpu_sets_the_pace_even_when_accumulation_hides_the_allreduc
     assert 1 == lockstep_pace(1, spread) < lockstep_pace(8, spread) < lockstep_pace(16, spread) < lockstep_pace(
         256, spread)
     run = _run("M7/fp32")
-    pricer = cp.Pricer(HorovodPricer)
+    pricer = cp.Pricer(AllreducePricer)
     _, efficiency = pricer.predict(run, shipped)
     assert efficiency == pytest.approx(1 / lockstep_pace(8, spread), rel=0.005)
     level = NcclOverlap(shipped.collective_seconds, shipped.contention, 0.0)

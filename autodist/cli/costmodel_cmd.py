@@ -45,14 +45,14 @@ def add_cost_model_argument(parser):
 
 def run_eval(args):
     from cost_models.fitting.evaluation import evaluate, evaluate_section, format_report, section_lines
-    from placement.baselines import HorovodPricer
+    from placement.baselines import AllreducePricer
 
     if args.section:
-        section = evaluate_section(args.section, HorovodPricer, args.cluster_rows)
+        section = evaluate_section(args.section, AllreducePricer, args.cluster_rows)
         print(json.dumps({args.section: section}, indent=1, sort_keys=True) if args.json
               else "\n".join(section_lines(args.section, section)))
         return 0
-    report = evaluate(HorovodPricer, args.data, gpu_calibration=args.gpu_calibration, cluster_rows=args.cluster_rows)
+    report = evaluate(AllreducePricer, args.data, gpu_calibration=args.gpu_calibration, cluster_rows=args.cluster_rows)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
     else:

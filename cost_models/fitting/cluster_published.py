@@ -84,6 +84,8 @@ class ClusterRun:
     efficiency: float | None = None  # published, where known
     efficiency_source: str = ""
     note: str = ""
+    gpus_per_node: int = 0  # 0: every GPU of the system's nodes
+    horovod: bool = True  # Horovod's collectives, else TensorFlow's own NCCL all-reduce
 
     @property
     def id(self):
@@ -93,9 +95,11 @@ class ClusterRun:
 # System -> (its GPU model, GPUs per node, NICs per node).  From NVIDIA's DGX user guides: DGX-1, 8x V100 on
 # NVLink and 4x EDR InfiniBand; DGX-2(H), 16x V100 32GB on NVSwitch and 8x EDR; DGX A100, 8x A100 on NVSwitch
 # and 8x HDR; DGX H100, 8x NDR (the multi-node rows do not state the fabric: the DGX's own is assumed).  AWS
-# p3.16xlarge: 8x V100 16GB on NVLink, 25 GbE (autodist.resource_spec.presets).
+# p3.16xlarge: 8x V100 16GB on NVLink, 25 GbE (autodist.resource_spec.presets).  The first DGX-1, 8x P100 on NVLink
+# 1.0 and 4x EDR InfiniBand.
 SYSTEMS = {
     "DGX-1": ("V100-16GB", 8, ["ib-edr"] * 4),
+    "DGX-1 P100": ("P100-SXM2", 8, ["ib-edr"] * 4),
     "DGX-2": ("V100-32GB", 16, ["ib-edr"] * 8),
     "DGX-2H": ("V100-32GB", 16, ["ib-edr"] * 8),
     "DGX A100 40GB": ("A100-40GB", 8, ["ib-hdr"] * 8),
@@ -109,8 +113,8 @@ def cluster_of(run):
     """The :class:`ResourceSpec` of ``run``'s nodes."""
     from autodist.resource_spec.cluster_file import cluster_from_dict
 
-    model, gpus, nics = SYSTEMS[run.system]
-    node = {"name": "n", "count": run.nodes, "gpus": {"model": model, "count": gpus}, "nics": nics}
+    model, _, nics = SYSTEMS[run.system]
+    node = {"name": "n", "count": run.nodes, "gpus": {"model": model, "count": _gpus_per_node(run)}, "nics": nics}
     return cluster_from_dict({"name": f"{run.nodes}x {run.system}", "nodes": [node]}, source=f"row {run.id}")
 
 
@@ -215,19 +219,48 @@ SKIPPED = (
 
 
 
+# Never fitted: the published scaling figures that judge the cluster pricing from outside the calibration set.
+# TensorFlow's 2017 benchmarks on one DGX-1 with P100s (tensorflow/docs@62da04c site/en/r1/guide/performance/
+# benchmarks.md, "Details for NVIDIA DGX-1 (NVIDIA Tesla P100)", training synthetic data, tf_cnn_benchmarks at TF b1e174e,
+# CUDA 8 / cuDNN 5.1, sgd): VGG16 with variable_update "replicated (with NCCL)", TensorFlow's own NCCL all-reduce, at
+# 1, 2, 4 and 8 GPUs, batch 64 (its table) and 32 ("Other Results").  Efficiency over the same table's one-GPU figure.
+TFB_NOTE = "tf_cnn_benchmarks, May 2017: TensorFlow's NCCL 1 all-reduce, no XLA"
+
+
+def _one_dgx1_p100(config, batch, figures):
+    """The validation points of one model and batch on one DGX-1 P100: ``figures`` at 1, 2, 4 and 8 GPUs."""
+    model = config.split("-")[0]
+    return tuple(ClusterRun("TFB1", f"{model}-b{batch}-{gpus}gpu", config, "P100-SXM2", "fp32", False, "tf1", "nhwc",
+                            batch, 1, 1, "DGX-1 P100", throughput, throughput / (gpus * figures[0]),
+                            "the source's one-GPU figure", TFB_NOTE, gpus_per_node=gpus, horovod=False)
+                 for gpus, throughput in zip((2, 4, 8), figures[1:]))
+
+
+VALIDATION = _one_dgx1_p100("vgg16-fp32", 64, (154, 295, 584, 1081)) + _one_dgx1_p100("vgg16-fp32", 32,
+                                                                                       (144, 281, 549, 820))
+VALIDATION_SKIPPED = (
+    ("TFB1 InceptionV3, ResNet-50, ResNet-152 (DGX-1 P100)",
+     "tf_cnn_benchmarks' parameter server on the host CPU inside one process, which neither autodist's runtime nor a "
+     "reference pricer runs"),
+    ("TFB1 K80 rows", "no Kepler GPU in the device catalogue"),
+    ("TFB1 AlexNet", "not captured"),
+)
+EVALUATED = ROWS + VALIDATION
+
 
 def select(names):
-    """The rows of :data:`ROWS` named by ``names``: point ids (``M9/amp-4n``) or whole rows (``M42``), in table order.
+    """The rows of :data:`EVALUATED` named by ``names``: point ids (``M9/amp-4n``) or whole rows (``M42``), in table
+    order.
 
     Raises InputError naming a name that matches no row.
     """
     from autodist.errors import InputError
 
     for name in names:
-        if not any(name in (run.id, run.row) for run in ROWS):
+        if not any(name in (run.id, run.row) for run in EVALUATED):
             raise InputError(f"no evaluated multi-GPU row {name!r} (e.g. {ROWS[0].row} or {ROWS[0].id})",
                              field="--cluster-rows")
-    return tuple(run for run in ROWS if run.id in names or run.row in names)
+    return tuple(run for run in EVALUATED if run.id in names or run.row in names)
 
 
 def one_gpu(model):
@@ -245,16 +278,20 @@ def _cost_model():
     return CostModel.default()
 
 
+def _gpus_per_node(run):
+    return run.gpus_per_node or SYSTEMS[run.system][1]
+
+
 def _gpus(run):
-    return run.nodes * SYSTEMS[run.system][1]
+    return run.nodes * _gpus_per_node(run)
 
 
 class Pricer:
     """The simulated steps of the points, each ``(point, constants)`` once.
 
-    ``horovod``: what prices a job's Horovod step on a cluster,
-    ``horovod(item, cluster, cost_model, dense)`` with ``.problem`` and
-    ``.seconds(overlap)`` (placement.baselines.HorovodPricer, as ``placement
+    ``allreduce``: what prices a job's Horovod step on a cluster,
+    ``allreduce(item, cluster, cost_model, dense, horovod)`` with ``.problem`` and
+    ``.seconds(overlap)`` (placement.baselines.AllreducePricer, as ``placement
     report`` builds the problem).  The caller hands it over (the CLI, the
     benchmark, the tests), as the profiling harnesses are handed what they
     need: the simulator sits above cost_models.  A point's problem is built
@@ -262,8 +299,8 @@ class Pricer:
     communication model in turn and its Horovod step simulated afresh.
     """
 
-    def __init__(self, horovod):
-        self._horovod = horovod
+    def __init__(self, allreduce):
+        self._allreduce = allreduce
         self._points = {}
         self._seconds = {}
         self._single = {}
@@ -275,7 +312,7 @@ class Pricer:
         if run.id not in self._points:
             item = row_graph(run, _gpus(run))
             check_precision(run, item.job)
-            self._points[run.id] = self._horovod(item, cluster_of(run), _cost_model(), SPARSE_AS_DENSE)
+            self._points[run.id] = self._allreduce(item, cluster_of(run), _cost_model(), SPARSE_AS_DENSE, run.horovod)
         return self._points[run.id]
 
     def problem(self, run):
@@ -296,7 +333,7 @@ class Pricer:
         key = (run.config, run.device, run.precision, run.xla, run.framework, run.layout, run.batch,
                run.micro_batches)
         if key not in self._single:
-            single = self._horovod(row_graph(run, 1), one_gpu(run.device), _cost_model(), SPARSE_AS_DENSE)
+            single = self._allreduce(row_graph(run, 1), one_gpu(run.device), _cost_model(), SPARSE_AS_DENSE)
             self._single[key] = run.batch * run.micro_batches / single.seconds()
         return self._single[key]
 
@@ -307,10 +344,10 @@ class Pricer:
 
 
 @lru_cache(maxsize=None)
-def shared_pricer(horovod):
-    """The process's :class:`Pricer` over ``horovod``: a refit and the evaluation after it reuse each other's
+def shared_pricer(allreduce):
+    """The process's :class:`Pricer` over ``allreduce``: a refit and the evaluation after it reuse each other's
     simulations."""
-    return Pricer(horovod)
+    return Pricer(allreduce)
 
 
 def _overlap(index):
@@ -341,34 +378,47 @@ def fit(runs, pricer):
     return NcclOverlap(fitted.collective_seconds, fitted.contention, fitted.speed_spread, [r.id for r in scored])
 
 
-def evaluate(horovod, runs=ROWS):
-    """The ``cluster_published`` section: every point with the shipped constants (the product's), and with the
-    constants fitted without the point's system (leave one system out), all through the user's path (:data:`HOW`;
-    ``horovod``: see :class:`Pricer`)."""
-    pricer = shared_pricer(horovod)
+def evaluate(allreduce, runs=EVALUATED):
+    """The ``cluster_published`` section: every calibration point with the shipped constants (the product's), and
+    with the constants fitted without the point's system (leave one system out); the validation points of ``runs``
+    (:data:`VALIDATION`) with the shipped constants alone; all through the user's path (:data:`HOW`;
+    ``allreduce``: see :class:`Pricer`)."""
+    pricer = shared_pricer(allreduce)
     shipped = NcclOverlap.load(OVERLAP_FILE)
-    systems = dict.fromkeys(r.system for r in runs)
-    left_out = {system: fit([r for r in runs if r.system != system], pricer) for system in systems}
+    calibration = [r for r in runs if r not in VALIDATION]
+    systems = dict.fromkeys(r.system for r in calibration)
+    left_out = {system: fit([r for r in calibration if r.system != system], pricer) for system in systems}
     rows = []
-    for run in runs:
-        fitted = pricer.predict(run, shipped)
+    for run in calibration:
+        row = _priced(run, pricer, shipped)
         lono = pricer.predict(run, left_out[run.system])
-        row = {"id": run.id, "config": run.config, "system": run.system, "nodes": run.nodes,
-               "gpus": _gpus(run), "precision": run.precision, "xla": run.xla, "batch": run.batch,
-               "micro_batches": run.micro_batches, "global_batch": run.batch * run.micro_batches * _gpus(run),
-               "published": run.throughput, "published_efficiency": run.efficiency,
-               "efficiency_source": run.efficiency_source, "single_gpu": pricer.single_throughput(run),
-               "predicted": fitted[0], "error": fitted[0] / run.throughput - 1, "predicted_efficiency": fitted[1],
-               "predicted_left_out": lono[0], "error_left_out": lono[0] / run.throughput - 1,
-               "predicted_efficiency_left_out": lono[1], "note": run.note}
+        row.update({"predicted_left_out": lono[0], "error_left_out": lono[0] / run.throughput - 1,
+                    "predicted_efficiency_left_out": lono[1]})
         if run.efficiency is not None:
-            row["efficiency_points"] = fitted[1] - run.efficiency
             row["efficiency_points_left_out"] = lono[1] - run.efficiency
         rows.append(row)
+    validation = [_priced(run, pricer, shipped) for run in runs if run in VALIDATION]
     return {"how": HOW, "rows": rows, "skipped": [{"row": r, "reason": why} for r, why in SKIPPED],
-            "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(runs, pricer)),
+            "shipped": shipped.to_dict(), "fitted_on_all_rows": _constants(fit(calibration, pricer)),
             "fitted_without_system": {system: _constants(o) for system, o in left_out.items()},
-            "summary": {**_summary(rows, ""), **_summary(rows, "_left_out")}}
+            "summary": {**_summary(rows, ""), **_summary(rows, "_left_out")} if rows else None,
+            "validation": {"rows": validation, "summary": _summary(validation, "") if validation else None,
+                           "skipped": [{"row": r, "reason": why} for r, why in VALIDATION_SKIPPED]}}
+
+
+def _priced(run, pricer, overlap):
+    """``run``'s point priced with ``overlap``'s constants, beside what was published."""
+    throughput, efficiency = pricer.predict(run, overlap)
+    row = {"id": run.id, "config": run.config, "system": run.system, "nodes": run.nodes, "gpus": _gpus(run),
+           "precision": run.precision, "xla": run.xla, "horovod": run.horovod, "batch": run.batch,
+           "micro_batches": run.micro_batches, "global_batch": run.batch * run.micro_batches * _gpus(run),
+           "published": run.throughput, "published_efficiency": run.efficiency,
+           "efficiency_source": run.efficiency_source, "single_gpu": pricer.single_throughput(run),
+           "predicted": throughput, "error": throughput / run.throughput - 1, "predicted_efficiency": efficiency,
+           "note": run.note}
+    if run.efficiency is not None:
+        row["efficiency_points"] = efficiency - run.efficiency
+    return row
 
 
 def _constants(overlap):
@@ -376,10 +426,10 @@ def _constants(overlap):
             "speed_spread": overlap.speed_spread, "fitted_on": overlap.fitted_on}
 
 
-def write_shipped(horovod, command, path=OVERLAP_FILE):
+def write_shipped(allreduce, command, path=OVERLAP_FILE):
     """Fit on every row with a published efficiency and save the result as the shipped :class:`NcclOverlap`
-    (``horovod``: see :class:`Pricer`; ``command``: the command that ran the refit, recorded with it)."""
-    fitted = fit(ROWS, shared_pricer(horovod))
+    (``allreduce``: see :class:`Pricer`; ``command``: the command that ran the refit, recorded with it)."""
+    fitted = fit(ROWS, shared_pricer(allreduce))
     fitted.command = command
     fitted.save(path)
     return fitted
@@ -410,8 +460,22 @@ def report_lines(section):
                      f"({r['error_left_out'] * 100:+6.1f}%){eff}")
     for s in section["skipped"]:
         lines.append(f"  {s['row']:<12} not evaluated: {s['reason']}")
+    validation = section["validation"]
+    if validation["rows"]:
+        lines.append("  validation, never fitted (shipped constants):")
+        for r in validation["rows"]:
+            lines.append(f"  {r['id']:<22} {r['system']:<11} {r['gpus']:>4} GPUs  published {r['published']:9.1f}  "
+                         f"predicted {r['predicted']:9.1f} ({r['error'] * 100:+6.1f}%)  efficiency "
+                         f"{r['published_efficiency'] * 100:5.1f}% vs {r['predicted_efficiency'] * 100:5.1f}%")
+        v = validation["summary"]
+        lines.append(f"  validation: median |throughput error| {v['median_throughput_error'] * 100:.1f}% worst "
+                     f"{v['max_throughput_error'] * 100:.1f}%; efficiency on {v['rows_with_published_efficiency']} "
+                     f"rows: median {v['median_efficiency_points'] * 100:.1f} points, worst "
+                     f"{v['max_efficiency_points'] * 100:.1f} points")
+    for s in validation["skipped"]:
+        lines.append(f"  {s['row']} not evaluated: {s['reason']}")
     summary = section["summary"]
-    for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")):
+    for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")) if summary else ():
         line = (f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
                 f"worst {summary['max_throughput_error' + suffix] * 100:.1f}%")
         if summary["rows_with_published_efficiency"]:

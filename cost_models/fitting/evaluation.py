@@ -193,18 +193,18 @@ def _published_sections():
 SECTIONS = ("gpu_published", "collectives_published", "cluster_published")
 
 
-def evaluate_section(name, horovod=None, cluster_rows=None):
-    """One of :data:`SECTIONS`, computed alone.  The ``cluster_published`` section needs ``horovod``, what prices
+def evaluate_section(name, allreduce=None, cluster_rows=None):
+    """One of :data:`SECTIONS`, computed alone.  The ``cluster_published`` section needs ``allreduce``, what prices
     a job's Horovod step (cost_models.fitting.cluster_published.Pricer), and evaluates ``cluster_rows``
     (cost_models.fitting.cluster_published.select; default: every row)."""
     if name == "cluster_published":
         from cost_models.fitting import cluster_published
 
-        if horovod is None:
-            raise CostModelError("the cluster_published section prices through the simulator: pass horovod "
-                                 "(placement.baselines.HorovodPricer)", field="horovod")
-        rows = cluster_published.select(cluster_rows) if cluster_rows is not None else cluster_published.ROWS
-        return cluster_published.evaluate(horovod, rows)
+        if allreduce is None:
+            raise CostModelError("the cluster_published section prices through the simulator: pass allreduce "
+                                 "(placement.baselines.AllreducePricer)", field="allreduce")
+        rows = cluster_published.select(cluster_rows) if cluster_rows is not None else cluster_published.EVALUATED
+        return cluster_published.evaluate(allreduce, rows)
     return _published_sections()[name][0]()
 
 
@@ -213,12 +213,12 @@ def section_lines(name, section):
     return _published_sections()[name][1](section)
 
 
-def evaluate(horovod, data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None,
+def evaluate(allreduce, data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu_calibration=None,
              cluster_rows=None):
     """The whole evaluation as a JSON-ready dict (see the module docstring).
 
-    ``horovod``: what prices a job's Horovod step for the cluster section
-    (placement.baselines.HorovodPricer, handed over by the caller: the
+    ``allreduce``: what prices a job's Horovod step for the cluster section
+    (placement.baselines.AllreducePricer, handed over by the caller: the
     simulator sits above cost_models); ``gpu_calibration``: the
     published-figures file to judge the GPU model on (default: the shipped
     one); ``cluster_rows``: the multi-GPU rows to judge the cluster pricing
@@ -247,7 +247,7 @@ def evaluate(horovod, data_dir=None, params=DEFAULT_PARAMS, cost_model=None, gpu
         "allreduce_busbw": busbw,
         "gpu_published": published,
         "collectives_published": evaluate_section("collectives_published"),
-        "cluster_published": evaluate_section("cluster_published", horovod, cluster_rows),
+        "cluster_published": evaluate_section("cluster_published", allreduce, cluster_rows),
     }
     return report
 
