@@ -28,7 +28,7 @@ What a step costs on a GPU, as modelled:
   cores where the GPU has them and the job allows it (TensorFlow's default
   on Ampere and later), float16/bfloat16 ops their tensor-core peak, or,
   where the GPU has no tensor cores for the dtype (Pascal; bfloat16 before
-  Ampere), the dtype's CUDA-core peak at the fp32 efficiency.  A
+  Ampere), the float32 peak and efficiency (:data:`CUDA_CORE_HALVES`).  A
   float32 graph run at fp16/bf16 moves half the bytes outside its update; a
   mixed-precision graph moves what its dtypes say (:func:`halved_by_precision`).
 - **Fusion.**  Where a step's elementwise chains run fused (XLA, or a
@@ -151,18 +151,13 @@ def peak_key(dtype, precision, peaks):
 
 EFFICIENCY_KIND = {"float16": "half", "bfloat16": "half", "tf32": "tf32", "float32": "fp32"}
 HALF_DTYPES = ("float16", "bfloat16")
-# Half precisions an architecture has no tensor cores for: their products run on CUDA cores (at the device's peak
-# for the dtype), as float32 products do.  NVIDIA's architecture whitepapers: Pascal (P100) has none; Volta's and
-# Turing's tensor cores take float16; bfloat16 runs on the tensor cores of Ampere and later.
+# Half precisions an architecture has no tensor cores for (NVIDIA's architecture whitepapers: Pascal has none; Volta's
+# and Turing's take float16; bfloat16 runs on the tensor cores of Ampere and later).  Their products run on CUDA cores
+# at the float32 rate: TensorFlow computes float16 convolutions and matrix products in float32 unless told not to
+# (TF_FP16_CONV_USE_FP32_COMPUTE, ConvDoFP32ComputationFP16Input in its CUDA stream executor's cuda_dnn.cc;
+# TF_FP16_MATMUL_USE_FP32_COMPUTE, tensorflow/core/util/matmul_autotune.cc; both on by default), so the P100's doubled
+# float16 peak goes unused.
 CUDA_CORE_HALVES = {"pascal": ("float16", "bfloat16"), "volta": ("bfloat16",), "turing": ("bfloat16",)}
-
-
-def efficiency_kind(peak, architecture):
-    """The efficiency a product at ``peak`` (a ``peak_flops`` key) runs at on ``architecture``: "half" or "tf32" on
-    tensor cores, "fp32" on CUDA cores."""
-    if peak in CUDA_CORE_HALVES.get(architecture, ()):
-        return "fp32"
-    return EFFICIENCY_KIND.get(peak, "")
 
 
 def halved_by_precision(table, precision):
@@ -265,12 +260,13 @@ class GpuStep:
         peaks = device.peak_flops or {}
         keys = np.array([peak_key(str(d), precision, peaks) if c else "" for d, c in zip(dtype, self.compute)],
                         dtype=object)
+        keys[np.isin(keys, CUDA_CORE_HALVES.get(self.architecture, ()))] = "float32"
         missing = sorted(set(keys[self.compute]) - set(peaks))
         if missing:
             raise CostModelError(f"device {device.model!r} lists no {missing[0]} peak, which this "
                                  f"{precision} job needs", field="peak_flops")
         self.peak = np.array([float(peaks[k]) if k else 1.0 for k in keys])
-        kinds = np.array([efficiency_kind(k, self.architecture) for k in keys], dtype=object)
+        kinds = np.array([EFFICIENCY_KIND.get(k, "") for k in keys], dtype=object)
         self.kinds = {kind: kinds == kind for kind in set(EFFICIENCY_KIND.values())}
         self.flops = np.maximum(table["flops"], 1.0)
         data = moved_bytes(table)

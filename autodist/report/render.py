@@ -163,7 +163,8 @@ def _cluster(doc, md):
         nodes = g["nodes"][0] if len(g["nodes"]) == 1 else f"{len(g['nodes'])} nodes ({g['nodes'][0]}..)"
         rows.append([nodes, g["devices"], _link(g["fabric"]), nic_text])
     head = (
-        f"Cluster {c['name'] or '-'}: {c['nodes']} nodes, {c['gpus']} GPUs, {c['cpus']} CPUs; "
+        f"Cluster {c['name'] or '-'}: {plural(c['nodes'], 'node')}, {plural(c['gpus'], 'GPU')}, "
+        f"{plural(c['cpus'], 'CPU')}; "
         f"RDMA between nodes: {'yes' if c['rdma'] else 'no'}."
     )
     legend = "\n\nGDR: GPUDirect RDMA." if any(n["gpudirect"] for g in c["node_groups"] for n in g["nics"]) else ""
