@@ -158,6 +158,15 @@ HALF_DTYPES = ("float16", "bfloat16")
 # TF_FP16_MATMUL_USE_FP32_COMPUTE, tensorflow/core/util/matmul_autotune.cc; both on by default), so the P100's doubled
 # float16 peak goes unused.
 CUDA_CORE_HALVES = {"pascal": ("float16", "bfloat16"), "volta": ("bfloat16",), "turing": ("bfloat16",)}
+# A peak_flops key -> the precision a job's products run at there.
+RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def runs_as(precision, device):
+    """The precision (one of :data:`PRECISIONS`) a job of ``precision`` runs its float32 products at on ``device``:
+    "fp32" where the device has no tensor cores for the job's (no TF32 before Ampere, :data:`CUDA_CORE_HALVES`)."""
+    key = peak_key("float32", precision, device.peak_flops or {})
+    return RUNS_AS["float32" if key in CUDA_CORE_HALVES.get(architecture_of(device.model), ()) else key]
 
 
 def halved_by_precision(table, precision):

@@ -21,7 +21,7 @@ from autodist.graph.item import GraphItem, JobInfo, OpInfo
 from autodist.resource_spec import load_cluster
 from autodist.resource_spec.presets import DEVICE_MODELS
 from cost_models import CostModel, gradient_bytes
-from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of
+from cost_models.gpu import GpuKernelParams, GpuStep, architecture_of, runs_as
 from cost_models.fitting.gpu_calibration import device_of
 from cost_models.memory import live_peak
 from cost_models.fitting.published import CALIBRATION_CSV, COLUMNS, published_step, read_calibration
@@ -211,6 +211,7 @@ def test_half_precisions_without_tensor_cores_run_on_cuda_cores(cnn_graph):
         assert step.kinds[kind][step.compute].all(), (model, precision)
         half = {"fp16": "float16", "bf16": "bfloat16"}[precision]
         assert (step.peak[step.compute] == device.peak_flops[half if on_tensor_cores else "float32"]).all()
+        assert runs_as(precision, device) == (precision if on_tensor_cores else "fp32")
         assert step.transposed_bytes[False][step.conv].all() == on_tensor_cores, (model, precision)
 
 

@@ -87,23 +87,19 @@ def _memory(peak, spec):
     return {"peak_bytes": peak, "limit_bytes": limit, "fits": all(peak[d] <= limit[d] for d in peak)}
 
 
-# The peak_flops key a job's float32 products run at (cost_models.gpu.peak_key) -> the precision the report names.
-RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def _costs(data, spec, micro_batches, cost_model=None, graph_item=None):
     """The job's precision and accumulation, and how each device model's costs were obtained (by ``cost_model``,
     else the shipped one; with ``graph_item``, whether its step was timed whole on a CPU model, and what share of a
     GPU's kernel time cuDNN spends transposing NCHW convolutions)."""
     from cost_models import CostModel
-    from cost_models.gpu import architecture_of, peak_key
+    from cost_models.gpu import architecture_of, runs_as
 
     model = cost_model or CostModel.default()
     precision = data["graph"].get("precision") or "fp32"
     devices = []
     for kind, name in sorted({(d.kind, d.model) for d in spec.devices()}):
         one = next(d for d in spec.devices() if (d.kind, d.model) == (kind, name))
-        entry = {"model": name, "kind": kind, "precision": RUNS_AS[peak_key("float32", precision, one.peak_flops)]}
+        entry = {"model": name, "kind": kind, "precision": runs_as(precision, one)}
         if kind == "GPU" and model.gpu.calibrated(architecture_of(name)):
             assumed = model.assumed_gpu_kernels(graph_item, one) if graph_item is not None else {}
             entry.update({"basis": "partly-calibrated", "assumed_kernels": assumed} if assumed

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from autodist.errors import CostModelError
-from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, job_step, peak_key
+from cost_models.gpu import PER_ARCHITECTURE, SHARED, GpuKernelParams, job_step, runs_as
 from cost_models.memory import step_peak_bytes
 from cost_models.prior import prior_seconds
 from cost_models.fitting.published import VALIDATION_CSV, published_step, read_calibration, run_job
@@ -94,10 +94,6 @@ def device_of(model):
     return DEVICE_MODELS[model].device(model, "published", 0)
 
 
-# The peak_flops key float32 products run at -> the precision a calibration row names.
-RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
-
-
 def published_gpu_step(run, table, scalars):
     """The :class:`GpuStep` of a published run (single- or multi-GPU) on its step ``table``, built as a user's
     ``placement report`` builds it (cost_models.gpu.job_step) from the run's job (published.run_job).
@@ -112,9 +108,9 @@ def published_gpu_step(run, table, scalars):
 def check_precision(run, job):
     """Raise CostModelError where ``job`` (the JobInfo of ``run``'s capture) would not run at the precision the
     row says on the row's device."""
-    runs_as = RUNS_AS[peak_key("float32", job.precision or "fp32", device_of(run.device).peak_flops)]
-    if runs_as != run.precision:
-        raise CostModelError(f"row {run.id}: the captured {run.config} job runs at {runs_as} on {run.device}, "
+    runs = runs_as(job.precision or "fp32", device_of(run.device))
+    if runs != run.precision:
+        raise CostModelError(f"row {run.id}: the captured {run.config} job runs at {runs} on {run.device}, "
                              f"not {run.precision}", field="precision")
 
 
