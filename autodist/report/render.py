@@ -97,7 +97,8 @@ def _job(doc, md):
     other = sorted({(d["precision"], d["model"]) for d in costs["devices"]
                     if d["kind"] == compute and d.get("precision", costs["precision"]) != costs["precision"]})
     runs_as = "; ".join(f"{p} on {', '.join(m for q, m in other if q == p)}" for p in dict.fromkeys(q for q, _ in other))
-    rows.append(["precision", costs["precision"] + (f" (runs as {runs_as}: no tensor cores for it there)" if runs_as else "")
+    rows.append(["precision", costs["precision"]
+                 + (f" (runs as {runs_as}: no tensor cores for it there)" if runs_as else "")
                  + (f", {accumulation} micro-batches per step" if accumulation > 1 else "")])
     if "xla" in costs:
         rows.append(["XLA", f"{'on' if costs['xla'] else 'off'} ({costs['xla_reason']})"])

@@ -20,6 +20,10 @@ with the shipped GPU kernel model, the collectives with the communication
 model, the compute they slow beside them and the lock-step of GPUs of
 uneven speed with cost_models.overlap's constants.
 
+Published scaling figures from outside the calibration set judge the same
+pricing and enter no fit (:data:`VALIDATION`, priced with the shipped
+constants).
+
 Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput.
 The predicted one divides by the same job's throughput on one GPU of the
 row's device, priced the same way (what ``placement report`` prints on a
@@ -218,12 +222,12 @@ SKIPPED = (
 )
 
 
-
 # Never fitted: the published scaling figures that judge the cluster pricing from outside the calibration set.
 # TensorFlow's 2017 benchmarks on one DGX-1 with P100s (tensorflow/docs@62da04c site/en/r1/guide/performance/
-# benchmarks.md, "Details for NVIDIA DGX-1 (NVIDIA Tesla P100)", training synthetic data, tf_cnn_benchmarks at TF b1e174e,
-# CUDA 8 / cuDNN 5.1, sgd): VGG16 with variable_update "replicated (with NCCL)", TensorFlow's own NCCL all-reduce, at
-# 1, 2, 4 and 8 GPUs, batch 64 (its table) and 32 ("Other Results").  Efficiency over the same table's one-GPU figure.
+# benchmarks.md, "Details for NVIDIA DGX-1 (NVIDIA Tesla P100)", training synthetic data, tf_cnn_benchmarks at TF
+# b1e174e, CUDA 8 / cuDNN 5.1, sgd): VGG16 with variable_update "replicated (with NCCL)", TensorFlow's own NCCL
+# all-reduce, at 1, 2, 4 and 8 GPUs, batch 64 (its table) and 32 ("Other Results").  Efficiency over the same table's
+# one-GPU figure.
 TFB_NOTE = "tf_cnn_benchmarks, May 2017: TensorFlow's NCCL 1 all-reduce, no XLA"
 
 
@@ -236,8 +240,8 @@ def _one_dgx1_p100(config, batch, figures):
                  for gpus, throughput in zip((2, 4, 8), figures[1:]))
 
 
-VALIDATION = _one_dgx1_p100("vgg16-fp32", 64, (154, 295, 584, 1081)) + _one_dgx1_p100("vgg16-fp32", 32,
-                                                                                       (144, 281, 549, 820))
+VALIDATION = (_one_dgx1_p100("vgg16-fp32", 64, (154, 295, 584, 1081))
+              + _one_dgx1_p100("vgg16-fp32", 32, (144, 281, 549, 820)))
 VALIDATION_SKIPPED = (
     ("TFB1 InceptionV3, ResNet-50, ResNet-152 (DGX-1 P100)",
      "tf_cnn_benchmarks' parameter server on the host CPU inside one process, which neither autodist's runtime nor a "
@@ -289,7 +293,8 @@ def _gpus(run):
 class Pricer:
     """The simulated steps of the points, each ``(point, constants)`` once.
 
-    ``allreduce``: what prices a job's Horovod step on a cluster,
+    ``allreduce``: what prices a job's data-parallel step on a cluster, as
+    Horovod or TensorFlow's own NCCL all-reduce runs it (``ClusterRun.horovod``),
     ``allreduce(item, cluster, cost_model, dense, horovod)`` with ``.problem`` and
     ``.seconds(overlap)`` (placement.baselines.AllreducePricer, as ``placement
     report`` builds the problem).  The caller hands it over (the CLI, the
