@@ -2,6 +2,7 @@
 
 import json
 import re
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -9,7 +10,7 @@ from markdown_it import MarkdownIt
 
 from autodist.cli import placement_main
 from autodist.report import schema
-from autodist.report.render import WIDTH, ms
+from autodist.report.render import WIDTH, ms, table
 from autodist.resource_spec.presets import MACHINES
 
 NODES = {"cpu-local": 2}
@@ -55,6 +56,28 @@ def test_text_report_on_every_preset_fits_100_columns(capsys, mlp_file, embeddin
         for heading in ("Job", "Cluster", "Plan and baselines (predicted)", "Where the time goes", "Pods"):
             assert f"\n{heading}\n" in f"\n{out}"
         assert "greedy-ps" in out and "ring" in out
+
+
+def test_a_long_reason_in_the_job_table_wraps_whole_within_100_columns(capsys, tmp_path, mlp_file):
+    """The XLA row's reason is prose: it wraps onto lines of its own rather than losing its middle to ".." (a model
+    with a layer XLA cannot compile, as Keras records it); cells of other tables are still shortened."""
+    from autodist.graph.item import GraphItem
+    from autodist.graph.xla import resolve_xla
+
+    item = GraphItem.load(mlp_file)
+    item.job = replace(item.job, jit_compile="auto", jit_supported=False)
+    graph = tmp_path / "no_jit.json"
+    item.save(graph)
+    status, out, err = placement(capsys, "report", str(graph), "--preset", "dgx-h100:1", "--budget", BUDGET)
+    assert status == 0, err
+    job = out.split("\nCluster\n")[0]
+    reason = resolve_xla(item.job, "GPU").reason
+    assert len(reason) > WIDTH - 30 and _flat(reason) in _flat(job) and ".." not in job
+    assert max(len(line) for line in job.splitlines()) <= WIDTH
+    rows = [["a" * 30, "b " * 80]]
+    assert table(["name", "why"], rows, width=40).count("..") == 2
+    wrapped = table(["name", "why"], rows, width=40, wrap_last=True)
+    assert wrapped.count("..") == 1 and wrapped.count("b") == 80 and max(map(len, wrapped.splitlines())) <= 40
 
 
 def test_json_validates_and_agrees_with_text(capsys, embedding_file):

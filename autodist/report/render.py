@@ -58,8 +58,13 @@ def _shorten(text, width):
     return (text[: keep // 2] + ".." + text[len(text) - (keep - keep // 2) :])[:width]
 
 
-def table(header, rows, markdown=False, width=WIDTH):
-    """Rows of strings as a table; in text mode, the widest column shrinks to fit ``width``."""
+def table(header, rows, markdown=False, width=WIDTH, wrap_last=False):
+    """Rows of strings as a table; in text mode, the widest column shrinks to fit ``width``.
+
+    A cell too wide for its column is shortened in the middle, or, in the
+    last column with ``wrap_last`` (prose, such as a reason), wrapped onto
+    lines of its own below the row.
+    """
     rows = [[str(c) for c in row] for row in rows]
     if markdown:
         cells = lambda r: "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |"  # noqa: E731
@@ -69,7 +74,11 @@ def table(header, rows, markdown=False, width=WIDTH):
         widest = widths.index(max(widths))
         widths[widest] -= 1
     line = lambda r: "  ".join(_shorten(c, w).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    lines = [line(header), line(["-" * w for w in widths])]
+    for row in rows:
+        parts = textwrap.wrap(row[-1], widths[-1]) if wrap_last and len(row[-1]) > widths[-1] else [row[-1]]
+        lines += [line(row[:-1] + parts[:1])] + [line([""] * (len(row) - 1) + [part]) for part in parts[1:]]
+    return "\n".join(lines)
 
 
 def _paragraph(text, markdown):
@@ -98,7 +107,7 @@ def _job(doc, md):
                     if d["kind"] == compute and d.get("precision", costs["precision"]) != costs["precision"]})
     runs_as = "; ".join(f"{p} on {', '.join(m for q, m in other if q == p)}" for p in dict.fromkeys(q for q, _ in other))
     rows.append(["precision", costs["precision"]
-                 + (f" (runs as {runs_as}: no tensor cores for it there)" if runs_as else "")
+                 + (f" (runs as {runs_as}: no {costs['precision']} tensor cores there)" if runs_as else "")
                  + (f", {accumulation} micro-batches per step" if accumulation > 1 else "")])
     if "xla" in costs:
         rows.append(["XLA", f"{'on' if costs['xla'] else 'off'} ({costs['xla_reason']})"])
@@ -114,7 +123,7 @@ def _job(doc, md):
     for op in job.get("unknown_trips", []):
         batch += "\n\n" + _paragraph(f"Warning: the trip count of loop {op} is not known from the graph; its body "
                                      "is priced once per step.", md)
-    return table(["job", ""], rows, md) + batch
+    return table(["job", ""], rows, md, wrap_last=True) + batch
 
 
 def _share(fraction):
