@@ -46,6 +46,10 @@ class UnknownOpTypeWarning(UserWarning):
     """Some op types had neither learned data nor a prior: fallback costs used."""
 
 
+class CudnnLoopWarning(UserWarning):
+    """A GPU step's LSTM or GRU layers run on cuDNN there, but are priced as the loop capture traced."""
+
+
 class StaleModelWarning(UserWarning):
     """The shipped op model was pickled by another scikit-learn version and was refitted from its data."""
 
@@ -183,6 +187,10 @@ class CostModel:
         if device.kind == "GPU":
             seconds, sources, shares, fallback = self._with_loops(
                 graph_item, lambda item, extra, widths: self._gpu_step(item, device, extra))
+            if graph_item.job.cudnn_rnns:
+                warnings.warn(f"{', '.join(graph_item.job.cudnn_rnns)} run as cuDNN's RNN kernels on a GPU, but are "
+                              f"priced as the loop traced on the capture host (kernels per op per time step), which "
+                              f"overstates their time there", CudnnLoopWarning, stacklevel=2)
         else:
             one_core = (lambda item, extra, widths: self._cpu_step(item, device, 1, extra, widths)) \
                 if self.executor is not None else None

@@ -68,6 +68,52 @@ def test_keras_rule_for_auto_on_a_gpu(fields, on):
     assert resolve_xla(JobInfo(**fields), "GPU").on is on
 
 
+# The recurrent layers of keras.io's bidirectional LSTM example (corpus: keras_io_bidirectional_lstm_imdb), a GRU,
+# and an LSTM whose ReLU keeps it off cuDNN.
+RNN_SCRIPT = """
+import keras
+import numpy as np
+
+inputs = keras.Input((None,), dtype="int32")
+x = keras.layers.Embedding(50, 8)(inputs)
+x = keras.layers.Bidirectional(keras.layers.LSTM(8, return_sequences=True))(x)
+x = keras.layers.GRU(8, return_sequences=True, name="gru")(x)
+x = keras.layers.LSTM(8, activation="relu", name="relu_lstm")(x)
+model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(x))
+model.compile(optimizer="adam", loss="binary_crossentropy")
+model.fit(np.zeros((16, 12), "int32"), np.zeros(16, "float32"), batch_size=8)
+"""
+
+
+def test_an_lstm_or_gru_on_cudnn_turns_keras_auto_off_on_a_gpu_and_says_how_it_is_priced(tmp_path, capsys):
+    """On a GPU Keras runs an LSTM or GRU whose settings allow it on cuDNN and then compiles nothing with XLA
+    (keras/src/layers/rnn/lstm.py); capture, on a host without a GPU, sees the loop and a model XLA could compile.
+    The job names the layers; the step is priced without XLA on a GPU, and the report warns that the loops are
+    priced as traced."""
+    from autodist.cli import placement_main
+    from autodist.graph.capture import capture_script
+
+    script = tmp_path / "rnn.py"
+    script.write_text(RNN_SCRIPT)
+    item = capture_script(str(script))
+    job = item.job
+    assert (job.jit_compile, job.jit_supported) == ("auto", True)  # as Keras resolved it on this CPU-only host
+    assert sorted(job.cudnn_rnns) == ["backward_lstm", "forward_lstm", "gru"]
+    choice = resolve_xla(job, "GPU")
+    assert choice.on is False and "forward_lstm" in choice.reason and "cuDNN" in choice.reason
+    assert resolve_xla(job, "CPU").on is False
+    graph = tmp_path / "rnn.json"
+    item.save(graph)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        placement_main(["report", str(graph), "--preset", "p3.16xlarge:1", "--budget", "0.3"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0, err
+    xla_row = " ".join(out.split("\nXLA")[1].split("\ncosts on")[0].split())
+    assert xla_row.startswith("off") and "cuDNN" in xla_row
+    assert "run as cuDNN's RNN kernels on a GPU" in err and "overstates" in err
+
+
 def _asking(item, choice):
     """A copy of ``item`` whose job asks for XLA ``choice`` (as ``--xla`` does)."""
     from autodist.api import with_job_options

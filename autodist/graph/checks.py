@@ -118,6 +118,7 @@ JOB_FIELDS = {
     "jit_compile": (lambda v: v in ("", "auto", "on", "off"), 'one of "", "auto", "on", "off"'),
     "jit_supported": _BOOL,
     "distribute_strategy": _STRING,
+    "cudnn_rnns": (lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v), "a list of layer names"),
     "framework": (lambda v: v in ("", "pytorch"), 'one of "", "pytorch"'),
     "layout": (lambda v: v in ("", "nhwc", "nchw"), 'one of "", "nhwc", "nchw"'),
     "amp_rewrite": _BOOL,

@@ -173,6 +173,9 @@ class JobInfo:
     jit_supported: bool = True
     # The tf.distribute strategy the model was built under ("" for none), which turns Keras' "auto" off.
     distribute_strategy: str = ""
+    # The Keras LSTM and GRU layers that run on cuDNN on a GPU (their settings allow it), which turns Keras' "auto"
+    # off there: cuDNN's RNN ops are not XLA-compilable (autodist.graph.xla).  A CPU-only host runs them as loops.
+    cudnn_rnns: list = field(default_factory=list)
     # Whose kernels run the step: "" TensorFlow (the graph's ops, as Grappler and XLA leave them), or "pytorch",
     # a published PyTorch run's hand-fused kernels (cost_models.gpu; only calibration rows say so), and the
     # layout cuDNN gets its convolution tensors in: "" (TensorFlow's NHWC on GPUs) or "nchw" (PyTorch's default).

@@ -8,8 +8,10 @@ Keras 3.15): off on a host without an accelerator; off when the model was
 built under a ``tf.distribute`` strategy; else on where every layer supports
 XLA and op determinism is off (``model_supports_jit``).  Capture runs on a
 CPU-only host, where Keras turns it off, so the job keeps "auto" with the
-facts the rule needs (``jit_supported``, ``distribute_strategy``) and the
-step is priced as Keras compiles it on the plan's device.  autodist's runtime
+facts the rule needs (``jit_supported``, ``distribute_strategy``,
+``cudnn_rnns``: an LSTM or GRU that runs on cuDNN on a GPU makes Keras turn
+"auto" off there) and the step is priced as Keras compiles it on the plan's
+device.  autodist's runtime
 replaces a script's ``MirroredStrategy`` (its replicas run without one) and
 compiles each replica's step as it was priced (launcher.runtime).
 
@@ -56,6 +58,9 @@ def resolve_xla(job, device_kind):
     if not job.jit_supported:
         return XlaChoice(False, "Keras' jit_compile='auto' does not compile with XLA: a layer of the model does not "
                                 "support it, or op determinism is on")
+    if device_kind == "GPU" and job.cudnn_rnns:
+        return XlaChoice(False, f"Keras' jit_compile='auto' does not compile with XLA on a GPU: "
+                                f"{', '.join(job.cudnn_rnns)} run on cuDNN there, which XLA does not compile")
     return XlaChoice(True, f"Keras' jit_compile='auto' compiles the step with XLA on a {device_kind}")
 
 

@@ -48,7 +48,28 @@ def keras_jit_facts(model, asked=None):
     strategy = getattr(model, "_distribute_strategy", None)
     return {"jit_compile": "auto" if asked == "auto" else ("on" if asked else "off"),
             "jit_supported": bool(model_supports_jit(model)),
-            "distribute_strategy": type(strategy).__name__ if strategy is not None else ""}
+            "distribute_strategy": type(strategy).__name__ if strategy is not None else "",
+            "cudnn_rnns": [layer.name for layer in model._flatten_layers() if _runs_on_cudnn(layer)]}
+
+
+def _runs_on_cudnn(layer):
+    """Whether ``layer`` is a Keras LSTM or GRU that runs on cuDNN where a GPU is visible.
+
+    Keras decides it when the layer is built (``LSTM.__init__``, ``GRU.__init__``: the cell's activations, bias,
+    unroll and, for a GRU, ``reset_after``, as ``backend.cudnn_ok`` checks them, and ``use_cudnn``), and then
+    marks the layer as not supporting XLA; on a host without a GPU it does neither, so the check is made here
+    without the GPU.
+    """
+    import keras
+    from keras.src.backend.tensorflow.rnn import _do_gru_arguments_support_cudnn, _do_lstm_arguments_support_cudnn
+
+    if not isinstance(layer, (keras.layers.LSTM, keras.layers.GRU)) or layer.use_cudnn not in (True, "auto"):
+        return False
+    cell = layer.cell
+    if isinstance(layer, keras.layers.GRU):
+        return _do_gru_arguments_support_cudnn(cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias,
+                                               cell.reset_after)
+    return _do_lstm_arguments_support_cudnn(cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias)
 
 
 def step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_compile=None):
