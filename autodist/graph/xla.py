@@ -11,9 +11,9 @@ CPU-only host, where Keras turns it off, so the job keeps "auto" with the
 facts the rule needs (``jit_supported``, ``distribute_strategy``,
 ``cudnn_rnns``: an LSTM or GRU that runs on cuDNN on a GPU makes Keras turn
 "auto" off there) and the step is priced as Keras compiles it on the plan's
-device.  autodist's runtime
-replaces a script's ``MirroredStrategy`` (its replicas run without one) and
-compiles each replica's step as it was priced (launcher.runtime).
+device.  autodist's runtime replaces a script's ``MirroredStrategy`` (its
+replicas run without one) and compiles each replica's step as it was priced
+(launcher.runtime).
 
 A plan that one client drives (any PS variable, or a replica over several
 devices) runs its step as the client's one ``tf.function``, which nothing

@@ -61,10 +61,11 @@ def _runs_on_cudnn(layer):
     without the GPU.
     """
     import keras
-    from keras.src.backend.tensorflow.rnn import _do_gru_arguments_support_cudnn, _do_lstm_arguments_support_cudnn
 
     if not isinstance(layer, (keras.layers.LSTM, keras.layers.GRU)) or layer.use_cudnn not in (True, "auto"):
         return False
+    from keras.src.backend.tensorflow.rnn import _do_gru_arguments_support_cudnn, _do_lstm_arguments_support_cudnn
+
     cell = layer.cell
     if isinstance(layer, keras.layers.GRU):
         return _do_gru_arguments_support_cudnn(cell.activation, cell.recurrent_activation, layer.unroll, cell.use_bias,
