@@ -162,11 +162,17 @@ CUDA_CORE_HALVES = {"pascal": ("float16", "bfloat16"), "volta": ("bfloat16",), "
 RUNS_AS = {"float32": "fp32", "tf32": "tf32", "float16": "fp16", "bfloat16": "bf16"}
 
 
+def product_peak(dtype, precision, peaks, architecture):
+    """The ``peak_flops`` key a product of ``dtype`` runs at on a GPU of ``architecture``: :func:`peak_key`'s, but
+    "float32" for a half precision the architecture has no tensor cores for (:data:`CUDA_CORE_HALVES`)."""
+    key = peak_key(dtype, precision, peaks)
+    return "float32" if key in CUDA_CORE_HALVES.get(architecture, ()) else key
+
+
 def runs_as(precision, device):
     """The precision (one of :data:`PRECISIONS`) a job of ``precision`` runs its float32 products at on ``device``:
     "fp32" where the device has no tensor cores for the job's (no TF32 before Ampere, :data:`CUDA_CORE_HALVES`)."""
-    key = peak_key("float32", precision, device.peak_flops or {})
-    return RUNS_AS["float32" if key in CUDA_CORE_HALVES.get(architecture_of(device.model), ()) else key]
+    return RUNS_AS[product_peak("float32", precision, device.peak_flops or {}, architecture_of(device.model))]
 
 
 def halved_by_precision(table, precision):
@@ -267,9 +273,8 @@ class GpuStep:
         self.fallback = (classes == "") & self.memory
         self.update = table["phase"] == "update"
         peaks = device.peak_flops or {}
-        keys = np.array([peak_key(str(d), precision, peaks) if c else "" for d, c in zip(dtype, self.compute)],
-                        dtype=object)
-        keys[np.isin(keys, CUDA_CORE_HALVES.get(self.architecture, ()))] = "float32"
+        keys = np.array([product_peak(str(d), precision, peaks, self.architecture) if c else ""
+                         for d, c in zip(dtype, self.compute)], dtype=object)
         missing = sorted(set(keys[self.compute]) - set(peaks))
         if missing:
             raise CostModelError(f"device {device.model!r} lists no {missing[0]} peak, which this "
