@@ -90,7 +90,7 @@ def test_json_validates_and_agrees_with_text(capsys, embedding_file):
     assert status == 0, err
 
     # Same seed, same search: the text shows the very numbers of the JSON.
-    plan_row = next(line for line in text.splitlines() if line.startswith("autodist ("))
+    plan_row = next(line for line in text.splitlines() if line.startswith("autodist "))
     assert ms(doc["plan"]["step_time"]) in plan_row
     for baseline in doc["baselines"]:
         row = next(line for line in text.splitlines() if re.split(r"\s{2,}", line)[0] == baseline["name"])

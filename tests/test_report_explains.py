@@ -60,7 +60,7 @@ def test_exposed_comm_excludes_the_update(mlp_graph):
     assert after_transfers > 0 and p["update_time"] == pytest.approx(max(p["update_time"], after_transfers), rel=1e-12)
     assert p["exposed_comm_time"] <= transfers_end - traced.compute_time + 1e-12
 
-    row = next(line for line in render(doc).splitlines() if line.startswith("autodist ("))
+    row = next(line for line in render(doc).splitlines() if line.startswith("autodist "))
     assert re.search(rf"{ms(p['exposed_comm_time'])}\s+{ms(p['update_time'])}", row), "side by side"
 
 
