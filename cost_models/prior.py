@@ -64,6 +64,7 @@ for _t in (
     "Add", "AddV2", "AddN", "Sub", "Mul", "RealDiv", "Div", "DivNoNan", "FloorDiv", "FloorMod",
     "Maximum", "Minimum", "Neg", "Abs", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Pow",
     "Reciprocal", "SquaredDifference", "Sign", "Round", "Floor", "Ceil", "Erf", "Tanh", "Sigmoid",
+    "Sin", "Cos", "Tan", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Invert", "LeftShift", "RightShift",
     "Relu", "Relu6", "Elu", "Selu", "Softplus", "LeakyRelu", "Gelu", "ReluGrad", "Relu6Grad", "EluGrad",
     "SeluGrad", "SoftplusGrad", "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad",
     "BiasAdd", "BiasAddGrad", "BiasAddV1", "Cast", "Select", "SelectV2", "Greater", "GreaterEqual",
@@ -81,7 +82,8 @@ for _t in (
     "Transpose", "ConjugateTranspose", "ConcatV2", "Concat", "Split", "SplitV", "Slice",
     "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Pad", "PadV2", "MirrorPad", "Reverse",
     "ReverseV2", "GatherV2", "Gather", "GatherNd", "ResourceGather", "ScatterNd", "OneHot",
-    "UnsortedSegmentSum", "SegmentSum", "Unique", "DynamicStitch", "TensorScatterUpdate",
+    "UnsortedSegmentSum", "SegmentSum", "Unique", "DynamicStitch", "TensorScatterUpdate", "DenseBincount",
+    "ImageProjectiveTransformV3",
     "Range", "Cumsum", "TopKV2", "Where", "InvertPermutation", "RandomUniform", "RandomStandardNormal",
     "TruncatedNormal", "StatelessRandomUniformV2", "StatelessRandomNormalV2",
     # shape and seed arithmetic on a few elements
@@ -99,7 +101,7 @@ for _t in (
 for _t in (
     "Const", "Identity", "IdentityN", "NoOp", "Placeholder", "PlaceholderWithDefault",
     "ReadVariableOp", "VarHandleOp", "VarIsInitializedOp", "Shape", "ShapeN", "Size", "Rank",
-    "Reshape", "ExpandDims", "Squeeze", "StopGradient", "PreventGradient", "Snapshot", "_Arg",
+    "Reshape", "ExpandDims", "Squeeze", "Bitcast", "StopGradient", "PreventGradient", "Snapshot", "_Arg",
     "_Retval", "_Send", "_Recv", "Enter", "Exit", "Merge", "Switch", "NextIteration",
     "LoopCond", "Assert", "PrintV2", "DestroyResourceOp", "EnsureShape", "CheckNumerics",
     "If", "StatelessIf", "While", "StatelessWhile", "Case", "StatelessCase", "PartitionedCall",

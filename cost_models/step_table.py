@@ -57,8 +57,8 @@ FUSION_HEADS = ("Conv2D", "MatMul", "DepthwiseConv2dNative")
 BATCH_NORMS = ("FusedBatchNorm", "FusedBatchNormV3")
 FUSED_BIAS = ("BiasAdd",)
 # Ops whose output is their input's buffer (no copy on a GPU).
-ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "StopGradient", "PreventGradient",
-               "EnsureShape", "CheckNumerics")
+ALIAS_TYPES = ("Identity", "IdentityN", "Reshape", "Squeeze", "ExpandDims", "Bitcast", "StopGradient",
+               "PreventGradient", "EnsureShape", "CheckNumerics")
 FUSED_ACTIVATIONS = ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Gelu")
 # Elementwise ops: one output element from the same element of each input (broadcasting aside), which
 # XLA and the frameworks' hand-fused kernels (GELU, layer and batch norm, dropout) chain in one kernel.
@@ -66,7 +66,8 @@ ELEMENTWISE = ("Add", "AddV2", "AddN", "Sub", "Mul", "RealDiv", "Div", "DivNoNan
                "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Pow", "Reciprocal", "SquaredDifference", "Erf",
                "Erfc", "Tanh", "Sigmoid", "Relu", "Relu6", "Elu", "Selu", "Softplus", "LeakyRelu", "Gelu", "BiasAdd",
                "Cast", "Select", "SelectV2", "ReluGrad", "Relu6Grad", "EluGrad", "SeluGrad", "SoftplusGrad",
-               "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad")
+               "LeakyReluGrad", "TanhGrad", "SigmoidGrad", "RsqrtGrad", "SqrtGrad", "Sin", "Cos", "Tan", "BitwiseAnd",
+               "BitwiseOr", "BitwiseXor", "Invert", "LeftShift", "RightShift")
 REDUCTIONS = ("Sum", "Mean", "Max", "Min", "Prod")
 FUSIBLE_READERS = ELEMENTWISE + REDUCTIONS + ALIAS_TYPES
 CONV_TYPES = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv3D", "DepthwiseConv2dNative")

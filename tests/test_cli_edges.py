@@ -165,7 +165,7 @@ def test_output_files_follow_the_umask(umask, tmp_path):
 
 
 def test_own_warnings_print_as_one_line_each_once_and_others_as_python_prints_them(capsys):
-    """A cost-model warning (Keras 3's own Bitcast ops priced at the fallback) reads as the command's own line,
+    """A cost-model warning (a string op priced at the fallback) reads as the command's own line,
     without Python's source line, once however often it is raised; another package's warning is not ours to print."""
     import warnings
 
@@ -176,9 +176,9 @@ def test_own_warnings_print_as_one_line_each_once_and_others_as_python_prints_th
         warnings.simplefilter("always")
         with _one_line_warnings("placement"):
             for _ in range(2):
-                warnings.warn("2 ops of 1 unknown op types got the fallback cost: Bitcast", UnknownOpTypeWarning)
+                warnings.warn("2 ops of 1 unknown op types got the fallback cost: StringFormat", UnknownOpTypeWarning)
             warnings.warn("someone else's", DeprecationWarning)
     err = capsys.readouterr().err
-    assert err.count("placement: warning: 2 ops of 1 unknown op types got the fallback cost: Bitcast\n") == 1
+    assert err.count("placement: warning: 2 ops of 1 unknown op types got the fallback cost: StringFormat\n") == 1
     assert "warnings.warn(" not in err
     assert "someone else's" not in err  # left to Python's own handling (here, pytest's record of warnings)

@@ -536,3 +536,32 @@ def test_fitted_parameters_round_trip_and_refuse_missing_fields():
 def test_job_options_refuse_what_no_job_can_be(options):
     with pytest.raises(InputError):
         with_job_options(GraphItem([], []), **options)
+
+
+def test_keras_argmax_bit_ops_are_priced_as_the_kernels_they_are_not_at_the_fallback():
+    """Keras 3's argmax (in its accuracy metrics) tells -0.0 from 0.0 by the sign bit: a Bitcast to int32, which
+    shares its input's buffer, and a BitwiseAnd, an elementwise kernel. Neither is an unknown op type any more, on a
+    GPU or on a CPU."""
+    import warnings
+
+    import keras
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_step
+    from cost_models import UnknownOpTypeWarning
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+
+    def step(x):
+        return tf.reduce_sum(tf.cast(keras.ops.argmax(model(x), axis=-1), tf.float32))
+
+    item = capture_step(step, np.zeros((512, 8), np.float32))  # int32 results over 1024 elements: a GPU kernel
+    types = {op.type: name for name, op in item.ops.items()}
+    assert {"Bitcast", "BitwiseAnd"} <= set(types)
+    for device in (load_cluster(preset="dgx-a100").gpus()[0], load_cluster(preset="cpu-local").compute_devices()[0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnknownOpTypeWarning)
+            costs = CostModel.default().op_costs(item, device)
+        assert costs[types["BitwiseAnd"]].source != "fallback"
+        if device.kind == "GPU":
+            assert costs[types["Bitcast"]].seconds == 0 and costs[types["BitwiseAnd"]].seconds > 0
