@@ -192,7 +192,8 @@ def horovod_step(problem, nodes=None, dense=False):
     order into buckets of Horovod's default 64 MiB and allreduced by NCCL
     (its ring, or its tree across nodes where faster), on a simulator that
     charges each fused collective Horovod's fixed cost
-    (``Simulator(horovod=True)``).  The ``ring`` baseline is the same plan
+    (``Simulator(horovod=True)``): a bucket's allreduce, and the gather of
+    its sparse gradients' rows.  The ``ring`` baseline is the same plan
     without that cost: autodist's runtime sums the buckets with TensorFlow's
     collective ops, which do not coordinate each tensor between ranks.
     ``dense``: sparse gradients summed as dense tensors (:func:`sparse_as_dense`),

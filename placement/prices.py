@@ -112,9 +112,11 @@ class PhasePrices:
         return self._affine(("ar", devices, algorithm, collective_ops, horovod), nbytes,
                             lambda n: self._priced_allreduce(n, list(devices), algorithm, collective_ops, horovod))
 
-    def sparse_allgather_phases(self, devices, nbytes):
-        """``CommModel.sparse_allgather_phases`` (``nbytes`` of rows per replica), from an affine fit when exact."""
-        return self._affine(("ag", devices), nbytes, lambda n: self.comm.sparse_allgather_phases(n, list(devices)))
+    def sparse_allgather_phases(self, devices, nbytes, horovod=False):
+        """``CommModel.sparse_allgather_phases`` (``nbytes`` of rows per replica; ``horovod``: Horovod's gather),
+        from an affine fit when exact."""
+        return self._affine(("ag", devices, horovod), nbytes,
+                            lambda n: self.comm.sparse_allgather_phases(n, list(devices), horovod))
 
     def transfer_phases(self, src, dst, nbytes):
         """``CommModel.transfer_phases``, from a per-(src, dst) affine fit when exact (see :meth:`_affine`)."""

@@ -12,7 +12,8 @@ from autodist.throughput import samples_per_second
 
 # (name, what the system does, the placement.baselines function that prices it)
 SYSTEMS = (
-    ("horovod", "Horovod: every gradient ring-allreduced, at Horovod's cost per fused collective", "horovod_step"),
+    ("horovod", "Horovod: every dense gradient ring-allreduced and every sparse one gathered, at Horovod's cost "
+                "per fused collective", "horovod_step"),
     ("tensorflow-ps", "TensorFlow 1's PS: every GPU pushes its own gradient and reads the variables itself",
      "tensorflow_ps_step"),
     ("autodist-ps", "AutoDist's PartitionedPS: a sum per node, each shard pulled back once it is updated",

@@ -166,7 +166,7 @@ class Collectives:
         _, _, links = self._ring_links(devices)
         return Phase(ring_allreduce_seconds(measured, nbytes, n) + 2 * (n - 1) * max(p.latency for p in paths), links)
 
-    def sparse_allgather_phases(self, nbytes, devices):
+    def sparse_allgather_phases(self, nbytes, devices, horovod=False):
         """Phases of one sparse gradient's all-gather, ``nbytes`` of rows per replica.
 
         As launcher.runtime.collective runs it: the replicas' row counts are
@@ -176,7 +176,11 @@ class Collectives:
         (hardware.md, "Cost formulas in common use"); each collective pays
         the per-tensor overhead where it runs over gRPC.  The one-client
         runtime copies every replica's rows to every other replica instead:
-        the same bytes through each device's link.
+        the same bytes through each device's link.  ``horovod``: the gather
+        is Horovod's (``hvd.allreduce`` of an IndexedSlices gathers its
+        indices and values, horovod/tensorflow/__init__.py), a coordinated
+        collective that pays Horovod's fixed cost on GPUs, as its fused
+        allreduces do (:meth:`allreduce_phases`).
         """
         nbytes = check_bytes(nbytes)
         devices = list(dict.fromkeys(devices))
@@ -186,6 +190,8 @@ class Collectives:
         counts = self.allreduce_phases(8 * n, devices, "ring", collective_ops=True)
         bandwidth, latency, links = self._ring_links(devices)
         fixed = 2 * self.per_tensor_overhead if self._uses_grpc(devices) else 0.0
+        if horovod and self.compute_contention(devices) is not None:
+            fixed += self.overlap.collective_seconds
         gather = (n - 1) * nbytes / bandwidth + 2 * (n - 1) * latency + fixed
         return counts + [Phase(gather, links)]
 

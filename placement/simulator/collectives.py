@@ -59,10 +59,12 @@ class CollectiveSync:
             ("ar", devices, algorithm, nbytes, collective_ops, horovod),
             lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops, horovod),
         ) if summed else []
-        for v in gathered:
-            rows = problem.sparse_bytes[v]
-            phases = phases + problem.prices.phase_list(("ag", devices, rows),
-                                                 lambda: problem.prices.sparse_allgather_phases(devices, rows))
+        for i, v in enumerate(gathered):
+            # Horovod fuses the bucket's gathers, ready together, into one collective: one fixed cost (the first's).
+            rows, fused_head = problem.sparse_bytes[v], horovod and i == 0
+            phases = phases + problem.prices.phase_list(
+                ("ag", devices, rows, fused_head),
+                lambda: problem.prices.sparse_allgather_phases(devices, rows, fused_head))
         label = f"allreduce {algorithm} bucket {bucket}" + (f" {compression}" if compression != "none" else "")
         updates = []
         for c, (_, members) in enumerate(self.classes):
