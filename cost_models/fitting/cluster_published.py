@@ -84,7 +84,7 @@ class ClusterRun:
     micro_batches: int
     nodes: int
     system: str
-    throughput: float
+    throughput: float | None  # published samples per second (None: the source states only the efficiency)
     efficiency: float | None = None  # published, where known
     efficiency_source: str = ""
     note: str = ""
@@ -100,7 +100,8 @@ class ClusterRun:
 # NVLink and 4x EDR InfiniBand; DGX-2(H), 16x V100 32GB on NVSwitch and 8x EDR; DGX A100, 8x A100 on NVSwitch
 # and 8x HDR; DGX H100, 8x NDR (the multi-node rows do not state the fabric: the DGX's own is assumed).  AWS
 # p3.16xlarge: 8x V100 16GB on NVLink, 25 GbE (autodist.resource_spec.presets).  The first DGX-1, 8x P100 on NVLink
-# 1.0 and 4x EDR InfiniBand.
+# 1.0 and 4x EDR InfiniBand.  Horovod's benchmark servers, "4 Pascal GPUs each connected by RoCE-capable 25 Gbit/s
+# network" (the GPU not named: P100 PCIe 16GB assumed, the data-centre Pascal of 2017 sold for PCIe servers).
 SYSTEMS = {
     "DGX-1": ("V100-16GB", 8, ["ib-edr"] * 4),
     "DGX-1 P100": ("P100-SXM2", 8, ["ib-edr"] * 4),
@@ -110,6 +111,7 @@ SYSTEMS = {
     "DGX A100 80GB": ("A100-80GB", 8, ["ib-hdr"] * 8),
     "8x H100 SXM": ("H100-SXM", 8, ["ib-ndr"] * 8),
     "p3.16xlarge": ("V100-16GB", 8, ["eth-25g"]),
+    "4x Pascal, 25G RoCE": ("P100-PCIE-16GB", 4, ["roce-25g"]),
 }
 
 
@@ -240,14 +242,29 @@ def _one_dgx1_p100(config, batch, figures):
                  for gpus, throughput in zip((2, 4, 8), figures[1:]))
 
 
+# Horovod's own 512-GPU benchmark (horovod/horovod README.rst and docs/benchmarks.rst): 128 servers of 4 Pascal GPUs
+# on 25 Gbit/s RoCE, tf_cnn_benchmarks --batch_size 64 --variable_update horovod on synthetic data, "90% scaling
+# efficiency for both Inception V3 and ResNet-101, and 68% scaling efficiency for VGG-16"; no throughput stated.
+HVD_NOTE = "Horovod's README: 512 Pascal GPUs (P100 PCIe assumed), 25 Gbit/s RoCE; efficiency only"
+
+
+def _horovod_512(config, efficiency):
+    """Horovod's 512-GPU validation point of one model."""
+    model = config.split("-")[0]
+    return ClusterRun("HVD1", f"{model}-512gpu", config, "P100-PCIE-16GB", "fp32", False, "tf1", "nhwc", 64, 1, 128,
+                      "4x Pascal, 25G RoCE", None, efficiency, "stated in the source", HVD_NOTE)
+
+
 VALIDATION = (_one_dgx1_p100("vgg16-fp32", 64, (154, 295, 584, 1081))
-              + _one_dgx1_p100("vgg16-fp32", 32, (144, 281, 549, 820)))
+              + _one_dgx1_p100("vgg16-fp32", 32, (144, 281, 549, 820))
+              + (_horovod_512("inception_v3-fp32-fbn", 0.90), _horovod_512("vgg16-fp32", 0.68)))
 VALIDATION_SKIPPED = (
     ("TFB1 InceptionV3, ResNet-50, ResNet-152 (DGX-1 P100)",
      "tf_cnn_benchmarks' parameter server on the host CPU inside one process, which neither autodist's runtime nor a "
      "reference pricer runs"),
     ("TFB1 K80 rows", "no Kepler GPU in the device catalogue"),
     ("TFB1 AlexNet", "not captured"),
+    ("HVD1 ResNet-101", "not captured"),
 )
 EVALUATED = ROWS + VALIDATION
 
@@ -397,7 +414,7 @@ def evaluate(allreduce, runs=EVALUATED):
     for run in calibration:
         row = _priced(run, pricer, shipped)
         lono = pricer.predict(run, left_out[run.system])
-        row.update({"predicted_left_out": lono[0], "error_left_out": lono[0] / run.throughput - 1,
+        row.update({"predicted_left_out": lono[0], "error_left_out": _error(lono[0], run.throughput),
                     "predicted_efficiency_left_out": lono[1]})
         if run.efficiency is not None:
             row["efficiency_points_left_out"] = lono[1] - run.efficiency
@@ -419,11 +436,16 @@ def _priced(run, pricer, overlap):
            "micro_batches": run.micro_batches, "global_batch": run.batch * run.micro_batches * _gpus(run),
            "published": run.throughput, "published_efficiency": run.efficiency,
            "efficiency_source": run.efficiency_source, "single_gpu": pricer.single_throughput(run),
-           "predicted": throughput, "error": throughput / run.throughput - 1, "predicted_efficiency": efficiency,
+           "predicted": throughput, "error": _error(throughput, run.throughput), "predicted_efficiency": efficiency,
            "note": run.note}
     if run.efficiency is not None:
         row["efficiency_points"] = efficiency - run.efficiency
     return row
+
+
+def _error(predicted, published):
+    """Relative error of ``predicted`` against ``published`` (None where nothing was published)."""
+    return None if published is None else predicted / published - 1
 
 
 def _constants(overlap):
@@ -441,9 +463,10 @@ def write_shipped(allreduce, command, path=OVERLAP_FILE):
 
 
 def _summary(rows, suffix):
-    errors = [abs(r[f"error{suffix}"]) for r in rows]
+    errors = [abs(r[f"error{suffix}"]) for r in rows if r[f"error{suffix}"] is not None]
     points = [abs(r[f"efficiency_points{suffix}"]) for r in rows if "efficiency_points" in r]
     return {f"median_throughput_error{suffix}": statistics.median(errors), f"max_throughput_error{suffix}": max(errors),
+            "rows_with_published_throughput": len(errors),
             f"median_efficiency_points{suffix}": statistics.median(points) if points else None,
             f"max_efficiency_points{suffix}": max(points, default=None), "rows_with_published_efficiency": len(points)}
 
@@ -469,12 +492,14 @@ def report_lines(section):
     if validation["rows"]:
         lines.append("  validation, never fitted (shipped constants):")
         for r in validation["rows"]:
-            lines.append(f"  {r['id']:<22} {r['system']:<11} {r['gpus']:>4} GPUs  published {r['published']:9.1f}  "
-                         f"predicted {r['predicted']:9.1f} ({r['error'] * 100:+6.1f}%)  efficiency "
+            versus = (f"published {r['published']:9.1f}  predicted {r['predicted']:9.1f} ({r['error'] * 100:+6.1f}%)"
+                      if r["error"] is not None else f"published {'-':>9}  predicted {r['predicted']:9.1f} {'':9}")
+            lines.append(f"  {r['id']:<26} {r['system']:<19} {r['gpus']:>4} GPUs  {versus}  efficiency "
                          f"{r['published_efficiency'] * 100:5.1f}% vs {r['predicted_efficiency'] * 100:5.1f}%")
         v = validation["summary"]
         lines.append(f"  validation: median |throughput error| {v['median_throughput_error'] * 100:.1f}% worst "
-                     f"{v['max_throughput_error'] * 100:.1f}%; efficiency on {v['rows_with_published_efficiency']} "
+                     f"{v['max_throughput_error'] * 100:.1f}% on {v['rows_with_published_throughput']} rows; "
+                     f"efficiency on {v['rows_with_published_efficiency']} "
                      f"rows: median {v['median_efficiency_points'] * 100:.1f} points, worst "
                      f"{v['max_efficiency_points'] * 100:.1f} points")
     for s in validation["skipped"]:
