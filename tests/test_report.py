@@ -60,7 +60,8 @@ def test_text_report_on_every_preset_fits_100_columns(capsys, mlp_file, embeddin
 
 def test_a_long_reason_in_the_job_table_wraps_whole_within_100_columns(capsys, tmp_path, mlp_file):
     """The XLA row's reason is prose: it wraps onto lines of its own rather than losing its middle to ".." (a model
-    with a layer XLA cannot compile, as Keras records it); cells of other tables are still shortened."""
+    with a layer XLA cannot compile, as Keras records it). Such a column gives way first: the other columns' cells
+    are shortened only once it is down to its minimum (a cluster's devices stay whole, its NICs wrap)."""
     from autodist.graph.item import GraphItem
     from autodist.graph.xla import resolve_xla
 
@@ -78,6 +79,11 @@ def test_a_long_reason_in_the_job_table_wraps_whole_within_100_columns(capsys, t
     assert table(["name", "why"], rows, width=40).count("..") == 2
     wrapped = table(["name", "why"], rows, width=40, wrap_last=True)
     assert wrapped.count("..") == 1 and wrapped.count("b") == 80 and max(map(len, wrapped.splitlines())) <= 40
+    # The wrapped column gives way first: a p4d.24xlarge cluster's devices stay whole, its NICs wrap.
+    cells = [["4 nodes (node-0..)", "8x A100-40GB, 1x xeon-8275cl-2s", "NVLink 300.0 GB/s",
+              "4x Ethernet 12.5 GB/s RDMA+GDR"]]
+    cluster = table(["nodes", "devices", "inside a node", "NICs"], cells, wrap_last=True)
+    assert cells[0][1] in cluster and "RDMA+GDR" in cluster and max(map(len, cluster.splitlines())) <= WIDTH
 
 
 def test_json_validates_and_agrees_with_text(capsys, embedding_file):

@@ -58,12 +58,16 @@ def _shorten(text, width):
     return (text[: keep // 2] + ".." + text[len(text) - (keep - keep // 2) :])[:width]
 
 
+WRAPPED_MIN = 20  # characters a wrapped last column keeps before the other columns shrink
+
+
 def table(header, rows, markdown=False, width=WIDTH, wrap_last=False):
     """Rows of strings as a table; in text mode, the widest column shrinks to fit ``width``.
 
     A cell too wide for its column is shortened in the middle, or, in the
     last column with ``wrap_last`` (prose, such as a reason), wrapped onto
-    lines of its own below the row.
+    lines of its own below the row; that column gives way first, down to
+    :data:`WRAPPED_MIN` characters, so that the others keep their cells whole.
     """
     rows = [[str(c) for c in row] for row in rows]
     if markdown:
@@ -71,8 +75,9 @@ def table(header, rows, markdown=False, width=WIDTH, wrap_last=False):
         return "\n".join([cells(header), "|" + "|".join("---" for _ in header) + "|"] + [cells(r) for r in rows])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     while sum(widths) + 2 * (len(widths) - 1) > width:
-        widest = widths.index(max(widths))
-        widths[widest] -= 1
+        wrapped_gives = wrap_last and widths[-1] > WRAPPED_MIN
+        shrinking = len(widths) - 1 if wrapped_gives else widths.index(max(widths))
+        widths[shrinking] -= 1
     line = lambda r: "  ".join(_shorten(c, w).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
     lines = [line(header), line(["-" * w for w in widths])]
     for row in rows:
@@ -178,7 +183,7 @@ def _cluster(doc, md):
         f"RDMA between nodes: {'yes' if c['rdma'] else 'no'}."
     )
     legend = "\n\nGDR: GPUDirect RDMA." if any(n["gpudirect"] for g in c["node_groups"] for n in g["nics"]) else ""
-    return head + "\n\n" + table(["nodes", "devices", "inside a node", "NICs"], rows, md) + legend
+    return head + "\n\n" + table(["nodes", "devices", "inside a node", "NICs"], rows, md, wrap_last=True) + legend
 
 
 def _comparison(doc, md):
