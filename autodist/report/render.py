@@ -221,8 +221,9 @@ def _comparison(doc, md):
             + (f" Besides, the loop that drives the step takes {ms(p['client_time'])} (a plan with PS: its client "
                "dispatching the step to every task; on collective ops: each replica's own fit or step loop)."
                if p["client_time"] else "")
-            + f" autodist's plan {p['name']}: {plural(p['replicas'], 'replica')}, {plural(p['ps_tasks'], 'PS task')}. Speed-up over greedy PS: "
-            f"{factor(p['speedup_over_greedy_ps'])}; over the best baseline ({p['best_baseline'] or '-'}): "
+            + f" autodist's plan {p['name']}: {plural(p['replicas'], 'replica')}, "
+            f"{plural(p['ps_tasks'], 'PS task')}. Speed-up over greedy PS: {factor(p['speedup_over_greedy_ps'])}; "
+            f"over the best baseline ({p['best_baseline'] or '-'}): "
             f"{factor(p['speedup_over_best_baseline'])}. Lower bound {ms(doc['lower_bound'])}, "
             f"gap to it {percent(doc['gap_to_lower_bound'])}.",
             md,
