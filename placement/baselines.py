@@ -100,11 +100,13 @@ def _compute_nodes(spec):
 
 
 def data_parallel(problem, ps_names=(), algorithm="ring", nodes=None):
-    """One replica per compute device of the first ``nodes`` nodes that hold one (default: every node);
-    ``ps_names`` on greedy PS over those nodes, the rest allreduced."""
+    """One replica per compute device of the first ``nodes`` nodes that hold one (default: every node), at most
+    ``problem.max_replicas`` of them (one per sample of the global batch); ``ps_names`` on greedy PS over the nodes
+    of those replicas, the rest allreduced."""
     spec = problem.resource_spec
-    used = set(_compute_nodes(spec)[:nodes])
-    replicas = [[d.name] for d in spec.compute_devices() if d.node in used]
+    nodes_used = set(_compute_nodes(spec)[:nodes])
+    replicas = [[d.name] for d in spec.compute_devices() if d.node in nodes_used][:problem.max_replicas]
+    used = {spec.device(r[0]).node for r in replicas}
     if not replicas:
         raise PlacementError(f"cluster {spec.name!r} has no compute device")
     ps_names = set(ps_names)

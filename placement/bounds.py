@@ -120,7 +120,8 @@ def lower_bound(problem, replicas=None, group_slots=None):
     ----------
     problem : placement.problem.Problem
     replicas : list of list of str, optional
-        The strategy's replicas; default one per compute device.
+        The strategy's replicas; default one per compute device, at most
+        ``problem.max_replicas``.
     group_slots : dict, optional
         The strategy's op group slots (which device of a replica holds each
         variable's gradient).
@@ -131,7 +132,7 @@ def lower_bound(problem, replicas=None, group_slots=None):
     """
     spec = problem.resource_spec
     if replicas is None:
-        replicas = [[d.name] for d in spec.compute_devices()]
+        replicas = [[d.name] for d in spec.compute_devices()][:problem.max_replicas]
     problem = problem.at_replicas(len(replicas))
     group_slots = group_slots or {}
     models = {}

@@ -175,6 +175,16 @@ class Problem:
                                          share_of=whole, sharing=sharing)
         return whole._shares[key]
 
+    @property
+    def max_replicas(self):
+        """The most one-device replicas a plan of this job can run: one per compute device, and where the replicas
+        share the script's global batch, at most one per sample of each micro-batch (a replica without a sample
+        trains on nothing)."""
+        devices = len(self.resource_spec.compute_devices())
+        if self.graph_item.job.batch_per_replica:
+            return devices
+        return max(1, min(devices, self.graph_item.job.batch_size // self.micro_batches))
+
     def micro_batches_of(self, strategy):
         """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
         return strategy.micro_batches or self.micro_batches

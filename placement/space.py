@@ -94,6 +94,7 @@ class StrategySpace:
         self.batch_rows = problem.graph_item.job.batch_size if allow_micro_batches else 0
         self.job_micro_batches = problem.micro_batches
         self.compute_devices = [d.name for d in problem.resource_spec.compute_devices()]
+        self.max_replicas = problem.max_replicas
         self.fixed_replicas = problem.graph_item.job.batch_per_replica
         self.sparse = sorted(problem.sparse_gradients)
         self._replica_lists = {}  # count -> the one replica list of that count this space hands out
@@ -119,7 +120,7 @@ class StrategySpace:
             moves.append("compression")
         if any(strategy.sync[v].method == "allreduce" for v in self.sparse):
             moves.append("sparse_sync")
-        if len(self.compute_devices) > 1 and all(len(replica) == 1 for replica in strategy.replicas) \
+        if self.max_replicas > 1 and all(len(replica) == 1 for replica in strategy.replicas) \
                 and not self.fixed_replicas:
             moves.append("replicas")
         if self.batch_rows // len(strategy.replicas) >= 2:
@@ -218,7 +219,7 @@ class StrategySpace:
         strategy.sync[name] = replace(s, sparse_sync="dense" if s.sparse_sync == "gather" else "gather")
 
     def _replicas(self, strategy):
-        count, most = len(strategy.replicas), len(self.compute_devices)
+        count, most = len(strategy.replicas), self.max_replicas
         steps = (count - 1, count + 1, count // 2, 2 * count, 1, most)  # both ends too: one replica syncs nothing
         self._set_replicas(strategy, self.rng.choice(sorted({min(max(c, 1), most) for c in steps} - {count})))
 

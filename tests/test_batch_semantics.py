@@ -234,3 +234,28 @@ def test_replica_rank_and_count_outside_a_run():
     import autodist
 
     assert (autodist.replica_rank(), autodist.replica_count()) == (0, 1)
+
+
+def test_no_plan_baseline_or_bound_gives_a_replica_no_sample(mlp_graph):
+    """A global batch of 4 on 16 GPUs: a replica without a sample would train on nothing, so the baselines run on
+    the first 4 GPUs, the search never tries more, the default lower bound prices 4, and the report says why; 2
+    micro-batches halve it again. Before, every baseline ran 16 replicas of one sample each, 16 samples priced as 4."""
+    from autodist.graph.item import GraphItem
+    from autodist.graph.rebatch import at_batch
+    from autodist.graph.semantics import describe
+    from autodist.resource_spec import load_cluster
+    from cost_models import CostModel
+    from placement import Problem, Simulator, baselines, optimize
+
+    item = at_batch(GraphItem.from_dict(mlp_graph.to_dict()), 4)
+    spec = load_cluster(preset="dgx-h100:2")
+    problem = Problem(item, spec, CostModel.default())
+    assert (len(spec.compute_devices()), problem.max_replicas) == (16, 4)
+    candidates = baselines.all_baselines(Simulator(problem))
+    assert candidates and all(len(c.strategy.replicas) <= 4 for c in candidates)
+    assert max(len(c.strategy.replicas) for c in candidates) == 4
+    searched = optimize(item, spec, CostModel.default(), moves=3000, seed=1)
+    assert len(searched.strategy.replicas) <= 4
+    assert "at most 4 of the cluster's 16 compute devices can take a replica" in describe(4, devices=16)
+    item.job.micro_batches = 2
+    assert Problem(item, spec, CostModel.default()).max_replicas == 2

@@ -58,7 +58,7 @@ def batch_line(plan):
 
     graph = plan.graph
     return describe(graph["batch_size"], graph.get("script_batch", 0), graph.get("batch_per_replica", False),
-                    graph.get("batch_pinned", ""))
+                    graph.get("batch_pinned", ""), len(plan.resource_spec.compute_devices()), plan.micro_batches)
 
 
 def run(args):

@@ -59,15 +59,20 @@ def planned_batch(graph_item, devices, global_batch=None, per_replica=False):
                      item.loops.values())
 
 
-def describe(batch_size, script_batch=0, per_replica=False, pinned=""):
-    """One sentence: the global batch a plan trains on and why (the fields of a plan's ``graph`` summary)."""
+def describe(batch_size, script_batch=0, per_replica=False, pinned="", devices=0, micro_batches=1):
+    """One sentence: the global batch a plan trains on and why (the fields of a plan's ``graph`` summary), and
+    where it has fewer samples per micro-batch than the cluster has ``devices`` (compute devices), how many of
+    them can take a replica."""
     script_batch = script_batch or batch_size
     if per_replica:
         why = (f", as the step pins its batch in a shape, which cannot be split among replicas: {pinned}" if pinned
                else " (--batch-per-replica)")
         return (f"every replica runs the script's batch of {script_batch}: the global batch is "
                 f"{batch_size // script_batch} x {script_batch} = {batch_size}{why}")
+    rows = batch_size // max(micro_batches, 1)
+    cap = (f": at most {rows} of the cluster's {devices} compute devices can take a replica, one sample each"
+           f"{' per micro-batch' if micro_batches > 1 else ''}" if 0 < rows < devices else "")
     if script_batch != batch_size:
         return (f"the global batch is {batch_size} (--global-batch; the script's is {script_batch}), split among "
-                "the replicas")
-    return f"the script's batch of {batch_size} is the global batch, split among the replicas"
+                f"the replicas{cap}")
+    return f"the script's batch of {batch_size} is the global batch, split among the replicas{cap}"

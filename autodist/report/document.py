@@ -26,7 +26,7 @@ def _ratio(slow, fast):
     return slow / fast if slow and fast else None
 
 
-def _job(data, graph_item):
+def _job(data, graph_item, plan):
     summary = data["graph"]
     sparse = sorted(v["name"] for v in data["variables"] if v.get("sparse"))
     return {
@@ -40,7 +40,8 @@ def _job(data, graph_item):
         "flops_per_step": summary["flops"],
         "sparse_variables": sparse,
         "batch_semantics": describe(summary["batch_size"], summary.get("script_batch", 0),
-                                    summary.get("batch_per_replica", False), summary.get("batch_pinned", "")),
+                                    summary.get("batch_per_replica", False), summary.get("batch_pinned", ""),
+                                    len(plan.resource_spec.compute_devices()), plan.micro_batches),
         **({"unknown_trips": summary["unknown_trips"]} if summary.get("unknown_trips") else {}),
     }
 
@@ -275,7 +276,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
     return {
         "format": FORMAT,
         "version": VERSION,
-        "job": _job(data, graph_item),
+        "job": _job(data, graph_item, plan),
         "cluster": _cluster(plan.resource_spec),
         "plan": {
             "name": data["name"],
