@@ -9,11 +9,12 @@ from placement.baselines import MIN_SHARD_BYTES, min_size_shards
 
 @pytest.fixture(scope="module")
 def big_embedding_graph():
-    """Embedding(100_000, 16) (6.4 MB) -> mean -> Dense(1): one variable holds nearly every byte."""
+    """Embedding(100_000, 16) (6.4 MB) -> mean -> Dense(1): one variable holds nearly every byte; a batch of 16,
+    a sample for each GPU of the 4 nodes the tests use."""
     from autodist.graph.capture import capture_step
     from tests.conftest import build_embedding_step
 
-    step, ids, y, _ = build_embedding_step("sgd", rows=100_000)
+    step, ids, y, _ = build_embedding_step("sgd", rows=100_000, batch_size=16)
     return capture_step(step, ids, y, model_name="big_embedding")
 
 

@@ -24,7 +24,8 @@ def cost_model():
 
 @pytest.fixture(scope="module")
 def wide_dense_graph():
-    """Dense(1024 -> 4096) -> Dense(10) with Adam: a 16 MiB kernel holds nearly every byte."""
+    """Dense(1024 -> 4096) -> Dense(10) with Adam: a 16 MiB kernel holds nearly every byte; a batch of 32, a
+    sample for each GPU of the cluster."""
     import keras
     import numpy as np
 
@@ -35,7 +36,7 @@ def wide_dense_graph():
                               keras.layers.Dense(10)], name="wide_dense")
     step = _keras_step(model, keras.optimizers.Adam(1e-3),
                        keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return capture_step(step, np.zeros((16, 1024), np.float32), np.zeros((16,), np.int32), model_name="wide_dense")
+    return capture_step(step, np.zeros((32, 1024), np.float32), np.zeros((32,), np.int32), model_name="wide_dense")
 
 
 def _traced_partitioned_ps(graph, cost_model):
@@ -102,7 +103,7 @@ def test_the_client_sends_every_replica_its_input_slice_with_the_pulls(wide_dens
     assert set(inputs) == {r[0] for r in strategy.replicas} and len(remote) == 24
     problem = sim.problem.at_replicas(len(strategy.replicas))
     nbytes = problem.input_bytes
-    assert nbytes == wide_dense_graph.input_bytes() // 16  # one sample of 1024 floats and its label each
+    assert nbytes == wide_dense_graph.input_bytes() // 32  # one sample of 1024 floats and its label each
     pulls = [start for name, _, _, start, _ in result.events if name.startswith("pull ")]
     starts = [start for _, start, _ in inputs.values()]
     assert min(starts) >= min(pulls) - 1e-12
