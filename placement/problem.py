@@ -180,10 +180,11 @@ class Problem:
         """The most one-device replicas a plan of this job can run: one per compute device, and where the replicas
         share the script's global batch, at most one per sample of each micro-batch (a replica without a sample
         trains on nothing)."""
-        devices = len(self.resource_spec.compute_devices())
-        if self.graph_item.job.batch_per_replica:
+        whole = self._whole  # a share's graph is one replica's slice
+        devices = len(whole.resource_spec.compute_devices())
+        if whole.graph_item.job.batch_per_replica:
             return devices
-        return max(1, min(devices, self.graph_item.job.batch_size // self.micro_batches))
+        return max(1, min(devices, whole.graph_item.job.batch_size // whole.micro_batches))
 
     def micro_batches_of(self, strategy):
         """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""
