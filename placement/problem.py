@@ -18,6 +18,7 @@ import numpy as np
 
 from autodist.graph.item import GraphItem
 from autodist.graph.rebatch import at_batch, replica_batch
+from autodist.graph.semantics import replica_limit
 from autodist.graph.xla import plan_xla, resolve_xla
 from autodist.resource_spec.emulated import machine_cores
 from cost_models import gradient_bytes
@@ -177,14 +178,11 @@ class Problem:
 
     @property
     def max_replicas(self):
-        """The most one-device replicas a plan of this job can run: one per compute device, and where the replicas
-        share the script's global batch, at most one per sample of each micro-batch (a replica without a sample
-        trains on nothing)."""
+        """The most one-device replicas a plan of this job can run (autodist.graph.semantics.replica_limit)."""
         whole = self._whole  # a share's graph is one replica's slice
-        devices = len(whole.resource_spec.compute_devices())
-        if whole.graph_item.job.batch_per_replica:
-            return devices
-        return max(1, min(devices, whole.graph_item.job.batch_size // whole.micro_batches))
+        job = whole.graph_item.job
+        return replica_limit(job.batch_size, whole.micro_batches, len(whole.resource_spec.compute_devices()),
+                             job.batch_per_replica)
 
     def micro_batches_of(self, strategy):
         """The micro-batches one step of ``strategy`` runs: its own count, else the job's."""

@@ -59,6 +59,15 @@ def planned_batch(graph_item, devices, global_batch=None, per_replica=False):
                      item.loops.values())
 
 
+def replica_limit(batch_size, micro_batches, devices, per_replica=False):
+    """The most one-device replicas a job can run on ``devices`` compute devices: one per device, and where the
+    replicas share the global batch of ``batch_size``, at most one per sample of each of ``micro_batches`` (a
+    replica without a sample trains on nothing)."""
+    if per_replica:
+        return devices
+    return max(1, min(devices, batch_size // max(micro_batches, 1)))
+
+
 def describe(batch_size, script_batch=0, per_replica=False, pinned="", devices=0, micro_batches=1):
     """One sentence: the global batch a plan trains on and why (the fields of a plan's ``graph`` summary), and
     where it has fewer samples per micro-batch than the cluster has ``devices`` (compute devices), how many of
@@ -69,9 +78,9 @@ def describe(batch_size, script_batch=0, per_replica=False, pinned="", devices=0
                else " (--batch-per-replica)")
         return (f"every replica runs the script's batch of {script_batch}: the global batch is "
                 f"{batch_size // script_batch} x {script_batch} = {batch_size}{why}")
-    rows = batch_size // max(micro_batches, 1)
-    cap = (f": at most {rows} of the cluster's {devices} compute devices can take a replica, one sample each"
-           f"{' per micro-batch' if micro_batches > 1 else ''}" if 0 < rows < devices else "")
+    most = replica_limit(batch_size, micro_batches, devices)
+    cap = (f": at most {most} of the cluster's {devices} compute devices can take a replica, one sample each"
+           f"{' per micro-batch' if micro_batches > 1 else ''}" if most < devices else "")
     if script_batch != batch_size:
         return (f"the global batch is {batch_size} (--global-batch; the script's is {script_batch}), split among "
                 f"the replicas{cap}")
