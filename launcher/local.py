@@ -82,6 +82,13 @@ class TaskProcess:
     def alive(self):
         return self.process.poll() is None
 
+    def kill(self):
+        """SIGKILL the task's process group (reaped by :meth:`stop`)."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def stop(self, grace_s=STOP_GRACE_S):
         """SIGTERM the task's process group, SIGKILL it after ``grace_s`` seconds (at once for 0), reap it."""
         if grace_s:
@@ -93,10 +100,7 @@ class TaskProcess:
                 self.process.wait(grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        self.kill()
         self.process.wait()
 
 
@@ -295,6 +299,11 @@ class LocalRun:
         write_json_atomic(self.report_path, record)
 
     def stop_all(self, grace_s=STOP_GRACE_S):
+        if not grace_s:
+            # Aborted: every task is killed, the first (whose output is the user's terminal) first, before any is
+            # reaped, so that none outlives a peer long enough to print the traceback of its failed collective.
+            for task in self.tasks:
+                task.kill()
         for task in reversed(self.tasks):
             task.stop(grace_s)
 
