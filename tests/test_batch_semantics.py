@@ -245,7 +245,7 @@ def test_no_plan_baseline_or_bound_gives_a_replica_no_sample(mlp_graph):
     from autodist.graph.semantics import describe
     from autodist.resource_spec import load_cluster
     from cost_models import CostModel
-    from placement import Problem, Simulator, baselines, optimize
+    from placement import Problem, Simulator, baselines, lower_bound, optimize
 
     item = at_batch(GraphItem.from_dict(mlp_graph.to_dict()), 4)
     spec = load_cluster(preset="dgx-h100:2")
@@ -256,6 +256,10 @@ def test_no_plan_baseline_or_bound_gives_a_replica_no_sample(mlp_graph):
     assert max(len(c.strategy.replicas) for c in candidates) == 4
     searched = optimize(item, spec, CostModel.default(), moves=3000, seed=1)
     assert len(searched.strategy.replicas) <= 4
+    first_four = [[d.name] for d in spec.compute_devices()[:4]]
+    assert lower_bound(problem) == lower_bound(problem, replicas=first_four)
     assert "at most 4 of the cluster's 16 compute devices can take a replica" in describe(4, devices=16)
     item.job.micro_batches = 2
     assert Problem(item, spec, CostModel.default()).max_replicas == 2
+    item.job.batch_size = 0  # not known (a graph built by hand): nothing to limit by
+    assert Problem(item, spec, CostModel.default()).max_replicas == 16

@@ -62,8 +62,8 @@ def planned_batch(graph_item, devices, global_batch=None, per_replica=False):
 def replica_limit(batch_size, micro_batches, devices, per_replica=False):
     """The most one-device replicas a job can run on ``devices`` compute devices: one per device, and where the
     replicas share the global batch of ``batch_size``, at most one per sample of each of ``micro_batches`` (a
-    replica without a sample trains on nothing)."""
-    if per_replica:
+    replica without a sample trains on nothing); a batch not known (0, a graph built by hand) limits nothing."""
+    if per_replica or batch_size < 1:
         return devices
     return max(1, min(devices, batch_size // max(micro_batches, 1)))
 
