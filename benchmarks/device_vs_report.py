@@ -8,6 +8,10 @@ commands a user runs, as subprocesses:
     placement report GRAPH --cluster ONE_GPU.yaml --global-batch BATCH --moves 1 --format json
 
 and sets the report's throughput and peak memory beside the measured ones.
+Where the measurement traced the GPU's kernels (``keras_jax_steps.py
+--profile``), it also sets the kernel model's seconds per kernel class
+(convolutions, matrix products, memory-bound kernels) beside the traced
+kernels' of the same class, and the GPU's busy time beside the step.
 Validation only: nothing is fitted on these figures.
 
     python benchmarks/device_vs_report.py --measured benchmarks/results/keras_jax_steps_h200.json --device H200-SXM
@@ -19,6 +23,8 @@ benchmarks/results/keras_jax_steps_h200.md and .json (for H200-SXM; ``--out``).
 import argparse
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 
@@ -27,7 +33,12 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 from zoo import BATCH_SIZES, MODELS_DIR, capture_code_digest, machine  # noqa: E402
 
+from autodist.graph.item import GraphItem  # noqa: E402
+from autodist.graph.rebatch import at_batch  # noqa: E402
 from autodist.io import write_json_atomic, write_text_atomic  # noqa: E402
+from autodist.resource_spec import load_cluster  # noqa: E402
+from cost_models.gpu import GpuKernelParams, job_step  # noqa: E402
+from cost_models.step_table import step_table  # noqa: E402
 
 CACHE = os.path.join(REPO, "tmp", "device_graphs")
 MIXED = "mixed_float16"
@@ -70,12 +81,83 @@ def predicted(row, cluster):
             "flops_per_step": report["job"]["flops_per_step"]}
 
 
+KERNEL_CLASSES = ("conv", "matmul", "memory")
+# cuDNN's convolution kernels (XLA names their ops cudnn-conv*; inside a CUDA graph only the kernel's name says),
+# then cuBLAS' and Triton's matrix products; every other kernel is memory-bound (XLA's loop and reduction fusions,
+# copies, memsets).
+CONV_KERNEL = re.compile(r"fprop|dgrad|wgrad|cudnn|implicit_gemm")
+MATMUL_KERNEL = re.compile(r"nvjet|gemm|cublas|cutlass")
+
+
+def traced_class(kernel):
+    """The kernel class (:data:`KERNEL_CLASSES`) of one traced kernel name and its stats."""
+    if str(kernel["stats"].get("hlo_op", "")).startswith("cudnn-conv") or CONV_KERNEL.search(kernel["name"]):
+        return "conv"
+    return "matmul" if MATMUL_KERNEL.search(kernel["name"]) else "memory"
+
+
+def traced_kernels(profile):
+    """Seconds per step of the traced GPU's kernels, by class, and in all (the device's busy time)."""
+    out = dict.fromkeys(KERNEL_CLASSES, 0.0)
+    busy = 0.0
+    for line in profile["lines"].values():
+        busy += line["busy_ns"]
+        for kernel in line["names"]:
+            out[traced_class(kernel)] += kernel["total_ns"]
+    return {name: ns / 1e9 / profile["steps"] for name, ns in {**out, "busy": busy}.items()}
+
+
+def modelled_kernels(row, cluster):
+    """The GPU kernel model's seconds per kernel class for the measured row's job (the report's graph, batch,
+    device and XLA setting), and its kernels' sum."""
+    item = at_batch(GraphItem.load(captured(row["model"], row["policy"])), row["batch"])
+    (device,) = load_cluster(cluster).compute_devices()
+    step = job_step(step_table(item), item.job, device)
+    kernel = step.kernel_seconds(GpuKernelParams.load())
+    out = {"conv": kernel[step.conv].sum(), "matmul": kernel[step.compute & ~step.conv].sum(),
+           "memory": kernel[step.memory].sum()}
+    return {name: float(seconds) for name, seconds in {**out, "busy": kernel.sum()}.items()}
+
+
+def kernel_markdown(rows):
+    """The kernel-class table of the rows whose kernels were traced."""
+    lines = ["", "## Kernel time by class", "",
+             "Traced: the GPU's kernels over the traced steps (JAX's profiler, CUPTI), per step, classed by kernel "
+             "name: cuDNN's convolutions, cuBLAS' and Triton's matrix products (attention's fused batched products "
+             "among the memory-bound ones where Triton names them `fusion_N`), every other kernel memory-bound. "
+             "Model: the GPU kernel model's kernel seconds of the same class for the report's step "
+             "(`cost_models.gpu.GpuStep.kernel_seconds`, launch waits left out). Busy: all kernels; the step "
+             "measured beyond it is the host's (Keras' JAX trainer dispatching each step, which the timing loop "
+             "waits for).", "",
+             "| configuration | class | traced ms | model ms | model vs traced |", "|---|---|---|---|---|"]
+    for row in rows:
+        traced, model = row["kernels"]["traced"], row["kernels"]["model"]
+        for name in (*KERNEL_CLASSES, "busy"):
+            if traced[name] or model[name]:
+                ratio = f"{model[name] / traced[name] - 1:+.1%}" if traced[name] else "-"
+                lines.append(f"| {row['config']} | {name} | {traced[name] * 1e3:.2f} | {model[name] * 1e3:.2f} | "
+                             f"{ratio} |")
+        lines.append(f"| {row['config']} | step (measured) | {row['median_step_s'] * 1e3:.2f} | "
+                     f"{row['batch'] / row['predicted']['samples_per_s'] * 1e3:.2f} (report) | "
+                     f"{row['batch'] / row['predicted']['samples_per_s'] / row['median_step_s'] - 1:+.1%} |")
+    lines.append("")
+    for name in ("conv", "matmul", "memory", "busy"):
+        errors = sorted(r["kernels"]["model"][name] / r["kernels"]["traced"][name] - 1 for r in rows
+                        if r["kernels"]["traced"][name] > 1e-3)
+        if errors:
+            lines.append(f"- {name}: model vs traced from {errors[0]:+.1%} to {errors[-1]:+.1%} "
+                         f"(median {statistics.median(errors):+.1%}) over {len(errors)} configurations with over 1 ms "
+                         f"of it.")
+    return lines
+
+
 def markdown(rows, args, gpu_line):
     gib = 2.0 ** 30
+    profiled = f" --profile {rows[0]['kernels']['steps']}" if "kernels" in rows[0] else ""
     lines = [
         f"# The zoo's Keras models measured on one {args.device} beside `placement report`", "",
-        f"Measured (on the lent device machine): `python3 benchmarks/device/keras_jax_steps.py --out "
-        f"$OUT/keras_jax_steps.json` ({gpu_line}); Keras {rows[0]['keras']}, JAX {rows[0]['jax']} (the device image "
+        f"Measured (on the lent device machine): `python3 benchmarks/device/keras_jax_steps.py "
+        f"--timed {rows[0]['timed_steps']}{profiled} --out $OUT/keras_jax_steps.json` ({gpu_line}); Keras {rows[0]['keras']}, JAX {rows[0]['jax']} (the device image "
         f"has no TensorFlow): the zoo's own model definitions and compile options, the step compiled by XLA as "
         f"Keras' JAX trainer always does (TensorFlow's Keras does the same for a default compile on a GPU), "
         f"float32 products on TF32 tensor cores (XLA's default, as TensorFlow's), median of "
@@ -99,6 +181,9 @@ def markdown(rows, args, gpu_line):
     errors = sorted(abs(r["predicted"]["samples_per_s"] / r["samples_per_s"] - 1) for r in rows)
     lines += ["", f"Median |error| {errors[len(errors) // 2]:.1%}, worst {errors[-1]:.1%} over {len(rows)} "
                   f"configurations."]
+    traced = [row for row in rows if "kernels" in row]
+    if traced:
+        lines += kernel_markdown(traced)
     return "\n".join(lines) + "\n"
 
 
@@ -117,6 +202,10 @@ def main():
     cluster = one_gpu_cluster(args.device)
     for row in rows:
         row["predicted"] = predicted(row, cluster)
+        profile = row.pop("profile", None)
+        if profile:
+            row["kernels"] = {"steps": profile["steps"], "traced": traced_kernels(profile),
+                              "model": modelled_kernels(row, cluster)}
         print(row["config"], f"measured {row['samples_per_s']:.0f}", f"report {row['predicted']['samples_per_s']:.0f}",
               flush=True)
     write_json_atomic(args.out + ".json", {"device": args.device, "gpu": args.gpu_line, "rows": rows})
