@@ -13,11 +13,13 @@ import numpy as np
 
 from autodist.errors import CostModelError
 from autodist.graph.item import GraphItem
+from autodist.graph.xla import resolve_xla
 from cost_models.calibration import TransferCalibration
 from cost_models.emulated_link import EmulatedLinkCalibration
 from cost_models.overlap import OVERLAP_FILE, NcclOverlap
 from cost_models.remote_step import RemoteStepCalibration
 from cost_models.comm import CommModel
+from cost_models.cudnn_rnn import cudnn_kernels, cudnn_rnn_loops
 from cost_models.executor import ExecutorModel, fit_serial_overhead, measured_widths, op_predecessors, settling_runs
 from cost_models.features import RAW_COLUMNS, design_matrix, device_peak
 from cost_models.gpu import MODEL_FILE as GPU_MODEL, GpuKernelParams, job_step
@@ -44,10 +46,6 @@ COST_MODEL_ENV = "AUTODIST_COST_MODEL"
 
 class UnknownOpTypeWarning(UserWarning):
     """Some op types had neither learned data nor a prior: fallback costs used."""
-
-
-class CudnnLoopWarning(UserWarning):
-    """A GPU step's LSTM or GRU layers run on cuDNN there, but are priced as the loop capture traced."""
 
 
 class StaleModelWarning(UserWarning):
@@ -186,11 +184,8 @@ class CostModel:
             raise CostModelError(f"device {device.name!r} has no memory_bandwidth", field="memory_bandwidth")
         if device.kind == "GPU":
             seconds, sources, shares, fallback = self._with_loops(
-                graph_item, lambda item, extra, widths: self._gpu_step(item, device, extra))
-            if graph_item.job.cudnn_rnns:
-                warnings.warn(f"{', '.join(graph_item.job.cudnn_rnns)} run as cuDNN's RNN kernels on a GPU, but are "
-                              f"priced as the loop traced on the capture host (kernels per op per time step), which "
-                              f"overstates their time there", CudnnLoopWarning, stacklevel=2)
+                graph_item, lambda item, extra, widths: self._gpu_step(item, device, extra),
+                cudnn=cudnn_rnn_loops(graph_item) if not resolve_xla(graph_item.job, device.kind).on else ())
         else:
             one_core = (lambda item, extra, widths: self._cpu_step(item, device, 1, extra, widths)) \
                 if self.executor is not None else None
@@ -211,7 +206,7 @@ class CostModel:
         return {name: OpCost(float(s), str(src), float(share))
                 for name, s, src, share in zip(names, seconds, sources, shares)}
 
-    def _with_loops(self, graph_item, price, one_core=None):
+    def _with_loops(self, graph_item, price, one_core=None, cudnn=()):
         """Seconds, sources and step shares of ``graph_item``'s ops, and the op types that got the fallback cost.
 
         ``price(item, extra, widths)`` prices one step's ops, ``extra``
@@ -222,7 +217,9 @@ class CostModel:
         CPU with an executor model), a loop op's width is one iteration's
         time on one core over its time on the cores it has, as an op's width
         is its one-thread time over its time (two loops of small ops, a
-        bidirectional layer's, run side by side).
+        bidirectional layer's, run side by side).  The loops named in
+        ``cudnn`` (a GPU step's cuDNN layers, cost_models.cudnn_rnn) add what
+        cuDNN runs for them instead of their iterations.
         """
         extra = np.zeros(len(graph_item.ops))
         widths = np.full(len(graph_item.ops), np.nan)
@@ -230,6 +227,9 @@ class CostModel:
         fallback = []
         for loop in graph_item.loops.values():
             body = GraphItem(loop.ops, [], graph_item.job, loop.loops)
+            if loop.op in cudnn:
+                extra[index[loop.op]] += self._cudnn_layer(loop, body, price)
+                continue
             seconds, inner = self._iteration(loop, body, price, one_core)
             extra[index[loop.op]] += loop.trips * seconds
             fallback += inner
@@ -237,6 +237,15 @@ class CostModel:
                 widths[index[loop.op]] = max(self._iteration(loop, body, one_core, one_core)[0] / seconds, 1.0)
         seconds, sources, shares, op_types = price(graph_item, extra, widths)
         return seconds, sources, shares, fallback + list(op_types[sources == "fallback"])
+
+    @staticmethod
+    def _cudnn_layer(loop, body, price):
+        """Seconds of what cuDNN runs for ``loop`` (its ``body`` a GraphItem) in one step: its kernels priced by
+        ``price`` on the step's GPU, those of the recurrence once per time step (cost_models.cudnn_rnn)."""
+        kernels, per_step = cudnn_kernels(loop, body, body.job)
+        _, _, shares, _ = price(kernels, None, None)
+        each = np.array([name in per_step for name in kernels.ops])
+        return float(shares[~each].sum() + loop.trips * shares[each].sum())
 
     def _iteration(self, loop, body, price, one_core):
         """Seconds of one iteration of ``loop`` (its ``body`` a GraphItem) and the op types that got the fallback.

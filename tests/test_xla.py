@@ -2,6 +2,7 @@
 runtime compiling replicas as priced (issue 42)."""
 
 import copy
+import re
 
 import pytest
 
@@ -88,8 +89,8 @@ model.fit(np.zeros((16, 12), "int32"), np.zeros(16, "float32"), batch_size=8)
 def test_an_lstm_or_gru_on_cudnn_turns_keras_auto_off_on_a_gpu_and_says_how_it_is_priced(tmp_path, capsys):
     """On a GPU Keras runs an LSTM or GRU whose settings allow it on cuDNN and then compiles nothing with XLA
     (keras/src/layers/rnn/lstm.py); capture, on a host without a GPU, sees the loop and a model XLA could compile.
-    The job names the layers; the step is priced without XLA on a GPU, and the report warns that the loops are
-    priced as traced."""
+    The job names the layers; the step is priced without XLA on a GPU, and the report says that the layers are
+    priced as cuDNN runs them (tests/test_cudnn_rnn.py)."""
     from autodist.cli import placement_main
     from autodist.graph.capture import capture_script
 
@@ -98,7 +99,8 @@ def test_an_lstm_or_gru_on_cudnn_turns_keras_auto_off_on_a_gpu_and_says_how_it_i
     item = capture_script(str(script))
     job = item.job
     assert (job.jit_compile, job.jit_supported) == ("auto", True)  # as Keras resolved it on this CPU-only host
-    assert sorted(job.cudnn_rnns) == ["backward_lstm", "forward_lstm", "gru"]
+    # (Keras suffixes a layer's name where this test process built one of that name before)
+    assert sorted(re.sub(r"(_\d+)+$", "", name) for name in job.cudnn_rnns) == ["backward_lstm", "forward_lstm", "gru"]
     choice = resolve_xla(job, "GPU")
     assert choice.on is False and "forward_lstm" in choice.reason and "cuDNN" in choice.reason
     assert resolve_xla(job, "CPU").on is False
@@ -111,7 +113,7 @@ def test_an_lstm_or_gru_on_cudnn_turns_keras_auto_off_on_a_gpu_and_says_how_it_i
     assert exit_info.value.code == 0, err
     xla_row = " ".join(out.split("\nXLA")[1].split("\ncosts on")[0].split())
     assert xla_row.startswith("off") and "cuDNN" in xla_row
-    assert "run as cuDNN's RNN kernels on a GPU" in err and "overstates" in err
+    assert "priced as cuDNN's kernels" in xla_row
 
 
 def _asking(item, choice):

@@ -60,7 +60,9 @@ def resolve_xla(job, device_kind):
                                 "support it, or op determinism is on")
     if device_kind == "GPU" and job.cudnn_rnns:
         return XlaChoice(False, f"Keras' jit_compile='auto' does not compile with XLA on a GPU: "
-                                f"{', '.join(job.cudnn_rnns)} run on cuDNN there, which XLA does not compile")
+                                f"{', '.join(job.cudnn_rnns)} run on cuDNN there, which XLA does not compile "
+                                f"(priced as cuDNN's kernels: per time step the recurrent product and one pointwise "
+                                f"kernel, the other products once over the sequence)")
     return XlaChoice(True, f"Keras' jit_compile='auto' compiles the step with XLA on a {device_kind}")
 
 
