@@ -46,6 +46,8 @@ def test_plans_for_a_custom_loop_allreduce_everything_without_being_asked(custom
 
 
 def test_report_leaves_ps_and_hybrid_plans_out_and_says_why(capsys, custom_loop_file):
+    """No PS baseline, no greedy-PS speed-up and no PS counterfactual (which the runtime could not run), and the
+    report says why."""
     argv = ["report", str(custom_loop_file), "--preset", PRESET, "--budget", "0.3"]
     with pytest.raises(SystemExit) as done:
         placement_main(argv + ["--format", "json"])
@@ -56,8 +58,16 @@ def test_report_leaves_ps_and_hybrid_plans_out_and_says_why(capsys, custom_loop_
     assert doc["search"]["left_out"].startswith("PS and hybrid plans: a custom training loop")
     assert doc["plan"]["ps_tasks"] == 0
     assert doc["baselines"] and not any("ps" in b["name"] for b in doc["baselines"])
+    # No greedy-PS speed-up and no PS counterfactual: the plan says why instead.
+    assert doc["plan"]["ps_not_offered"].startswith("a custom training loop")
+    assert doc["plan"]["speedup_over_greedy_ps"] is None
+    assert doc["counterfactuals"]["items"]
+    assert not any("PS" in (item["alternative"] or "") for item in doc["counterfactuals"]["items"])
     with pytest.raises(SystemExit) as done:
         placement_main(argv)
     text, err = capsys.readouterr()
     assert done.value.code == 0, err
-    assert "Left out: PS and hybrid plans: a custom training loop runs on collective ops only" in " ".join(text.split())
+    text = " ".join(text.split())
+    assert "Left out: PS and hybrid plans: a custom training loop runs on collective ops only" in text
+    assert "No plan with PS can run this job (a custom training loop" in text and "over greedy PS" not in text
+    assert "(PS is not offered: a custom training loop" in text and "PS on " not in text

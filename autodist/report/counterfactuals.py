@@ -4,7 +4,9 @@ A counterfactual re-simulates the plan's strategy with one decision changed
 (one variable's method, or one fusion bucket's algorithm) and reports the
 difference in step time.  For a variable on PS the alternatives are
 allreduce with each algorithm, in a bucket of its own; for an allreduced
-variable, PS on the task holding the fewest PS bytes.  A sparse gradient
+variable, PS on the task holding the fewest PS bytes, where a plan with PS
+can run the job (not where it runs on collective ops only, a custom loop's:
+such a variable with a dense gradient has no alternative and no item).  A sparse gradient
 allreduced has both ways of travelling as alternatives: its rows gathered,
 or its table densified and summed.  For a bucket they are
 the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`; of
@@ -68,10 +70,11 @@ def _variable_alternatives(pricing, strategy, name):
                                               sparse_sync=mode)
                 yield _chosen_variable(changed, len(modes) > 1), _with_sync(strategy, {name: changed})
     else:
-        ps_devices, task = _lightest_ps_task(pricing, strategy)
-        changed = dataclasses.replace(s, method="ps", ps_tasks=(task,), axis=0, compression="none",
-                                      sparse_sync="gather")
-        yield f"PS on {ps_devices[task]}", _with_sync(strategy, {name: changed}, ps_devices)
+        if pricing.ps_not_offered is None:
+            ps_devices, task = _lightest_ps_task(pricing, strategy)
+            changed = dataclasses.replace(s, method="ps", ps_tasks=(task,), axis=0, compression="none",
+                                          sparse_sync="gather")
+            yield f"PS on {ps_devices[task]}", _with_sync(strategy, {name: changed}, ps_devices)
         for mode in modes:
             if mode != s.sparse_sync:
                 changed = dataclasses.replace(s, sparse_sync=mode)
@@ -122,12 +125,15 @@ def _chosen_variable(s, sparse=False):
 
 
 def _variable_item(pricing, strategy, base, name):
-    label, changed, alt = _next_best(_priced(pricing, _variable_alternatives(pricing, strategy, name)))
+    best = _next_best(_priced(pricing, _variable_alternatives(pricing, strategy, name)))
     touched = name in pricing.sparse_gradients
     chosen = _chosen_variable(strategy.sync[name], touched)
     dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
-    delta = alt.step_time - base.step_time
     figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"
+    if best is None:
+        return None  # a dense gradient where PS is not offered: allreduce is its only way
+    label, changed, alt = best
+    delta = alt.step_time - base.step_time
     return {
         "subject": "variable",
         "name": name,
@@ -187,10 +193,11 @@ def explain(pricing, strategy, base):
     -------
     dict
         ``variables`` and ``buckets`` (how many the plan has) and ``items``, one
-        per explained decision, largest first.
+        per explained decision, largest first (no variable whose only way is
+        the allreduce it has: a dense gradient where PS is not offered).
     """
     largest = sorted(strategy.sync, key=lambda n: (-pricing.dense_bytes[n], n))[:VARIABLES_EXPLAINED]
-    items = [_variable_item(pricing, strategy, base, name) for name in largest]
+    items = [item for item in (_variable_item(pricing, strategy, base, name) for name in largest) if item]
     buckets = pricing.buckets(strategy)
     by_size = sorted(buckets.items(), key=lambda kv: (-sum(pricing.dense_bytes[n] for n in kv[1]), kv[0]))
     items += [_bucket_item(pricing, strategy, base, key, names) for key, names in by_size[:BUCKETS_EXPLAINED]]

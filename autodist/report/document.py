@@ -289,6 +289,7 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "replicas": replicas,
             "ps_tasks": len(plan.strategy.ps_devices),
             "speedup_over_greedy_ps": _ratio(steps.get(GREEDY), step),
+            "ps_not_offered": graph_item.job.why_collective_only() if graph_item is not None else None,
             "best_baseline": best[0],
             "speedup_over_best_baseline": _ratio(best[1], step),
             "memory": _memory(prediction["memory"], plan.resource_spec),

@@ -31,6 +31,8 @@ class Pricing:
         self.resource_spec = resource_spec
         self.dense_bytes = dict(self._problem.dense_bytes)
         self.sparse_gradients = set(self._problem.sparse_gradients)
+        # Why no plan with PS can run the job (None where one can: JobInfo.why_collective_only).
+        self.ps_not_offered = graph_item.job.why_collective_only()
 
     def simulate(self, strategy, trace=False):
         """The SimResult of one step of ``strategy`` (``trace``: keep its timeline events)."""

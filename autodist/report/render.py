@@ -222,8 +222,10 @@ def _comparison(doc, md):
                "dispatching the step to every task; on collective ops: each replica's own fit or step loop)."
                if p["client_time"] else "")
             + f" autodist's plan {p['name']}: {plural(p['replicas'], 'replica')}, "
-            f"{plural(p['ps_tasks'], 'PS task')}. Speed-up over greedy PS: {factor(p['speedup_over_greedy_ps'])}; "
-            f"over the best baseline ({p['best_baseline'] or '-'}): "
+            f"{plural(p['ps_tasks'], 'PS task')}. "
+            + (f"No plan with PS can run this job ({p['ps_not_offered']}): no PS baseline. Speed-up "
+               if p.get("ps_not_offered") else f"Speed-up over greedy PS: {factor(p['speedup_over_greedy_ps'])}; ")
+            + f"over the best baseline ({p['best_baseline'] or '-'}): "
             f"{factor(p['speedup_over_best_baseline'])}. Lower bound {ms(doc['lower_bound'])}, "
             f"gap to it {percent(doc['gap_to_lower_bound'])}.",
             md,
@@ -289,9 +291,14 @@ def _counterfactuals(doc, md):
     items = c["items"]
     shown = {kind: sum(i["subject"] == kind for i in items) for kind in ("variable", "bucket")}
     buckets = f"the {shown['bucket']} largest of {c['buckets']} allreduce buckets" if c["buckets"] else "no bucket"
+    not_offered = doc["plan"].get("ps_not_offered")
+    variables = f"the {shown['variable']} largest of {c['variables']} variables"
+    if not_offered:
+        variables = (f"{variables} with another way to synchronise" if shown["variable"] else "no variable") + \
+            f" (PS is not offered: {not_offered})"
     head = _paragraph(
-        f"Each line re-simulates the plan with one decision changed, against the next-best alternative: the "
-        f"{shown['variable']} largest of {c['variables']} variables and {buckets}."
+        f"Each line re-simulates the plan with one decision changed, against the next-best alternative: "
+        f"{variables} and {buckets}."
         + (" A variable moved to PS also moves the plan's other allreduces off collective ops (onto ordinary "
            "TensorFlow ops, as a plan with PS runs them); its delta includes that."
            if any(i["leaves_collective_ops"] for i in items) else ""),
