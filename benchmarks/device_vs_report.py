@@ -157,7 +157,8 @@ def markdown(rows, args, gpu_line):
     lines = [
         f"# The zoo's Keras models measured on one {args.device} beside `placement report`", "",
         f"Measured (on the lent device machine): `python3 benchmarks/device/keras_jax_steps.py "
-        f"--timed {rows[0]['timed_steps']}{profiled} --out $OUT/keras_jax_steps.json` ({gpu_line}); Keras {rows[0]['keras']}, JAX {rows[0]['jax']} (the device image "
+        f"--timed {rows[0]['timed_steps']}{profiled} --out $OUT/keras_jax_steps.json` ({gpu_line}); "
+        f"Keras {rows[0]['keras']}, JAX {rows[0]['jax']} (the device image "
         f"has no TensorFlow): the zoo's own model definitions and compile options, the step compiled by XLA as "
         f"Keras' JAX trainer always does (TensorFlow's Keras does the same for a default compile on a GPU), "
         f"float32 products on TF32 tensor cores (XLA's default, as TensorFlow's), median of "
