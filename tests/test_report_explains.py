@@ -235,3 +235,17 @@ def test_a_step_bound_by_a_one_core_node_s_cpu_says_so(mlp_graph):
     b = doc["bottleneck"]
     assert b["bound_by"] == "cpu" and b["sentence"].startswith(f"CPU-bound: the processes on node {node} ")
     assert ms(seconds) in b["sentence"]
+
+
+@pytest.mark.parametrize("device, busy, how", [
+    ("node-0/GPU:0", 3.835e-3 * (1 + 1e-12), "computing and applying updates"),  # its ops' seconds summed
+    ("node-0/CPU:0", 3.835e-3 * 1.5, "its ops overlapping on its cores"),  # an executor's ops side by side
+])
+def test_a_device_busy_the_whole_step_overlaps_its_ops_only_beyond_rounding(device, busy, how):
+    from autodist.report.bottleneck import bottleneck
+
+    data = {"prediction": {"step_time": 3.835e-3, "compute_time": 3.2e-3, "link_busy": {},
+                           "device_busy": {device: busy}},
+            "strategy": {"replicas": [[device]]}, "tasks": [], "variables": []}
+    b = bottleneck(data, (0.0, 0.6e-3), None, 0.0, True)
+    assert b["bound_by"] == "compute" and f"({how})" in b["sentence"]

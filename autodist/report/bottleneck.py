@@ -22,6 +22,8 @@ SATURATED = 0.9
 SIGNIFICANT = 0.2
 # Latency dominates when it is more than this share of the transfers' modelled seconds.
 LATENCY_DOMINATES = 0.5
+# A busy time over the step by less than this fraction of it is the float rounding of summing the device's ops.
+ROUNDING = 1e-9
 
 
 def _covered(intervals, start, end):
@@ -211,8 +213,10 @@ def _sentence(data, b, waiting, split, client_time, collective_ops, cpu_bound):
             "update spread over PS tasks) would shorten the step."
         )
     if device:
-        # A CPU's executor overlaps ops on its cores, so their seconds can add up to more than the step.
-        how = "its ops overlapping on its cores" if device["busy_fraction"] > 1 else "computing and applying updates"
+        # A CPU's executor overlaps ops on its cores, so their seconds can add up to more than the step (beyond the
+        # rounding of a device busy the whole step: a GPU's busy time summed over its ops).
+        overlapping = device["busy_fraction"] > 1 + ROUNDING
+        how = "its ops overlapping on its cores" if overlapping else "computing and applying updates"
         return (
             f"Compute-bound: {device['resource']} is busy {device['busy_fraction']:.0%} of the step ({how}), and "
             f"{waits}. More or faster devices, not faster links, would shorten the step."
