@@ -36,6 +36,7 @@ and the benchmarks read that list.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, replace
 
@@ -202,6 +203,36 @@ def horovod_step(problem, nodes=None, dense=False):
     else their rows all-gathered (Horovod's default).
     """
     return _ring_step(problem, nodes, dense, horovod=True)
+
+
+def mwms_step(problem, nodes=None):
+    """The simulated step (a SimResult) of ``problem``'s job as TensorFlow 2's ``MultiWorkerMirroredStrategy`` runs
+    it with its default ``CommunicationOptions`` on the first ``nodes`` compute nodes: one replica per GPU, as the
+    ``ring`` baseline, but every gradient in one bucket, summed by TensorFlow's ring over gRPC.
+
+    Its default ``bytes_per_pack`` of 0 puts every dense gradient in one pack
+    (``group_by_size`` in tensorflow/python/distribute/cross_device_utils.py),
+    which ``CollectiveReplicaLauncher.batch_all_reduce`` concatenates into one
+    tensor, so the sum starts once the backward pass has ended; and its
+    default implementation, ``AUTO``, makes TensorFlow's collective executor
+    run its own ``RingReduce`` (gRPC between workers) unless NCCL is asked
+    for (``CollectiveParamResolverLocal::AssignCollectiveType``):
+    ``Simulator(ring_reduce=True)``.  autodist's runtime asks for NCCL and
+    sums the ``ring`` baseline's buckets as their gradients are ready.  The
+    step is priced as Keras compiles it under the strategy: its default
+    ``jit_compile="auto"`` turns XLA off there (autodist.graph.xla).
+    """
+    from placement.problem import Problem
+    from placement.simulator import Simulator
+
+    item = problem.graph_item
+    if not item.job.distribute_strategy:
+        item = copy.copy(item)
+        item.job = replace(item.job, distribute_strategy="MultiWorkerMirroredStrategy")
+        problem = Problem(item, problem.resource_spec, problem.cost_model)
+    strategy = named("ring").build(problem, nodes)
+    one_pack = {name: replace(s, bucket=0) if s.method == "allreduce" else s for name, s in strategy.sync.items()}
+    return Simulator(problem, ring_reduce=True).simulate(replace(strategy, sync=one_pack))
 
 
 def _ring_step(problem, nodes, dense, horovod):

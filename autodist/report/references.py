@@ -3,7 +3,8 @@
 Published comparisons are made against these systems, which autodist's
 runtime does not run (placement.baselines prices each): Horovod's ring
 allreduce, TensorFlow 1's distributed parameter servers and AutoDist's
-(petuum/autodist) PartitionedPS.
+(petuum/autodist) PartitionedPS; and what a script written for TensorFlow 2's
+MultiWorkerMirroredStrategy runs without autodist (its default communication).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ SYSTEMS = (
      "tensorflow_ps_step"),
     ("autodist-ps", "AutoDist's PartitionedPS: a sum per node, each shard pulled back once it is updated",
      "autodist_ps_step"),
+    ("tensorflow-mwms", "TensorFlow 2's MultiWorkerMirroredStrategy as configured by default: no XLA (Keras' "
+                        "jit_compile='auto' under a strategy), every gradient in one tensor after the backward pass, "
+                        "summed by TensorFlow's own ring over gRPC",
+     "mwms_step"),
 )
 
 

@@ -35,7 +35,9 @@ What one step does, as simulated:
    bucket fitted beside it: that is Horovod's, which TensorFlow's
    collective ops do not pay; ``Simulator(horovod=True)`` charges it, to
    price a job as Horovod runs it: ``placement.baselines.horovod_step``): the step grows by what the slowed compute outlasts
-   (``contention_delay``, counted as exposed communication).  PS, as the
+   (``contention_delay``, counted as exposed communication).  ``Simulator(ring_reduce=True)`` sums them as
+   TensorFlow's own ring implementation does, its chunks over gRPC (``placement.baselines.mwms_step``:
+   MultiWorkerMirroredStrategy's default).  PS, as the
    runtime (launcher.runtime.trainer) runs it: every worker task (one per
    node) sums its replicas' gradient of each shard on its first replica
    device and pushes it once over gRPC, and the PS applies the update when

@@ -55,9 +55,10 @@ class CollectiveSync:
         cast = problem.cast_seconds(devices, dense, nbytes)
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
         horovod = self.sim.horovod and collective_ops
+        nccl = collective_ops and not self.sim.ring_reduce  # TensorFlow's ring moves chunks as ordinary ops do
         phases = problem.prices.phase_list(
-            ("ar", devices, algorithm, nbytes, collective_ops, horovod),
-            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, collective_ops, horovod),
+            ("ar", devices, algorithm, nbytes, nccl, horovod),
+            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, nccl, horovod),
         ) if summed else []
         for i, v in enumerate(gathered):
             # Horovod fuses the bucket's gathers, ready together, into one collective: one fixed cost (the first's).
@@ -73,10 +74,10 @@ class CollectiveSync:
             updates.append(((c, slot), device, sum(self._update_seconds(costs, v, device, gathered, len(devices))
                                                    for v in names)))
         contention, cpu = None, {}
-        if collective_ops and phases:
+        if nccl and phases:
             contention = problem.comm.compute_contention(devices, nbytes=nbytes,
                                                          seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
-        elif phases and problem.core_pools:  # the one-client runtime's ops: a gRPC sum, every replica's rows to all
+        elif phases and problem.core_pools:  # a gRPC sum (ordinary ops, or TensorFlow's ring), every replica's rows
             spec = problem.resource_spec
             messages = problem.comm.graph_allreduce_messages(nbytes, devices, algorithm) if summed else []
             messages += [(a, b, problem.sparse_bytes[v], 1) for v in gathered for a in devices for b in devices

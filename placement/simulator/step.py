@@ -37,14 +37,21 @@ class Simulator:
         shard is refreshed as soon as the shard's update ends, inside the step, where autodist's runtime reads
         every PS variable at the next step's start.  The reference AutoDist's published runs are priced as
         (placement.baselines.autodist_ps_step).
+    ring_reduce : bool
+        Price the collectives of a plan on collective ops as TensorFlow's own ring implementation runs them
+        (``RingReduce``: its chunks moved over gRPC between workers and copied inside one, as ordinary ops move
+        them, ``CommModel.graph_allreduce_phases``), where autodist's runtime asks for NCCL.  What a
+        ``MultiWorkerMirroredStrategy`` with its default communication runs (placement.baselines.mwms_step).
     """
 
-    def __init__(self, problem, incremental=True, horovod=False, tower_ps=False, proxy_pulls=False):
+    def __init__(self, problem, incremental=True, horovod=False, tower_ps=False, proxy_pulls=False,
+                 ring_reduce=False):
         self.problem = problem
         self.incremental = incremental
         self.horovod = horovod
         self.tower_ps = tower_ps
         self.proxy_pulls = proxy_pulls
+        self.ring_reduce = ring_reduce
         self.lowering = Lowering(self, incremental)
         self._shares = {}  # the simulators of the problem's replica shares (Problem.at_replicas)
         self._schedules = {}
@@ -66,7 +73,7 @@ class Simulator:
             return self
         if id(problem) not in self._shares:
             self._shares[id(problem)] = Simulator(problem, self.incremental, self.horovod, self.tower_ps,
-                                                    self.proxy_pulls)
+                                                    self.proxy_pulls, self.ring_reduce)
         return self._shares[id(problem)]
 
     # -- compute ---------------------------------------------------------
