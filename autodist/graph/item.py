@@ -203,6 +203,9 @@ class JobInfo:
     # The model.fit arguments the step's call passes that only Keras' own fit loop runs (ONE_CLIENT_FIT_ARGS):
     # autodist's one-client loop, which runs PS and hybrid plans, does not.
     fit_arguments: list = field(default_factory=list)
+    # The costly op types the tf.data pipeline that feeds model.fit runs on the host (autodist.graph.input_pipeline:
+    # reading, decoding, resizing, ...), which the step's price leaves out; [] for none or another input.
+    input_pipeline: list = field(default_factory=list)
 
     def why_collective_only(self):
         """Why only plans that allreduce every variable, one device per replica, can run this job; None if any can.

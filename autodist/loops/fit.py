@@ -8,6 +8,7 @@ import contextlib
 from autodist import hooks
 from autodist.errors import CaptureError
 from autodist.graph.batch import first_batch
+from autodist.graph.input_pipeline import host_op_types
 from autodist.graph.item import ONE_CLIENT_FIT_ARGS
 from autodist.graph.trace import shapes_of, spec_of, trace_step
 
@@ -102,12 +103,16 @@ def capturing(session):
         asked[id(model)] = jit_compile
 
     def fit(model, x=None, y=None, batch_size=None, *args, sample_weight=None, **kwargs):
+        import tensorflow as tf
+
         item = step_item(model, x, y, batch_size, sample_weight, session.model_name, session.step_source(),
                          asked.get(id(model)))
         given = dict(kwargs, sample_weight=sample_weight)
         in_data = "sample_weight" in item.job.input_shapes  # a dataset of (x, y, sample_weight)
         item.job.fit_arguments = [a for a in ONE_CLIENT_FIT_ARGS
                                   if given.get(a) is not None or (a == "sample_weight" and in_data)]
+        if isinstance(x, tf.data.Dataset):
+            item.job.input_pipeline = host_op_types(x)
         session.captured(item)
 
     with hook(fit), hooks.keras_compile(record_compile):

@@ -43,6 +43,8 @@ def _job(data, graph_item, plan):
                                     summary.get("batch_per_replica", False), summary.get("batch_pinned", ""),
                                     len(plan.resource_spec.compute_devices()), plan.micro_batches),
         **({"unknown_trips": summary["unknown_trips"]} if summary.get("unknown_trips") else {}),
+        **({"input_pipeline": graph_item.job.input_pipeline}
+           if graph_item is not None and graph_item.job.input_pipeline else {}),
     }
 
 

@@ -125,6 +125,11 @@ def _job(doc, md):
     for d in transposing:
         batch += "\n\n" + _paragraph(f"Layout on {d['model']}: {d['nchw_transposes']['why']}; cuDNN transposes each "
                                      "tensor-core convolution's operands and result in and out of NHWC.", md)
+    if job.get("input_pipeline"):
+        batch += "\n\n" + _paragraph(
+            f"Input: the script's tf.data pipeline runs {', '.join(job['input_pipeline'])} on the host CPUs for every "
+            "batch. It is not priced: the plan assumes each step's batch is ready when the step starts, which a "
+            "slower host would not make true.", md)
     for op in job.get("unknown_trips", []):
         batch += "\n\n" + _paragraph(f"Warning: the trip count of loop {op} is not known from the graph; its body "
                                      "is priced once per step.", md)
