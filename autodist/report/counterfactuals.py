@@ -6,9 +6,9 @@ difference in step time.  For a variable on PS the alternatives are
 allreduce with each algorithm, in a bucket of its own; for an allreduced
 variable, PS on the task holding the fewest PS bytes, where a plan with PS
 can run the job (not where it runs on collective ops only, a custom loop's:
-such a variable with a dense gradient has no alternative and no item).  A sparse gradient
-allreduced has both ways of travelling as alternatives: its rows gathered,
-or its table densified and summed.  For a bucket they are
+such a variable with a dense gradient has no alternative and no item).  A
+sparse gradient allreduced has both ways of travelling as alternatives: its
+rows gathered, or its table densified and summed.  For a bucket they are
 the other values of each bucket-wide choice in :data:`BUCKET_CHOICES`; of
 the algorithms, those that run differently on the plan's replicas
 (autodist.collective_stages.distinct_algorithms), each one's counterfactual
@@ -126,14 +126,14 @@ def _chosen_variable(s, sparse=False):
 
 def _variable_item(pricing, strategy, base, name):
     best = _next_best(_priced(pricing, _variable_alternatives(pricing, strategy, name)))
-    touched = name in pricing.sparse_gradients
-    chosen = _chosen_variable(strategy.sync[name], touched)
-    dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
-    figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"
     if best is None:
         return None  # a dense gradient where PS is not offered: allreduce is its only way
     label, changed, alt = best
+    touched = name in pricing.sparse_gradients
+    chosen = _chosen_variable(strategy.sync[name], touched)
+    dense, sparse = pricing.dense_bytes[name], pricing.sparse_bytes(strategy)[name]
     delta = alt.step_time - base.step_time
+    figures = f"{size(dense)} dense vs {size(sparse)} of touched rows" if touched else f"{size(dense)} gradient"
     return {
         "subject": "variable",
         "name": name,
