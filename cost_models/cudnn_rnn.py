@@ -82,9 +82,8 @@ def cudnn_kernels(loop, body, job):
     for op in products:
         moved = sum(body.tensor_bytes(t) for t in op.data_inputs) + op.total_output_bytes
         times = 1 if op.name in on_cycle else loop.trips
-        shape = op.output_shapes[0] if op.output_shapes else []
         kernels.append(replace(op, name=f"{op.name}/cudnn", inputs=[], flops=op.flops * times,
-                               output_shapes=[[times, *shape]], output_bytes=[moved * times], colocation=[]))
+                               output_bytes=[moved * times], colocation=[]))
         if op.name in on_cycle:
             per_step.add(kernels[-1].name)
     gates = [k for k in kernels if k.name in per_step]
