@@ -35,3 +35,68 @@ def test_mirrored_strategy_script_trains_on_two_replicas(tmp_path):
                           capture_output=True, text=True, timeout=400, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "MirroredStrategy runs as one replica" in done.stdout and "step 16" in done.stdout
+
+
+# tensorflow/docs distribute/custom_training.ipynb's last cell: a whole epoch in one tf.function, looping over the
+# distributed dataset and calling strategy.run(train_step) for each batch.
+EPOCH_IN_ONE_FUNCTION = """
+import numpy as np
+import tensorflow as tf
+import keras
+
+strategy = tf.distribute.MirroredStrategy()
+rng = np.random.default_rng(0)
+data = tf.data.Dataset.from_tensor_slices((rng.random((64, 4), dtype=np.float32),
+                                           rng.random((64, 1), dtype=np.float32))).batch(16)
+dist_data = strategy.experimental_distribute_dataset(data)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    optimizer = keras.optimizers.Adam()
+
+def train_step(inputs):
+    x, y = inputs
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    return loss
+
+@tf.function
+def train_epoch(dataset):
+    total = 0.0
+    for x in dataset:
+        total += strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(train_step, args=(x,)), axis=None)
+    return total
+
+train_epoch(dist_data)
+"""
+
+
+def test_a_step_that_loops_over_a_dataset_is_refused_naming_its_call(tmp_path):
+    """Before, capture took the epoch's tf.function as one step of batch size 0 (21 ops: the loop's body hidden in
+    the dataset's reduce), and a run's replicas failed inside its trace with a traceback."""
+    import pytest
+
+    from autodist.errors import CaptureError
+    from autodist.graph.capture import capture_script
+
+    script = tmp_path / "epoch.py"
+    script.write_text(EPOCH_IN_ONE_FUNCTION)
+    with pytest.raises(CaptureError, match=r"train_epoch takes a tf.data dataset and loops over it inside one "
+                                           r"tf.function .* once per batch") as caught:
+        capture_script(str(script))
+    call = EPOCH_IN_ONE_FUNCTION.splitlines().index("train_epoch(dist_data)") + 1
+    assert caught.value.source == f"{script}:{call}"
+
+
+def test_a_step_given_a_batch_beside_its_dataset_is_not_refused():
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+
+    from autodist.errors import LaunchError
+    from autodist.loops.function import refuse_data_loops
+
+    data = tf.data.Dataset.range(4).batch(2)
+    with pytest.raises(LaunchError, match="once per batch"):
+        refuse_data_loops(len, (iter(data),), {}, "s.py:1", LaunchError)
+    refuse_data_loops(len, (data, np.zeros((2, 3))), {}, "s.py:1", LaunchError)

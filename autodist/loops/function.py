@@ -7,6 +7,7 @@ import contextlib
 import functools
 
 from autodist import hooks
+from autodist.errors import CaptureError
 from autodist.graph.trace import trace_step
 
 NAME = "function"
@@ -98,6 +99,33 @@ def replica_count():
     return 1 if _runtime is None else _runtime.count
 
 
+def _is_data(value):
+    import tensorflow as tf
+
+    return isinstance(value, (tf.data.Dataset, tf.data.Iterator))
+
+
+def _is_batch(value):
+    import numpy as np
+    import tensorflow as tf
+
+    return isinstance(value, (tf.Tensor, np.ndarray)) and len(value.shape) >= 1
+
+
+def refuse_data_loops(step, args, kwargs, site, error):
+    """Raise ``error`` (an AutoDistError class) where ``step``, called at ``site`` with ``args`` and ``kwargs``,
+    takes a ``tf.data`` dataset or iterator and no batch: it loops over the data inside one call (a whole epoch in
+    one ``tf.function``), where autodist captures, prices and splits a step a batch."""
+    import tensorflow as tf
+
+    values = tf.nest.flatten((args, kwargs))
+    if any(_is_data(v) for v in values) and not any(_is_batch(v) for v in values):
+        name = getattr(getattr(step, "python_function", step), "__name__", "the step")
+        raise error(f"the training step {name} takes a tf.data dataset and loops over it inside one tf.function "
+                    "(the data's batches in one call); autodist captures, prices and distributes one call a batch: "
+                    f"call the step once per batch (for batch in dataset: {name}(batch))", source=site)
+
+
 def step_item(step, args, kwargs, model_name, source):
     """The GraphItem of one call of ``step`` (traced, not run), compiled as the step asks."""
     return trace_step(step, args, kwargs, model_name, source,
@@ -108,6 +136,7 @@ def capturing(session):
     """Inside: the first call of the script's training step is captured."""
 
     def call(step, args, kwargs):
+        refuse_data_loops(step, args, kwargs, session.step_source(), CaptureError)
         session.captured(step_item(step, args, kwargs, session.model_name, session.step_source()))
 
     return hook(call)
@@ -119,6 +148,7 @@ def probing(grab, source):
     def call(step, args, kwargs):
         import tensorflow as tf
 
+        refuse_data_loops(step, args, kwargs, source, CaptureError)
         grab(step, tuple(tf.nest.map_structure(tf.convert_to_tensor, args)))
 
     return hook(call)
