@@ -273,12 +273,31 @@ def step_handler():
 def run_script(path, args=()):
     """Run the script at ``path`` as ``__main__`` with ``sys.argv[1:]`` = ``args``, as ``python path args`` would.
 
-    ``sys.argv`` and ``sys.path`` (the script's folder first) are restored after.
+    ``sys.argv``, ``sys.path`` (the script's folder first) and ``KERAS_BACKEND`` are restored after.  The script
+    sees ``KERAS_BACKEND`` name the backend Keras runs; where it sets another, one line says that Keras keeps its own.
     """
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    import keras
+
+    saved_argv, saved_path, saved_backend = sys.argv[:], sys.path[:], os.environ.get("KERAS_BACKEND")
     sys.argv = [path, *map(str, args)]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    os.environ["KERAS_BACKEND"] = keras.backend.backend()
     try:
         runpy.run_path(path, run_name="__main__")
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+        _say_backend_kept(path, keras.backend.backend())
+        if saved_backend is None:
+            os.environ.pop("KERAS_BACKEND", None)
+        else:
+            os.environ["KERAS_BACKEND"] = saved_backend
+
+
+def _say_backend_kept(path, backend):
+    """One line where the script set ``KERAS_BACKEND`` to another backend than ``backend``, the one Keras runs:
+    Keras chose it when autodist imported Keras, before the script ran, so the script's model is built, captured
+    and trained on it whatever the script asks."""
+    asked = os.environ.get("KERAS_BACKEND", backend)
+    if asked != backend:
+        print(f"autodist: {path} sets KERAS_BACKEND={asked}, but Keras was imported on {backend} before the script "
+              f"ran: its model is built, captured, priced and trained on {backend}", file=sys.stderr, flush=True)

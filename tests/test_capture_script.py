@@ -280,3 +280,26 @@ def test_step_on_a_method_is_captured(tmp_path, decorator):
     assert item.job.batch_size == 6
     assert item.parameter_count() == 3 * 2 + 2
     assert all(v.gradients and v.update_ops for v in item.trainable_variables())
+
+
+def test_a_script_that_asks_for_another_keras_backend_is_told_it_runs_on_tensorflow(tmp_path, capsys):
+    """keras-io's Keras 3 examples set KERAS_BACKEND (ViT: "jax") before importing Keras; under autodist Keras is
+    already imported on TensorFlow, so the variable changes nothing: one line says so, and the variable is
+    restored."""
+    path = _script(tmp_path, """
+        import os
+
+        os.environ["KERAS_BACKEND"] = "jax"
+
+        import keras
+        import numpy as np
+
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        model.fit(np.zeros((8, 3), np.float32), np.zeros((8, 1), np.float32), batch_size=4, verbose=0)
+    """)
+    before = os.environ.get("KERAS_BACKEND")
+    item = capture_script(path)
+    err = capsys.readouterr().err
+    assert f"{path} sets KERAS_BACKEND=jax, but Keras was imported on tensorflow" in err
+    assert item.job.batch_size == 4 and os.environ.get("KERAS_BACKEND") == before

@@ -301,13 +301,16 @@ class PlacedTrainer:
             names = [nm for nm in names if nm not in sparse]
             if not names:
                 continue
+            # Flattened to the variables' sizes: a gradient's static shape can be unknown (one through a reshape
+            # of a dynamic batch, as a ViT's patches), and the ring cuts the concatenation by its static length.
+            sizes = [int(np.prod(self.copies[nm][0].shape)) for nm in names]
             flat = []
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
-                    flat.append(tf.concat([tf.reshape(grads[r][index[nm]], [-1]) for nm in names], axis=0))
+                    flat.append(tf.concat([tf.reshape(grads[r][index[nm]], [size])
+                                           for nm, size in zip(names, sizes)], axis=0))
             sums = allreduce(flat, self.devices, list(self.layout.replica_nodes), algorithm,
                              self.layout.variables[names[0]].compression)
-            sizes = [int(np.prod(self.copies[nm][0].shape)) for nm in names]
             for r, dev in enumerate(self.devices):
                 with tf.device(dev):
                     for nm, piece in zip(names, tf.split(sums[r], sizes)):
