@@ -582,6 +582,26 @@ def test_checkpoints_from_callbacks_hold_the_trained_weights_and_resume(tmp_path
         np.testing.assert_allclose(trained_weights(resumed)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def test_compiled_metrics_are_logged_per_epoch_as_keras_logs_them():
+    """Found on keras-io's ViT under a plan with PS: the epoch's logs held the loss alone, so a script reading
+    ``history.history["top-5-accuracy"]`` (or a callback watching ``accuracy``) failed.  With a learning rate of 0
+    the weights stay, so the epoch's accuracy is Keras' own evaluation of the same batches."""
+    import keras
+    from run_small_mlp import build_model, make_data
+
+    x, y = make_data(STEPS, BATCH, seed=4)
+    model = build_model(0)
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy", keras.metrics.SparseTopKCategoricalAccuracy(2, name="top-2")])
+    _fit_under_plan(model, x, y, epochs=2)
+    history = model.history.history
+    expected = model.evaluate(x, y, batch_size=BATCH, verbose=0, return_dict=True)
+    assert set(history) == {"loss", "accuracy", "top-2"}
+    for name in ("accuracy", "top-2"):
+        assert len(history[name]) == 2  # reset each epoch: both epochs see the same unchanged model
+        np.testing.assert_allclose(history[name], [expected[name]] * 2, rtol=1e-6, err_msg=name)
+
+
 def test_unsupported_fit_arguments_are_named():
     from run_small_mlp import build_model, make_data
 

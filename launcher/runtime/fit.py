@@ -179,6 +179,7 @@ class PlacedFit:
         done = 0
         for epoch in range(initial_epoch, epochs):
             hooks.on_epoch_begin(epoch)
+            model.reset_metrics()
             losses = []
             for b, (xb, yb) in enumerate(epoch_batches()):
                 if first_batch is None:
@@ -196,7 +197,8 @@ class PlacedFit:
                 reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb))
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
-            logs = {"loss": float(np.mean(losses))}  # the epoch's mean, as Keras logs it
+            logs = {"loss": float(np.mean(losses)),  # the epoch's mean, as Keras logs it
+                    **{name: float(value) for name, value in model.get_metrics_result().items() if name != "loss"}}
             if validation_data is not None and (epoch + 1) % (extra.get("validation_freq") or 1) == 0:
                 logs.update(_validated(model, validation_data, extra, batch_size or 32))
             hooks.on_epoch_end(epoch, logs)

@@ -232,8 +232,9 @@ class PlacedTrainer:
         return take
 
     def _replica_gradients(self, xs, ys, n, replica):
-        """Loss share (``xs``' rows of a global batch of ``n``) and gradients of one replica: a dense tensor per
-        allreduce variable, a list (one per shard, dense or IndexedSlices) per PS variable."""
+        """Loss share (``xs``' rows of a global batch of ``n``), gradients (a dense tensor per allreduce variable, a
+        list, one per shard, dense or IndexedSlices, per PS variable), the model's new state and the predictions of
+        one replica."""
         import tensorflow as tf
 
         from autodist.hooks import keras_take
@@ -258,12 +259,13 @@ class PlacedTrainer:
                 continue
             count = len(self.shards[name])
             out.append([_shard_gradient(g[k], g[count + k], "ps_shard_gradient") for k in range(count)])
-        return loss, out, new_state
+        return loss, out, new_state, y_pred
 
     def _accumulated_gradients(self, xs, ys, n, replica):
         """:meth:`_replica_gradients` of the replica's rows ``xs``, ``ys`` cut into the layout's micro-batches, one
         after the other, summed (each loss is already scaled by its rows' share of the global batch).  The
-        model's state (batch-norm statistics) is the last micro-batch's."""
+        model's state (batch-norm statistics) is the last micro-batch's; the predictions are the micro-batches'
+        in order."""
         import tensorflow as tf
 
         parts = self.layout.micro_batches
@@ -280,7 +282,8 @@ class PlacedTrainer:
                               for k in range(len(self.shards[name]))])
             else:
                 grads.append(tf.add_n([run[1][i] for run in runs], name="accumulate"))
-        return tf.add_n([run[0] for run in runs]), grads, runs[-1][2]
+        predictions = tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *[run[3] for run in runs])
+        return tf.add_n([run[0] for run in runs]), grads, runs[-1][2], predictions
 
     def _sum_allreduce(self, grads):
         """Replace, per replica, allreduce gradients by their sum across replicas; a sparse gradient
@@ -351,15 +354,16 @@ class PlacedTrainer:
         n = tf.shape(x)[0]
         count = len(self.devices)
         self._pulled = {}  # this trace's shard reads on the PS, per (variable, shard), and pulls, per task
-        losses, grads, states = [], [], []
+        losses, grads, states, predictions = [], [], [], []
         for r, dev in enumerate(self.devices):
             lo, hi = n * r // count, n * (r + 1) // count
             xs, ys = x[lo:hi], y[lo:hi]  # cut on the client: a replica's task receives only its rows
             with tf.device(dev):
-                loss, g, state = self._accumulated_gradients(xs, ys, n, r)
+                loss, g, state, y_pred = self._accumulated_gradients(xs, ys, n, r)
             losses.append(loss)
             grads.append(g)
             states.append(state)
+            predictions.append(y_pred)
         ps_grads = self._sum_ps(grads)
         self._sum_allreduce(grads)
         for dev, (opt, variables) in self.optimizers.items():
@@ -374,6 +378,10 @@ class PlacedTrainer:
                 opt.apply(updates, variables)
         for var, value in zip(self._state, states[0]):
             var.assign(value)
+        # The compiled metrics, on the client, over the global batch's predictions in the replicas' row order, as
+        # Keras' own train step updates them (its loss tracker aside: the fit loop logs the loss it returns).
+        self.model.compute_metrics(x, y, tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0),
+                                                               *predictions))
         return tf.add_n(losses)
 
     def _traced_step(self):
