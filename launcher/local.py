@@ -8,7 +8,7 @@ every other task logs to a file.  Each process gets its
 own process group and a log file in a temporary folder.  The first client
 runs in the current folder and every other client in a folder of its own
 that links the current folder's entries, as workers on their own disks
-(:mod:`launcher.workdir`; with ``chief_in_place=False``, the first too).  Whatever happens
+(:mod:`autodist.workdir`; with ``chief_in_place=False``, the first too).  Whatever happens
 (the script ends, a task dies, Ctrl-C, SIGTERM), every process group is
 stopped before :func:`run_local` returns, and the folder is removed; if the
 launcher itself is killed, its tasks and folder go with it
@@ -35,7 +35,7 @@ from autodist.errors import LaunchError
 from launcher.runtime.joining import JOIN_TIMEOUT_S
 from launcher.runtime.server import task_cpu_devices
 from launcher.supervision import Watchdog, launched_env
-from launcher.workdir import own_folder
+from autodist.workdir import own_folder
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -343,7 +343,7 @@ def run_local(plan, plan_path, script, args=(), report_path=None, on_start=None,
         Log the first client to a file too, instead of showing its output.
     chief_in_place : bool
         Run the first client in the current folder (the others each run in a
-        folder of their own, :mod:`launcher.workdir`); False: the first too.
+        folder of their own, :mod:`autodist.workdir`); False: the first too.
     env : dict, optional
         Variables added to every task's environment.
 

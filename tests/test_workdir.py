@@ -1,4 +1,4 @@
-"""Each replica writes in a working folder of its own (launcher.workdir), as each worker of a cluster on its own
+"""Each replica writes in a working folder of its own (autodist.workdir), as each worker of a cluster on its own
 disk: the corpus' tf_docs_keras_save_and_load (``os.mkdir``), tf_docs_distribute_keras (an HDF5 checkpoint) and
 tf_docs_structured_data_preprocessing_layers (a ``.keras`` saved and loaded back) stopped both replicas when they
 ran in one folder ("FileExistsError", "Unable to synchronously create file", "Bad CRC-32")."""
@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from launcher.workdir import own_folder
+from autodist.workdir import own_folder
 from tests.plan_runs import captured, ring_plan
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "saves_in_its_folder.py")
@@ -57,3 +57,31 @@ def test_a_second_replica_keeps_a_callback_that_writes_in_its_own_folder_only(tm
     assert writes_in_own_folder(keras.callbacks.EarlyStopping())
     assert not writes_in_own_folder(keras.callbacks.ModelCheckpoint(str(tmp_path.parent / "cp.weights.h5")))
     assert not writes_in_own_folder(keras.callbacks.CSVLogger("logs/log.csv"))
+
+
+SAVES_BEFORE_ITS_STEP = """
+import numpy as np
+import keras
+
+data = np.load("data.npy")
+model = keras.Sequential([keras.Input((7,)), keras.layers.Dense(1)])
+model.save_weights("initial.weights.h5")
+model.load_weights("initial.weights.h5")
+model.compile(optimizer="sgd", loss="mse")
+model.fit(data, data[:, :1], batch_size=16, epochs=1, verbose=0)
+"""
+
+
+def test_capture_leaves_nothing_the_script_writes_before_its_step(tmp_path, monkeypatch):
+    """keras-io's mixup saves its initial weights before fit and both replicas save them again: capture (which
+    ``autodist run`` and ``bench`` do first) left the file in the run's folder, every replica's folder linked it,
+    and the replicas wrote one HDF5 file through the links ("Unable to synchronously create file")."""
+    from autodist.graph.capture import capture_script
+
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "train.py").write_text(SAVES_BEFORE_ITS_STEP)
+    np.save(tmp_path / "job" / "data.npy", np.zeros((32, 7), np.float32))
+    monkeypatch.chdir(tmp_path / "job")
+    item = capture_script("train.py")
+    assert item.job.batch_size == 16 and item.job.model_name == "train"
+    assert sorted(os.listdir(".")) == ["data.npy", "train.py"]

@@ -11,6 +11,7 @@ import traceback
 from autodist import hooks, loops
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
+from autodist.workdir import scratch_folder
 
 # How long a script may run before it reaches its training step (seconds).
 DEFAULT_TIMEOUT_S = 600.0
@@ -50,13 +51,13 @@ class _ScriptCapture:
 
     def __init__(self, path):
         self.source = path
+        self.target = os.path.abspath(path)  # what the script's frames name, whatever folder it runs in
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
 
     def step_source(self):
         """``script:line`` of the innermost line of the script on the stack (the call being captured)."""
-        target = os.path.abspath(self.source)
-        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == target]
+        lines = [f.lineno for f in traceback.extract_stack() if os.path.abspath(f.filename) == self.target]
         return f"{self.source}:{lines[-1]}" if lines else self.source
 
     def captured(self, item):
@@ -77,6 +78,12 @@ def _script_line(exc, path):
 
 def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     """Run a training script in capture mode and return its first step.
+
+    The script runs in a scratch folder that links each entry of the current
+    one (:func:`autodist.workdir.scratch_folder`): it reads what is there, and
+    what it writes before its step (saved weights, a generated data file) is
+    removed with the folder, so that ``autodist run`` and ``autodist bench``,
+    which capture before they train, leave no file for their replicas to share.
 
     Parameters
     ----------
@@ -106,8 +113,8 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     session = _ScriptCapture(path)
     amp_rewrite.allow_without_gpu()
     try:
-        with loops.capturing(session), _time_limit(timeout_s):
-            hooks.run_script(path, args)
+        with scratch_folder("autodist-capture-"), loops.capturing(session), _time_limit(timeout_s):
+            hooks.run_script(session.target, args)
     except _StopScript:
         pass
     except _TimedOut:
@@ -119,7 +126,7 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
         if exc.code not in (0, None):
             raise CaptureError(f"script exited with status {exc.code!r} before training", source=path) from None
     except Exception as exc:
-        line = _script_line(exc, path)
+        line = _script_line(exc, session.target)
         where = f"{path}:{line}" if line else path
         raise CaptureError(f"script raised {first_line(exc)}", source=where) from None
     if session.item is None and {"-h", "--help"} & set(map(str, args)):

@@ -114,7 +114,7 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
     """A worker task with several replicas: one process per replica (each sees only its GPU), all awaited.
 
     The task's first replica runs in the task's folder, every other in a folder
-    of its own (:mod:`launcher.workdir`).  The first to fail stops the others
+    of its own (:mod:`autodist.workdir`).  The first to fail stops the others
     and the task, naming the replica.
     """
     import subprocess
@@ -123,7 +123,7 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
 
     from launcher.runtime.collective import replica_places
     from launcher.runtime.worker import merge_records
-    from launcher.workdir import own_folder
+    from autodist.workdir import own_folder
 
     places = replica_places(plan)
     gpus = plan.resource_spec.device(plan.strategy.replicas[ranks[0]][0]).kind == "GPU"

@@ -20,7 +20,7 @@ from launcher.runtime.fit import (PlacedFit, at_plan_batch, check_global_batch, 
 NAME = fit.NAME
 
 # Keras callbacks that write files, and the attribute that holds where.  Every replica but the first works in a
-# folder of its own (launcher.workdir) and keeps such a callback where it writes there; one that writes elsewhere
+# folder of its own (autodist.workdir) and keeps such a callback where it writes there; one that writes elsewhere
 # (an absolute path, a folder linked from the user's) would write the first replica's files again, and is dropped.
 FILE_WRITING_CALLBACKS = {"ModelCheckpoint": "filepath", "BackupAndRestore": "backup_dir", "TensorBoard": "log_dir",
                           "CSVLogger": "filename"}

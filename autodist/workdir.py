@@ -20,6 +20,11 @@ removed with the run.  ``autodist bench`` runs even the chief in a folder of
 its own, so every strategy's run starts from the same files and none is
 left in the user's folder.
 
+Capture runs the script in such a folder too (:func:`scratch_folder`), until its first training step: what
+the script writes before it (initial weights saved to reload, a generated data file) is removed with the folder,
+so ``autodist run`` and ``autodist bench``, which capture before they train, do not leave it in the user's folder
+as an entry every replica's folder would link and write through.
+
 What stays shared, as on workers that mount one network file system:
 
 - an entry that existed before the run: a replica that overwrites such a
@@ -30,7 +35,10 @@ What stays shared, as on workers that mount one network file system:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 
 
 def own_folder(parent, name, source=None):
@@ -50,3 +58,17 @@ def own_folder(parent, name, source=None):
             continue
         os.symlink(entry.path, os.path.join(folder, entry.name))
     return folder
+
+
+@contextlib.contextmanager
+def scratch_folder(prefix):
+    """Inside: the process works in a new temporary folder (named from ``prefix``) that links each entry of the
+    current folder (:func:`own_folder`); after, the current folder is back and the temporary one removed."""
+    here = os.getcwd()
+    parent = tempfile.mkdtemp(prefix=prefix)
+    try:
+        os.chdir(own_folder(parent, "work", here))
+        yield
+    finally:
+        os.chdir(here)
+        shutil.rmtree(parent, ignore_errors=True)
