@@ -171,3 +171,19 @@ def test_a_fit_on_a_dataset_of_fewer_batches_than_bench_measures_trains_it_repea
     assert fewer_steps_repeated(data, {"epochs": 1}, {}) == (data, {"epochs": 1})
     arrays = np.ones((8, 3))
     assert fewer_steps_repeated(arrays, {"epochs": 1}, wanted)[0] is arrays
+
+
+def test_a_repeated_fit_replays_the_scripts_batches_not_new_draws():
+    """keras-io's mixup draws random mixing weights in its tf.data map (and reshuffles): repeated by bench, every
+    pass drew anew, in each replica at its own pace, where the docstring promised the script's batches again.  The
+    repetitions replay the first pass."""
+    import numpy as np
+    import tensorflow as tf
+
+    from launcher.runtime.fit import MIN_STEPS_ENV, fewer_steps_repeated
+
+    data = tf.data.Dataset.range(4).batch(2).map(lambda b: tf.cast(b, tf.float32) + tf.random.uniform([2]))
+    x, _ = fewer_steps_repeated(data, {"epochs": 1}, {MIN_STEPS_ENV: "6"})
+    passes = np.array([b.numpy() for b in x.take(6)]).reshape(3, 2, 2)
+    np.testing.assert_array_equal(passes[1], passes[0])
+    np.testing.assert_array_equal(passes[2], passes[0])

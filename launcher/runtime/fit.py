@@ -299,8 +299,10 @@ def fewer_steps_repeated(x, kwargs, environ=None):
     """``model.fit``'s ``(x, kwargs)``, a dataset of fewer batches than :data:`MIN_STEPS_ENV` over its epochs
     repeated and each epoch bounded by ``steps_per_epoch``, as Keras trains a repeated dataset: ``autodist bench``
     measures the median of its steps after a warm-up, and a script that trains one step (one batch, one epoch)
-    gives nothing to measure.  The step is the script's, on its batches in their order, again.  Arrays, a dataset
-    of unknown length, epochs given by position, and any fit without the variable set: as given."""
+    gives nothing to measure.  The step is the script's, on its batches in their order, again: the first pass is
+    cached and replayed, not drawn anew (a reshuffling shuffle or a random map, as keras-io's mixup has, would draw
+    every pass anew, in each replica at its own pace).  Arrays, a dataset of unknown length, epochs given by
+    position, and any fit without the variable set: as given."""
     import tensorflow as tf
 
     wanted = int((os.environ if environ is None else environ).get(MIN_STEPS_ENV, "0"))
@@ -310,7 +312,7 @@ def fewer_steps_repeated(x, kwargs, environ=None):
     per_epoch = kwargs.get("steps_per_epoch") or int(x.cardinality())
     if epochs < 1 or per_epoch < 0 or epochs * per_epoch >= wanted:
         return x, kwargs
-    return x.repeat(), dict(kwargs, steps_per_epoch=-(-wanted // epochs))
+    return x.cache().repeat(), dict(kwargs, steps_per_epoch=-(-wanted // epochs))
 
 
 def replica_share(layout, x, replicas, rank):
