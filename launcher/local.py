@@ -32,10 +32,10 @@ from collections import deque
 from dataclasses import dataclass
 
 from autodist.errors import LaunchError
+from autodist.workdir import own_folder
 from launcher.runtime.joining import JOIN_TIMEOUT_S
 from launcher.runtime.server import task_cpu_devices
 from launcher.supervision import Watchdog, launched_env
-from autodist.workdir import own_folder
 
 POLL_S = 0.1
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}

@@ -121,9 +121,9 @@ def run_task_replicas(plan, plan_path, cluster, ranks, script, args=(), report_p
     import tempfile
     import time
 
+    from autodist.workdir import own_folder
     from launcher.runtime.collective import replica_places
     from launcher.runtime.worker import merge_records
-    from autodist.workdir import own_folder
 
     places = replica_places(plan)
     gpus = plan.resource_spec.device(plan.strategy.replicas[ranks[0]][0]).kind == "GPU"

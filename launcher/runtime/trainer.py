@@ -48,6 +48,13 @@ def _split_sizes(length, parts):
     return [length * (i + 1) // parts - length * i // parts for i in range(parts)]
 
 
+def _rows_joined(parts):
+    """Predictions of consecutive rows (each a tensor or a nest of them, alike), joined in order."""
+    import tensorflow as tf
+
+    return tf.nest.map_structure(lambda *pieces: tf.concat(pieces, axis=0), *parts)
+
+
 def _sum_gradients(grads, name):
     """The sum of gradients of one shard: their rows concatenated when all are sparse, else added."""
     import tensorflow as tf
@@ -282,8 +289,7 @@ class PlacedTrainer:
                               for k in range(len(self.shards[name]))])
             else:
                 grads.append(tf.add_n([run[1][i] for run in runs], name="accumulate"))
-        predictions = tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0), *[run[3] for run in runs])
-        return tf.add_n([run[0] for run in runs]), grads, runs[-1][2], predictions
+        return tf.add_n([run[0] for run in runs]), grads, runs[-1][2], _rows_joined([run[3] for run in runs])
 
     def _sum_allreduce(self, grads):
         """Replace, per replica, allreduce gradients by their sum across replicas; a sparse gradient
@@ -380,8 +386,7 @@ class PlacedTrainer:
             var.assign(value)
         # The compiled metrics, on the client, over the global batch's predictions in the replicas' row order, as
         # Keras' own train step updates them (its loss tracker aside: the fit loop logs the loss it returns).
-        self.model.compute_metrics(x, y, tf.nest.map_structure(lambda *parts: tf.concat(parts, axis=0),
-                                                               *predictions))
+        self.model.compute_metrics(x, y, _rows_joined(predictions))
         return tf.add_n(losses)
 
     def _traced_step(self):
