@@ -88,7 +88,7 @@ def test_a_step_that_loops_over_a_dataset_is_refused_naming_its_call(tmp_path):
     assert caught.value.source == f"{script}:{call}"
 
 
-def test_a_step_given_a_batch_beside_its_dataset_is_not_refused():
+def test_a_step_given_an_iterator_is_refused_and_one_given_a_batch_beside_its_dataset_is_not():
     import numpy as np
     import pytest
     import tensorflow as tf

@@ -7,6 +7,14 @@ from autodist.errors import CaptureError
 DEFAULT_BATCH_SIZE = 32  # Keras' model.fit default
 
 
+def is_batched(value):
+    """Whether ``value`` is an array or tensor with a leading (batch) dimension: what a step's batch is made of."""
+    import numpy as np
+    import tensorflow as tf
+
+    return isinstance(value, (tf.Tensor, np.ndarray)) and len(value.shape) >= 1
+
+
 def _rows(value, batch_size):
     import tensorflow as tf
 

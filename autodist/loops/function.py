@@ -8,6 +8,7 @@ import functools
 
 from autodist import hooks
 from autodist.errors import CaptureError
+from autodist.graph.batch import is_batched
 from autodist.graph.trace import trace_step
 
 NAME = "function"
@@ -105,13 +106,6 @@ def _is_data(value):
     return isinstance(value, (tf.data.Dataset, tf.data.Iterator))
 
 
-def _is_batch(value):
-    import numpy as np
-    import tensorflow as tf
-
-    return isinstance(value, (tf.Tensor, np.ndarray)) and len(value.shape) >= 1
-
-
 def refuse_data_loops(step, args, kwargs, site, error):
     """Raise ``error`` (an AutoDistError class) where ``step``, called at ``site`` with ``args`` and ``kwargs``,
     takes a ``tf.data`` dataset or iterator and no batch: it loops over the data inside one call (a whole epoch in
@@ -119,7 +113,7 @@ def refuse_data_loops(step, args, kwargs, site, error):
     import tensorflow as tf
 
     values = tf.nest.flatten((args, kwargs))
-    if any(_is_data(v) for v in values) and not any(_is_batch(v) for v in values):
+    if any(_is_data(v) for v in values) and not any(is_batched(v) for v in values):
         name = getattr(getattr(step, "python_function", step), "__name__", "the step")
         raise error(f"the training step {name} takes a tf.data dataset and loops over it inside one tf.function "
                     "(the data's batches in one call); autodist captures, prices and distributes one call a batch: "

@@ -38,6 +38,7 @@ import numpy as np
 
 from autodist.collective_stages import group_keys, stages
 from autodist.errors import LaunchError, PlacementError
+from autodist.graph.batch import is_batched
 from autodist.strategy import WIRE_DTYPES
 
 GRADIENT_GROUP, SETUP_GROUP = 1, 2
@@ -418,7 +419,7 @@ class CollectiveGroup:
         two collectives, every replica at once."""
         import tensorflow as tf
 
-        tensors = [t for t in tf.nest.flatten(batch) if _is_batched(t)]
+        tensors = [t for t in tf.nest.flatten(batch) if is_batched(t)]
         if not tensors:
             return 0
 
@@ -450,7 +451,7 @@ class CollectiveGroup:
         parts = self.layout.micro_batches
 
         def step(*args, **kwargs):
-            batch = [t for t in tf.nest.flatten((args, kwargs)) if _is_batched(t)]
+            batch = [t for t in tf.nest.flatten((args, kwargs)) if is_batched(t)]
             if not batch:
                 raise LaunchError("the training step got no batch (no tensor or array argument)", field="step")
             rows = batch[0].shape[0]
@@ -464,7 +465,7 @@ class CollectiveGroup:
                 share = tf.cast(hi - lo, tf.float64) / tf.cast(n, tf.float64)
 
             def cut(start, stop):
-                return lambda t: t[start:stop] if _is_batched(t) and t.shape[0] == rows else t
+                return lambda t: t[start:stop] if is_batched(t) and t.shape[0] == rows else t
 
             outs, weights = [], []
             with self._summing_gradients(share, checksum) as seen:
@@ -595,12 +596,6 @@ def _checksum(t):
     if t.dtype == tf.string:
         t = tf.strings.to_hash_bucket_fast(t, 2**24)
     return tf.reduce_mean(tf.cast(t, tf.float64))
-
-
-def _is_batched(t):
-    import tensorflow as tf
-
-    return isinstance(t, (tf.Tensor, np.ndarray)) and len(t.shape) >= 1
 
 
 def join(cluster, index, device_type="CPU"):
