@@ -124,6 +124,7 @@ class CollectiveGroup:
         self._capacities = {}  # sparse gradient -> (its gathers' row capacity, how often it grew): see _capacity
         self.collectives = []  # what the traced steps built: one record per collective
         self.micro_batches_per_step = 1  # the traced step's calls of the script's step (applies deferred + 1)
+        self.traces = 0  # times TensorFlow traced a replica step (a new batch shape traces it again)
         self.variables = {}  # path -> variable, every variable whose gradient went through a collective
 
     def relayout(self, layout):
@@ -451,6 +452,7 @@ class CollectiveGroup:
         parts = self.layout.micro_batches
 
         def step(*args, **kwargs):
+            self.traces += 1  # Python runs here only while TensorFlow traces the step
             batch = [t for t in tf.nest.flatten((args, kwargs)) if is_batched(t)]
             if not batch:
                 raise LaunchError("the training step got no batch (no tensor or array argument)", field="step")

@@ -32,13 +32,15 @@ class StepReporter:
     With ``total_steps`` known, about ten lines in all; without (a custom
     loop), steps 1-10, then every 10th, then every 100th from step 1000.
     A run's later training phases (launcher.runtime.phases) start at
-    :meth:`next_phase`; the closing lines measure each phase on its own steps.
+    :meth:`next_phase`; the closing lines measure each phase on its own steps,
+    less those that traced the step function again (:func:`_measured`).
     """
 
     def __init__(self, predicted_step_time, total_steps=None, out=None):
         self.predicted = predicted_step_time
         self.out = out or sys.stdout
         self.times = []
+        self.traced = []  # whether each step traced the step function (its time is mostly the trace)
         self.phase_starts = [{"phase": 1, "first_step": 1, "predicted_step_time": predicted_step_time}]
         self.expect(total_steps)
 
@@ -59,8 +61,9 @@ class StepReporter:
             return index == 1 or index == self.total or index % self.every == 0
         return index <= 10 or index % (100 if index >= 1000 else 10) == 0
 
-    def step(self, index, loss, seconds, samples=None):
+    def step(self, index, loss, seconds, samples=None, traced=False):
         self.times.append(seconds)
+        self.traced.append(traced)
         if not self._shown(index):
             return
         of = f"/{self.total}" if self.total else ""
@@ -71,25 +74,29 @@ class StepReporter:
         print(f"step {index}{of}{shown_loss}  step {_ms(seconds)}{rate}{predicted}", file=self.out, flush=True)
 
     def measured_step_time(self):
-        """Median step time of the measured steps of the whole run (:func:`_settled`)."""
-        times = _settled(self.times)[1]
+        """Median step time of the measured steps of the whole run (:func:`_measured`)."""
+        times = _measured(self.times, self.traced)[1]
         return float(np.median(times)) if times else 0.0
 
     def phases(self, plan_path):
         """One record per training phase that ran a step: its steps (``first_step``-``last_step``), the median
-        of its settled ones (``measured_from`` on, :func:`_settled`; None: all of them), its prediction, and its
-        plan (``plan_path`` for the first; a later one's where it was kept)."""
+        of its measured ones (:func:`_measured`: ``measured_from`` on, None: all of them, less the steps
+        ``retraced``), its prediction, and its plan (``plan_path`` for the first; a later one's where it was
+        kept).  ``only_retraced``: every step after the first traced again, so the median is of traces."""
         out = []
         starts = self.phase_starts
         for k, phase in enumerate(starts):
+            first = phase["first_step"]
             last = starts[k + 1]["first_step"] - 1 if k + 1 < len(starts) else len(self.times)
-            times = self.times[phase["first_step"] - 1:last]
+            times = self.times[first - 1:last]
             if not times:
                 continue
-            skip, settled = _settled(times)
+            skip, measured, retraced = _measured(times, self.traced[first - 1:last])
             out.append(dict({"plan": str(plan_path)} if k == 0 else {}, **phase, last_step=last,
-                            measured_from=phase["first_step"] + skip if len(times) > skip else None,
-                            measured_step_time=float(np.median(settled))))
+                            measured_from=first + skip if len(times) > skip else None,
+                            retraced=[first + i for i in retraced],
+                            only_retraced=bool(retraced) and len(retraced) == len(times) - skip,
+                            measured_step_time=float(np.median(measured))))
         return out
 
     def summary(self, plan_path):
@@ -99,12 +106,17 @@ class StepReporter:
             print(measured_line(phase, len(phases) > 1), file=self.out, flush=True)
 
 
-def _settled(times):
-    """``(skip, the steps a measured step time is the median of)``: those after TensorFlow's executor settled (its
-    first EXECUTOR_SETTLE_RUNS runs, which profiling leaves out of the step times the cost model is fitted on) where
-    at least as many follow them, else all but the first (it traces the graph)."""
+def _measured(times, traced):
+    """``(skip, the steps a measured step time is the median of, the indices of those left out)``: the steps after
+    TensorFlow's executor settled (its first EXECUTOR_SETTLE_RUNS runs, which profiling leaves out of the step times
+    the cost model is fitted on) where at least as many follow them, else all but the first (it traces the graph),
+    less those that traced the step again (an epoch's smaller last batch is another shape: its step's time is
+    mostly the trace), unless every one did (then they are all there is)."""
     skip = EXECUTOR_SETTLE_RUNS if len(times) >= 2 * EXECUTOR_SETTLE_RUNS else 1
-    return skip, times[skip:] or times
+    settled = range(skip, len(times))
+    retraced = [i for i in settled if traced[i]]
+    kept = [times[i] for i in settled if not traced[i]]
+    return skip, kept or times[skip:] or times, retraced
 
 
 def measured_line(phase, numbered=False):
@@ -112,12 +124,24 @@ def measured_line(phase, numbered=False):
     its plan is not priced); ``numbered``: the run had several, and the line names which."""
     measured, predicted = phase["measured_step_time"], phase["predicted_step_time"]
     ratio = f" ({measured / predicted:.2f}x the prediction)" if predicted > 0 else ""
-    steps = f" (median of steps {phase['measured_from']}-{phase['last_step']})" if phase["measured_from"] else ""
+    steps = f" (median of steps {phase['measured_from']}-{phase['last_step']}{_retraced(phase)})" \
+        if phase["measured_from"] else ""
     against = f"vs predicted {_ms(predicted)}{ratio}" if predicted > 0 else "(this phase's plan is not priced)"
     where = f" at {phase['source']}" if phase.get("source") else ""
     label = f"phase {phase['phase']}{where}: " if numbered else ""
     plan = f"; plan {phase['plan']}" if phase.get("plan") else ""
     return f"autodist: {label}measured step time {_ms(measured)}{steps} {against}{plan}"
+
+
+def _retraced(phase):
+    """What the closing line says of the steps left out because they traced the step again."""
+    retraced = phase.get("retraced") or []
+    if not retraced:
+        return ""
+    if phase.get("only_retraced"):
+        return "; each traced the step again (another batch shape): a trace, not a measure of the step"
+    shown = ", ".join(map(str, retraced[:5])) + (", ..." if len(retraced) > 5 else "")
+    return f", less step{'s' if len(retraced) > 1 else ''} {shown}, which traced the step again"
 
 
 class PlacedFit:
@@ -191,10 +215,11 @@ class PlacedFit:
                               "the rows it touches", file=self.out, flush=True)
                 hooks.on_train_batch_begin(b)
                 start = time.perf_counter()
+                traces = trainer.traces
                 loss = trainer.step(xb, yb)
                 losses.append(loss)
                 done += 1
-                reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb))
+                reporter.step(done, loss, time.perf_counter() - start, global_batch_rows(xb), trainer.traces > traces)
                 hooks.on_train_batch_end(b, {"loss": loss})
             trainer.write_back()
             logs = {"loss": float(np.mean(losses)),  # the epoch's mean, as Keras logs it

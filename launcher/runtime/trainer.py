@@ -129,6 +129,7 @@ class PlacedTrainer:
         self._pulled = {}
         self._create_variables()
         self._step = None
+        self.traces = 0  # times TensorFlow traced the step (a new batch shape traces it again)
 
     # -- variables -------------------------------------------------------
     def _create_variables(self):
@@ -357,6 +358,7 @@ class PlacedTrainer:
     def _step_body(self, x, y):
         import tensorflow as tf
 
+        self.traces += 1  # Python runs here only while TensorFlow traces the step
         n = tf.shape(x)[0]
         count = len(self.devices)
         self._pulled = {}  # this trace's shard reads on the PS, per (variable, shard), and pulls, per task

@@ -42,6 +42,7 @@ class CollectiveRun:
         self.console = self.out if self.first else _Discard()  # where this replica's lines go
         self.reporter = StepReporter(group.layout.predicted_step_time, None, self.console)
         self.steps = 0
+        self._traces = 0  # the group's traces by the end of the last step counted
         self._stack = None
 
     def __enter__(self):
@@ -65,7 +66,8 @@ class CollectiveRun:
         """One step done: ``out`` its loss (or logs), ``seconds`` its time, ``samples`` its global batch."""
         loss = _scalar(out.get("loss") if isinstance(out, dict) else out)
         self.steps += 1
-        self.reporter.step(self.steps, loss, seconds, samples)
+        traced, self._traces = self.group.traces > self._traces, self.group.traces
+        self.reporter.step(self.steps, loss, seconds, samples, traced)
 
     def plan_phase(self, planned):
         """Run from now on under ``planned`` (a later phases.Phase; None: keep the plan)."""
