@@ -2,7 +2,8 @@
 (tf_docs_keras_save_and_load, tf_docs_distribute_keras, tf_docs_structured_data_preprocessing_layers): an HDF5
 checkpoint every epoch, then ``os.mkdir`` and a ``.keras`` model saved into it and loaded back.  With the argument
 ``one-batch`` it trains one epoch of a dataset of one batch (keras_io_image_classification_from_scratch, cut short):
-one step."""
+one step.  Its two-epoch fit passes the checkpoint alone, not in a list, as tensorflow/docs' simple_audio passes
+its EarlyStopping (Keras' fit takes either)."""
 import os
 import sys
 
@@ -18,7 +19,7 @@ if sys.argv[1:] == ["one-batch"]:
     model.fit(tf.data.Dataset.from_tensor_slices((data[:, :6], data[:, 6:])).batch(len(data)), epochs=1, verbose=0,
               callbacks=[checkpoint])
 else:
-    model.fit(data[:, :6], data[:, 6:], batch_size=16, epochs=2, verbose=0, callbacks=[checkpoint])
+    model.fit(data[:, :6], data[:, 6:], batch_size=16, epochs=2, verbose=0, callbacks=checkpoint)
 os.mkdir("saved")
 model.save(os.path.join("saved", "model.keras"))
 keras.models.load_model(os.path.join("saved", "model.keras"))

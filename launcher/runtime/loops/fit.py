@@ -44,6 +44,8 @@ def one_client(client):
 
 def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, callbacks=None, **kwargs):
     """Keras' fit (``keras_fit``), with ``run``'s replica step and a progress callback."""
+    import keras
+
     group = run.group
     if model.optimizer is None:
         raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
@@ -58,7 +60,8 @@ def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, 
                                            run.call_site()))
     check_global_batch(group.layout, rows)
     group.broadcast_from_first(model.weights)
-    kept = [c for c in callbacks or [] if run.first or writes_in_own_folder(c)]
+    # Keras' fit takes one callback or a (nested) list of them: its CallbackList flattens what it is given.
+    kept = [c for c in keras.tree.flatten(callbacks or []) if run.first or writes_in_own_folder(c)]
     progress = _progress_callback(run, run.samples(rows))
     model.train_step = group.replica_step(type(model).train_step.__get__(model))
     if model.run_eagerly:  # Keras calls the step eagerly; the replica's step (its collectives) is traced
