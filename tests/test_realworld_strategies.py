@@ -94,9 +94,55 @@ def test_a_step_given_an_iterator_is_refused_and_one_given_a_batch_beside_its_da
     import tensorflow as tf
 
     from autodist.errors import LaunchError
-    from autodist.loops.function import refuse_data_loops
+    from autodist.loops.function import refuse_unbatched
 
     data = tf.data.Dataset.range(4).batch(2)
     with pytest.raises(LaunchError, match="once per batch"):
-        refuse_data_loops(len, (iter(data),), {}, "s.py:1", LaunchError)
-    refuse_data_loops(len, (data, np.zeros((2, 3))), {}, "s.py:1", LaunchError)
+        refuse_unbatched(len, (iter(data),), {}, "s.py:1", LaunchError)
+    refuse_unbatched(len, (data, np.zeros((2, 3))), {}, "s.py:1", LaunchError)
+
+
+STYLE_TRANSFER = """
+import numpy as np
+import tensorflow as tf
+
+image = tf.Variable(np.random.default_rng(0).random((1, 8, 8, 3), dtype=np.float32))
+target = tf.constant(np.random.default_rng(1).random((1, 8, 8, 3), dtype=np.float32))
+opt = tf.keras.optimizers.Adam(learning_rate=0.02)
+
+@tf.function()
+def train_step(image):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean((image - target) ** 2)
+    grad = tape.gradient(loss, image)
+    opt.apply_gradients([(grad, image)])
+    image.assign(tf.clip_by_value(image, 0.0, 1.0))
+
+train_step(image)
+"""
+
+
+def test_a_step_that_trains_the_variable_it_is_given_is_refused_naming_it(tmp_path):
+    """tensorflow/docs' style transfer trains an image: ``train_step(image)`` with ``image`` a ``tf.Variable``, no
+    batch.  Capture traced the variable as a tensor spec and failed inside the optimizer ("'SymbolicTensor' object has
+    no attribute '_unique_id'"); read from the closure instead, it was captured with batch size 0 and ``autodist run``
+    failed in the search with a traceback ("the step's batch size is unknown")."""
+    import pytest
+
+    from autodist.errors import CaptureError
+    from autodist.graph.capture import capture_script
+
+    script = tmp_path / "style.py"
+    script.write_text(STYLE_TRANSFER)
+    with pytest.raises(CaptureError, match=r"train_step is given no batch \(only tf.Variable 'Variable:0', which it "
+                                           r"trains\)") as caught:
+        capture_script(str(script))
+    assert caught.value.source == f"{script}:{STYLE_TRANSFER.splitlines().index('train_step(image)') + 1}"
+    script.write_text(STYLE_TRANSFER.replace("def train_step(image):", "def train_step():")
+                      .replace("train_step(image)", "train_step()"))
+    with pytest.raises(CaptureError, match=r"train_step is given no batch \(no tensor or array\)"):
+        capture_script(str(script))
+    script.write_text(STYLE_TRANSFER.replace("def train_step(image):", "def train_step(image, target):")
+                      .replace("train_step(image)", "train_step(image, target)"))
+    with pytest.raises(CaptureError, match=r"the step is given trainable tf.Variable 'Variable:0' as an argument"):
+        capture_script(str(script))  # with a batch beside it: autodist syncs the variables of the model or closure

@@ -20,10 +20,11 @@ def _shape_list(shape):
 
 
 def spec_of(value):
-    """A ``tf.TensorSpec`` for an array or tensor; any other value is returned as is."""
+    """A ``tf.TensorSpec`` for an array or tensor; any other value (a ``tf.Variable`` too: the step reads and
+    assigns it, as style transfer's step trains the image it is given) is returned as is."""
     import tensorflow as tf
 
-    if isinstance(value, tf.TensorSpec):
+    if isinstance(value, (tf.TensorSpec, tf.Variable)):
         return value
     if tf.is_tensor(value) or (hasattr(value, "shape") and hasattr(value, "dtype")):
         return tf.TensorSpec(tuple(value.shape), tf.as_dtype(value.dtype))
@@ -234,6 +235,12 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     """
     import tensorflow as tf
 
+    passed = [v for v in tf.nest.flatten((args, kwargs)) if isinstance(v, tf.Variable) and v.trainable]
+    if passed:
+        raise CaptureError(f"the step is given trainable tf.Variable {passed[0].name!r} as an argument; autodist "
+                           "places and sums the gradients of the variables a step reads from its model or closure, "
+                           "not of its arguments (read it there, or run the script without autodist)",
+                           source=source)
     objects = _referenced_objects(traced.python_function)
     _build_optimizer_first(objects)
     specs = tf.nest.map_structure(spec_of, tuple(args))

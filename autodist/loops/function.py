@@ -106,18 +106,27 @@ def _is_data(value):
     return isinstance(value, (tf.data.Dataset, tf.data.Iterator))
 
 
-def refuse_data_loops(step, args, kwargs, site, error):
+def refuse_unbatched(step, args, kwargs, site, error):
     """Raise ``error`` (an AutoDistError class) where ``step``, called at ``site`` with ``args`` and ``kwargs``,
-    takes a ``tf.data`` dataset or iterator and no batch: it loops over the data inside one call (a whole epoch in
-    one ``tf.function``), where autodist captures, prices and splits a step a batch."""
+    is given no batch (no tensor or array with a leading dimension), where autodist captures, prices and splits a
+    step a batch: it loops over a ``tf.data`` dataset or iterator inside one call (a whole epoch in one
+    ``tf.function``), reads its data itself, or trains what it is given (tensorflow/docs' style transfer: an image
+    ``tf.Variable``)."""
     import tensorflow as tf
 
     values = tf.nest.flatten((args, kwargs))
-    if any(_is_data(v) for v in values) and not any(is_batched(v) for v in values):
-        name = getattr(getattr(step, "python_function", step), "__name__", "the step")
+    if any(is_batched(v) for v in values):
+        return
+    name = getattr(getattr(step, "python_function", step), "__name__", "the step")
+    if any(_is_data(v) for v in values):
         raise error(f"the training step {name} takes a tf.data dataset and loops over it inside one tf.function "
                     "(the data's batches in one call); autodist captures, prices and distributes one call a batch: "
                     f"call the step once per batch (for batch in dataset: {name}(batch))", source=site)
+    trained = [v for v in values if isinstance(v, tf.Variable) and v.trainable]
+    what = f"only tf.Variable {trained[0].name!r}, which it trains" if trained else "no tensor or array"
+    raise error(f"the training step {name} is given no batch ({what}); autodist splits each call's batch among the "
+                f"replicas: give the step its batch as an argument ({name}(batch)), or run the script without "
+                "autodist", source=site)
 
 
 def step_item(step, args, kwargs, model_name, source):
@@ -130,7 +139,7 @@ def capturing(session):
     """Inside: the first call of the script's training step is captured."""
 
     def call(step, args, kwargs):
-        refuse_data_loops(step, args, kwargs, session.step_source(), CaptureError)
+        refuse_unbatched(step, args, kwargs, session.step_source(), CaptureError)
         session.captured(step_item(step, args, kwargs, session.model_name, session.step_source()))
 
     return hook(call)
@@ -142,7 +151,7 @@ def probing(grab, source):
     def call(step, args, kwargs):
         import tensorflow as tf
 
-        refuse_data_loops(step, args, kwargs, source, CaptureError)
+        refuse_unbatched(step, args, kwargs, source, CaptureError)
         grab(step, tuple(tf.nest.map_structure(tf.convert_to_tensor, args)))
 
     return hook(call)

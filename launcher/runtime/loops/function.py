@@ -40,7 +40,7 @@ class _ReplicaSteps:
         run, group = self.run, self.run.group
         traced = self._traced.get(id(step), (None, None))[1]
         if traced is None:
-            function.refuse_data_loops(step, args, kwargs, run.call_site(), LaunchError)
+            function.refuse_unbatched(step, args, kwargs, run.call_site(), LaunchError)
             if group.layout.rebatched:
                 raise LaunchError(f"the plan's global batch is {group.layout.batch_size} (--global-batch) and "
                                   "a custom loop's step gets the script's own batches, which autodist run cannot "
