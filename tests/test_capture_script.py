@@ -174,6 +174,38 @@ def test_tf_function_that_updates_without_an_optimizer_is_not_a_step(tmp_path):
     assert _fit_is_unpatched()
 
 
+def test_a_fit_of_a_model_whose_variables_keras_does_not_track_is_refused(tmp_path):
+    """tensorflow/docs' basic_training_loops fits a keras.Model holding raw ``tf.Variable`` attributes: Keras 3 tracks
+    none of them, warns "The model does not have any trainable weights" and fits on, training nothing.  Capture
+    refused it for the two variables' shared name ('Variable'), which naming them would not have fixed."""
+    path = _script(
+        tmp_path,
+        """
+        import numpy as np, tensorflow as tf
+
+        class MyModelKeras(tf.keras.Model):
+            def __init__(self, **kwargs):
+                super().__init__(**kwargs)
+                self.w = tf.Variable(5.0)
+                self.b = tf.Variable(0.0)
+
+            def call(self, x):
+                return self.w * x + self.b
+
+        model = MyModelKeras()
+        model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1), loss=tf.keras.losses.mse)
+        x = np.random.default_rng(0).normal(size=(64,)).astype(np.float32)
+        model.fit(x, 3 * x + 2, epochs=1, batch_size=16, verbose=0)
+        """,
+    )
+    with pytest.raises(CaptureError, match=r"model.fit trains nothing: Keras tracks no trainable weight of model "
+                                           r"'my_model_keras' .*self.add_weight") as info:
+        capture_script(path)
+    fit_line = next(i for i, line in enumerate(open(path).read().splitlines(), 1) if "model.fit(" in line)
+    assert info.value.source == f"{path}:{fit_line}"
+    assert _fit_is_unpatched()
+
+
 def test_autodist_function_outside_capture_is_a_tf_function():
     import numpy as np
     import tensorflow as tf

@@ -87,10 +87,25 @@ def step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_co
     # a part of unknown shape (a pandas DataFrame) is left out, as shapes_of leaves out a nested one
     shapes = {n: s for n, s in shapes.items() if s is not None}
     traced = tf.function(model.train_step)
-    with _without_loss_scaling(model):
-        return trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
-                          input_shapes=shapes, step=NAME, xla=model.jit_compile,
-                          jit=keras_jit_facts(model, jit_compile))
+    try:
+        with _without_loss_scaling(model):
+            item = trace_step(traced, (specs,), {}, model_name, source, optimizer=type(model.optimizer).__name__,
+                              input_shapes=shapes, step=NAME, xla=model.jit_compile,
+                              jit=keras_jit_facts(model, jit_compile))
+    except CaptureError:
+        _refuse_untrained(model, source)  # the cause, where it is (the trace built the model)
+        raise
+    _refuse_untrained(model, source)
+    return item
+
+
+def _refuse_untrained(model, source):
+    """Raise CaptureError where ``model`` has no trainable weight Keras tracks: its fit trains nothing (Keras warns
+    "The model does not have any trainable weights" and fits on), so there is nothing to distribute."""
+    if not model.trainable_weights:
+        raise CaptureError(f"model.fit trains nothing: Keras tracks no trainable weight of model {model.name!r} "
+                           "(Keras 3 does not track a tf.Variable set as a model's or layer's attribute: create it "
+                           "with self.add_weight)", source=source)
 
 
 @contextlib.contextmanager
