@@ -77,6 +77,15 @@ def test_validation_points_are_priced_with_the_shipped_constants_and_never_fitte
     assert pricer.step_seconds(run, shipped) == pricer.step_seconds(run, no_fixed_cost)
 
 
+def test_rows_that_publish_an_efficiency_alone_are_evaluated_on_their_own():
+    """Horovod's 512-GPU rows state no throughput: evaluated alone (``--cluster-rows HVD1``) their summary has no
+    throughput error, and the command failed in its median ("no median for empty data")."""
+    out = subprocess.run([sys.executable, "-m", "autodist", "costmodel", "eval", "--section", "cluster_published",
+                          "--cluster-rows", "HVD1"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "  validation: efficiency on 2 rows: median" in out.stdout
+
+
 def test_an_unknown_row_is_one_line_and_exit_2():
     out = subprocess.run([sys.executable, "-m", "autodist", "costmodel", "eval", "--section", "cluster_published",
                           "--cluster-rows", "M99"], capture_output=True, text=True, timeout=120)

@@ -465,7 +465,8 @@ def write_shipped(allreduce, command, path=OVERLAP_FILE):
 def _summary(rows, suffix):
     errors = [abs(r[f"error{suffix}"]) for r in rows if r[f"error{suffix}"] is not None]
     points = [abs(r[f"efficiency_points{suffix}"]) for r in rows if "efficiency_points" in r]
-    return {f"median_throughput_error{suffix}": statistics.median(errors), f"max_throughput_error{suffix}": max(errors),
+    return {f"median_throughput_error{suffix}": statistics.median(errors) if errors else None,
+            f"max_throughput_error{suffix}": max(errors, default=None),
             "rows_with_published_throughput": len(errors),
             f"median_efficiency_points{suffix}": statistics.median(points) if points else None,
             f"max_efficiency_points{suffix}": max(points, default=None), "rows_with_published_efficiency": len(points)}
@@ -496,22 +497,24 @@ def report_lines(section):
                       if r["error"] is not None else f"published {'-':>9}  predicted {r['predicted']:9.1f} {'':9}")
             lines.append(f"  {r['id']:<26} {r['system']:<19} {r['gpus']:>4} GPUs  {versus}  efficiency "
                          f"{r['published_efficiency'] * 100:5.1f}% vs {r['predicted_efficiency'] * 100:5.1f}%")
-        v = validation["summary"]
-        lines.append(f"  validation: median |throughput error| {v['median_throughput_error'] * 100:.1f}% worst "
-                     f"{v['max_throughput_error'] * 100:.1f}% on {v['rows_with_published_throughput']} rows; "
-                     f"efficiency on {v['rows_with_published_efficiency']} "
-                     f"rows: median {v['median_efficiency_points'] * 100:.1f} points, worst "
-                     f"{v['max_efficiency_points'] * 100:.1f} points")
+        lines.append(_summary_line("validation", validation["summary"], ""))
     for s in validation["skipped"]:
         lines.append(f"  {s['row']} not evaluated: {s['reason']}")
     summary = section["summary"]
     for suffix, label in (("", "shipped constants"), ("_left_out", "system left out")) if summary else ():
-        line = (f"  {label}: median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% "
-                f"worst {summary['max_throughput_error' + suffix] * 100:.1f}%")
-        if summary["rows_with_published_efficiency"]:
-            line += (f"; efficiency on {summary['rows_with_published_efficiency']} rows: median "
-                     f"{summary['median_efficiency_points' + suffix] * 100:.1f} points, worst "
-                     f"{summary['max_efficiency_points' + suffix] * 100:.1f} points")
-        lines.append(line)
+        lines.append(_summary_line(label, summary, suffix))
     return lines
 
+
+def _summary_line(label, summary, suffix):
+    """One line of a :func:`_summary`: its throughput errors and its efficiency points, each where rows have them."""
+    parts = []
+    if summary["rows_with_published_throughput"]:
+        parts.append(f"median |throughput error| {summary['median_throughput_error' + suffix] * 100:.1f}% worst "
+                     f"{summary['max_throughput_error' + suffix] * 100:.1f}% on "
+                     f"{summary['rows_with_published_throughput']} rows")
+    if summary["rows_with_published_efficiency"]:
+        parts.append(f"efficiency on {summary['rows_with_published_efficiency']} rows: median "
+                     f"{summary['median_efficiency_points' + suffix] * 100:.1f} points, worst "
+                     f"{summary['max_efficiency_points' + suffix] * 100:.1f} points")
+    return f"  {label}: " + "; ".join(parts)
