@@ -56,6 +56,25 @@ def test_a_batch_written_into_a_shape_is_found_at_capture():
     assert capture_step(free, x).job.batch_pinned == ""
 
 
+def test_every_strategy_bench_runs_keeps_a_pinned_batch_per_replica():
+    """keras-io's switch transformer writes its batch of 50 into a shape: ``autodist run`` planned every replica on its
+    own 50, but ``autodist bench`` wrote its baselines' plans from the step at the script's batch (the global batch
+    split 25 a replica), and the ring baseline's replicas died ("Cannot reshape a tensor with 160000 elements to shape
+    [10000,32]")."""
+    from autodist.cli.bench_cmd import strategy_plans
+    from autodist.graph.trace import capture_step
+    from autodist.resource_spec import load_cluster
+    from cost_models import CostModel
+
+    item = capture_step(_steps(4)[0], np.zeros((4, 6, 8), np.float32))
+    plans = strategy_plans(item, load_cluster(preset="cpu-local:2"), ["plan", "ring", "greedy-ps"],
+                           CostModel.default(), moves=20)
+    ran = [(name, plan) for name, plan, _ in plans if plan is not None]
+    assert [name for name, _ in ran] == ["plan", "ring"]  # a custom loop: no PS baseline
+    for name, plan in ran:
+        assert (plan.graph["batch_per_replica"], plan.graph["batch_size"], plan.graph["script_batch"]) == (True, 8, 4), name
+
+
 def test_each_semantics_plans_its_global_batch():
     from autodist.api import make_plan
     from autodist.errors import InputError

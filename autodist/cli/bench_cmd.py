@@ -109,6 +109,7 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
 
     searched, result = plan_with_search(graph_item, resource_spec, seed=seed, budget_s=budget_s, moves=moves,
                                         progress=progress, cost_model=cost_model)
+    planned = result.simulator.problem.graph_item  # at the batch the plans train on (a pinned batch: per replica)
     candidates = {c.name: c for c in result.candidates}
     out = []
     for name in names:
@@ -120,7 +121,7 @@ def strategy_plans(graph_item, resource_spec, names, cost_model, seed=0, budget_
             else:  # every variable allreduced by that algorithm, as the ring baseline buckets them
                 strategy = Baseline(name, algorithm=name).build(result.simulator.problem)
                 simulation = result.simulator.simulate(strategy, trace=True)
-            plan = Plan.from_strategy(graph_item, resource_spec, strategy, simulation, cost_model.id, seed,
+            plan = Plan.from_strategy(planned, resource_spec, strategy, simulation, cost_model.id, seed,
                                       name=job_name_for(f"{graph_item.job.model_name or ''}-{name}"))
             out.append((name, plan, ""))
         else:
