@@ -20,8 +20,8 @@ def _shape_list(shape):
 
 
 def spec_of(value):
-    """A ``tf.TensorSpec`` for an array or tensor; any other value (a ``tf.Variable`` too: the step reads and
-    assigns it, as style transfer's step trains the image it is given) is returned as is."""
+    """A ``tf.TensorSpec`` for an array or tensor; any other value is returned as is (a ``tf.Variable`` too: the
+    step is traced with the variable itself, as the script calls it, not with a tensor it could not assign)."""
     import tensorflow as tf
 
     if isinstance(value, (tf.TensorSpec, tf.Variable)):
