@@ -77,7 +77,8 @@ for _t in (
     "FusedBatchNorm", "FusedBatchNormV3", "FusedBatchNormGrad", "FusedBatchNormGradV3",
     "BroadcastGradientArgs", "BroadcastTo", "Tile", "L2Normalize",
     # pooling
-    "MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "MaxPoolV2", "MaxPoolGradV2",
+    "MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad", "MaxPoolV2", "MaxPoolGradV2", "MaxPool3D", "AvgPool3D",
+    "MaxPool3DGrad", "AvgPool3DGrad",
     # data movement
     "Transpose", "ConjugateTranspose", "ConcatV2", "Concat", "Split", "SplitV", "Slice",
     "StridedSlice", "StridedSliceGrad", "Pack", "Unpack", "Pad", "PadV2", "MirrorPad", "Reverse",

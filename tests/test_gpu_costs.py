@@ -565,3 +565,35 @@ def test_keras_argmax_bit_ops_are_priced_as_the_kernels_they_are_not_at_the_fall
         assert costs[types["BitwiseAnd"]].source != "fallback"
         if device.kind == "GPU":
             assert costs[types["Bitcast"]].seconds == 0 and costs[types["BitwiseAnd"]].seconds > 0
+
+
+def test_3d_pooling_is_priced_as_the_memory_kernel_it_is_not_at_the_fallback():
+    """keras-io's 3D_image_classification pools its Conv3D volumes (MaxPool3D, and MaxPool3DGrad in the backward
+    pass): both got the fallback cost, with a warning, on a CPU; they stream their volumes as the 2-D pools do."""
+    import warnings
+
+    import keras
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_step
+    from cost_models import UnknownOpTypeWarning
+
+    model = keras.Sequential([keras.Input((8, 8, 8, 1)), keras.layers.Conv3D(4, 3), keras.layers.MaxPool3D(2),
+                              keras.layers.AveragePooling3D(1), keras.layers.GlobalAveragePooling3D(),
+                              keras.layers.Dense(1)])
+    optimizer = keras.optimizers.SGD(0.1)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    item = capture_step(step, np.zeros((2, 8, 8, 8, 1), np.float32))
+    pools = {name: op.type for name, op in item.ops.items() if "Pool3D" in op.type}
+    assert {"MaxPool3D", "MaxPool3DGrad", "AvgPool3D", "AvgPool3DGrad"} <= set(pools.values())
+    for device in (load_cluster(preset="dgx-a100").gpus()[0], load_cluster(preset="cpu-local").compute_devices()[0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnknownOpTypeWarning)
+            costs = CostModel.default().op_costs(item, device)
+        assert all(costs[name].source != "fallback" and costs[name].seconds > 0 for name in pools)
