@@ -40,16 +40,16 @@ def _evaluated(run):
 
 
 @pytest.mark.parametrize("run", ROWS, ids=lambda r: r.id)
-def test_the_report_prices_every_row_as_costmodel_eval_does(run):
+def test_the_report_prices_every_row_as_costmodel_eval_does(run, tmp_path):
     """Each row's job as a user gives it to ``placement report`` on one GPU of the row's device: the report's
     data-parallel line there (the ``ring`` baseline: the job run as it is, nothing to synchronise), simulated by
     the report's own code, is ``costmodel eval``'s price of the row."""
+    from autodist.resource_spec import load_cluster
     from cost_models import CostModel
-    from cost_models.fitting.cluster_published import one_gpu
     from placement import Problem, Simulator
     from placement.baselines import named
 
-    problem = Problem(row_graph(run), one_gpu(run.device), CostModel.default())
+    problem = Problem(row_graph(run), load_cluster(one_gpu_cluster(tmp_path, run.device)), CostModel.default())
     step = Simulator(problem).simulate(named("ring").build(problem)).step_time
     assert run.batch * run.micro_batches / step == pytest.approx(_evaluated(run), rel=1e-6)
 

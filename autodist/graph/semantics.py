@@ -59,6 +59,13 @@ def planned_batch(graph_item, devices, global_batch=None, per_replica=False):
                      item.loops.values())
 
 
+def one_replica(graph_item, replicas):
+    """What one replica of a data-parallel plan of ``graph_item`` (the step at its global batch) over ``replicas``
+    replicas runs, as one device alone runs it: the largest share of the global batch, all of its micro-batches
+    (the denominator of weak scaling)."""
+    return at_batch(graph_item, -(-graph_item.job.batch_size // max(replicas, 1)))
+
+
 def replica_limit(batch_size, micro_batches, devices, per_replica=False):
     """The most one-device replicas a job can run on ``devices`` compute devices: one per device, and where the
     replicas share the global batch of ``batch_size``, at most one per sample of each of ``micro_batches`` (a

@@ -318,6 +318,8 @@ def build_report(plan, graph_item=None, search=None, other_plan=None, plan_file=
             "warning": stats.get("warning"),
         },
         "compare": None if other_plan is None else _compare(data, other_plan, batch),
-        "references": reference_steps(search.simulator.problem, batch, step) if references and search else None,
+        "scaling": pricing.weak_scaling(plan.strategy, samples_per_second(batch, step)) if pricing else None,
+        "references": (reference_steps(pricing, search.simulator.problem, batch, step)
+                       if references and search else None),
         "provenance": data["provenance"],
     }

@@ -33,6 +33,20 @@ class Pricing:
         self.sparse_gradients = set(self._problem.sparse_gradients)
         # Why no plan with PS can run the job (None where one can: JobInfo.why_collective_only).
         self.ps_not_offered = graph_item.job.why_collective_only()
+        self._alone = {}  # replica devices -> one of them running one replica's share alone
+
+    def weak_scaling(self, strategy, samples_per_s):
+        """The weak scaling of ``strategy`` at ``samples_per_s`` over one of its devices running one replica's
+        share alone (placement.scaling); None unless every replica is one device, of one model, and there are
+        at least two."""
+        from placement.scaling import one_device, weak_scaling
+
+        if not all(len(replica) == 1 for replica in strategy.replicas):
+            return None
+        devices = tuple(replica[0] for replica in strategy.replicas)
+        if devices not in self._alone:
+            self._alone[devices] = one_device(self._problem, list(devices))
+        return weak_scaling(self._alone[devices], samples_per_s)
 
     def simulate(self, strategy, trace=False):
         """The SimResult of one step of ``strategy`` (``trace``: keep its timeline events)."""

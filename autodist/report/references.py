@@ -26,14 +26,18 @@ SYSTEMS = (
 )
 
 
-def reference_steps(problem, batch_size, plan_step):
-    """One entry per system of :data:`SYSTEMS`: its simulated step of ``problem`` and its throughput against the
-    plan's ``plan_step``."""
+def reference_steps(pricing, problem, batch_size, plan_step):
+    """One entry per system of :data:`SYSTEMS`: its simulated step of ``problem``, its throughput against the
+    plan's ``plan_step``, and its weak scaling (every system runs a replica per compute device, as the ``ring``
+    baseline; ``pricing``: the report's autodist.report.pricing.Pricing of ``problem``)."""
     from placement import baselines
 
+    ring = baselines.named("ring").build(problem)
     out = []
     for name, system, pricer in SYSTEMS:
         step = getattr(baselines, pricer)(problem).step_time
-        out.append({"name": name, "system": system, "step_time": step,
-                    "samples_per_s": samples_per_second(batch_size, step), "throughput_vs_plan": plan_step / step})
+        samples_per_s = samples_per_second(batch_size, step)
+        out.append({"name": name, "system": system, "step_time": step, "samples_per_s": samples_per_s,
+                    "throughput_vs_plan": plan_step / step,
+                    "scaling": pricing.weak_scaling(ring, samples_per_s) if pricing else None})
     return out

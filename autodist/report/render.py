@@ -236,6 +236,8 @@ def _comparison(doc, md):
             md,
         ),
     ]
+    if doc.get("scaling"):
+        lines += ["", _paragraph(_scaling(doc["scaling"], "the plan's"), md)]
     if doc["compare"]:
         o = doc["compare"]
         note = "" if o["same_graph"] and o["same_cluster"] else " (made for a different graph or cluster)"
@@ -245,19 +247,32 @@ def _comparison(doc, md):
     return "\n".join(lines)
 
 
+def _scaling(s, whose):
+    """One sentence of weak scaling (placement.scaling) for ``whose`` replicas."""
+    return (f"Weak scaling: one {s['device']} alone runs a replica's {count(s['replica_batch'])} samples in "
+            f"{ms(s['one_device_step_time'])} ({count(s['one_device_samples_per_s'])} samples/s); {whose} "
+            f"{s['replicas']} replicas give {factor(s['speedup'])} that, an efficiency of {s['efficiency']:.1%}.")
+
+
+def _vs_one_device(scaling):
+    """A reference's speed-up over one device and its efficiency, "-" without one."""
+    return f"{factor(scaling['speedup'])} ({scaling['efficiency']:.1%})" if scaling else "-"
+
+
 def _references(doc, md):
     """The job as other systems run it (``--references``); None (no section) when not asked for."""
     if doc["references"] is None:
         return None
-    rows = [[r["name"], ms(r["step_time"]), count(r["samples_per_s"]), factor(r["throughput_vs_plan"])]
-            for r in doc["references"]]
+    rows = [[r["name"], ms(r["step_time"]), count(r["samples_per_s"]), factor(r["throughput_vs_plan"]),
+             _vs_one_device(r.get("scaling"))] for r in doc["references"]]
     notes = "\n".join(f"- {r['system']}" if md else
                       textwrap.fill(r["system"], WIDTH, initial_indent="- ", subsequent_indent="  ")
                       for r in doc["references"])
     return "\n".join([
         _paragraph("The same job as systems autodist does not run would run it on this cluster, as published "
-                   "comparisons are made (throughput against this plan's):", md),
-        "", table(["system", "step", "samples/s", "throughput"], rows, md), "", notes])
+                   "comparisons are made (throughput against this plan's; vs one device: over one device "
+                   "running one replica's share alone, and the weak-scaling efficiency):", md),
+        "", table(["system", "step", "samples/s", "throughput", "vs one device"], rows, md), "", notes])
 
 
 def _bottleneck(doc, md):

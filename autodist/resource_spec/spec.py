@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from autodist.errors import InputError
 from autodist.resource_spec.checks import LINK_KINDS, spec_problems
@@ -207,6 +207,14 @@ class ResourceSpec:
     def compute_devices(self):
         """GPUs if the cluster has any, else CPUs: where replicas run."""
         return self.gpus() or self.devices("CPU")
+
+    def alone(self, device_name):
+        """The cluster of compute device ``device_name`` alone: its node with that device, no other compute device
+        and no NIC (a GPU keeps its node's CPUs, as a user's one-GPU machine has them)."""
+        device = self.device(device_name)
+        node = self.node_of(device_name)
+        kept = [d for d in node.devices if d.name == device_name or (device.kind == "GPU" and d.kind == "CPU")]
+        return ResourceSpec([replace(node, devices=kept, nics=[], bridge=None)], name=f"one {device.model}")
 
     def cores_of(self, device_name):
         """The CPU cores a CPU device's processes are pinned to, on an emulated node; None elsewhere (all of them).

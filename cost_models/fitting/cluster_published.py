@@ -25,9 +25,10 @@ pricing and enter no fit (:data:`VALIDATION`, priced with the shipped
 constants).
 
 Efficiency is the multi-GPU throughput over GPUs x single-GPU throughput.
-The predicted one divides by the same job's throughput on one GPU of the
-row's device, priced the same way (what ``placement report`` prints on a
-one-GPU cluster); the published one is the row's stated speedup over one
+The predicted one divides by one GPU of the row's cluster running one
+replica's share alone, priced the same way (placement.scaling: what
+``placement report`` prints on a one-GPU cluster, and the denominator of the
+weak scaling it prints); the published one is the row's stated speedup over one
 GPU, or the single-GPU figure of the same source and software (a G row),
 else unknown.
 
@@ -284,14 +285,6 @@ def select(names):
     return tuple(run for run in EVALUATED if run.id in names or run.row in names)
 
 
-def one_gpu(model):
-    """The :class:`ResourceSpec` of one GPU of ``model``: where the efficiency's single-GPU step is priced."""
-    from autodist.resource_spec.cluster_file import cluster_from_dict
-
-    node = {"name": "n", "count": 1, "gpus": {"model": model, "count": 1}}
-    return cluster_from_dict({"name": f"one {model}", "nodes": [node]}, source=f"one {model}")
-
-
 @lru_cache(maxsize=1)
 def _cost_model():
     from cost_models import CostModel
@@ -349,13 +342,16 @@ class Pricer:
         return self._seconds[key]
 
     def single_throughput(self, run):
-        """Samples per second of ``run``'s job on one GPU of its device (no constant of the overlap applies)."""
-        from cost_models.fitting.published import row_graph
+        """Samples per second of one replica's share of ``run``'s job on one GPU of its cluster alone (no constant
+        of the overlap applies), as placement.scaling prices a report's weak scaling."""
+        from autodist.graph.semantics import one_replica
 
         key = (run.config, run.device, run.precision, run.xla, run.framework, run.layout, run.batch,
                run.micro_batches)
         if key not in self._single:
-            single = self._allreduce(row_graph(run, 1), one_gpu(run.device), _cost_model(), SPARSE_AS_DENSE)
+            item, cluster = self._point(run).problem.graph_item, cluster_of(run)
+            single = self._allreduce(one_replica(item, _gpus(run)), cluster.alone(cluster.gpus()[0].name),
+                                     _cost_model(), SPARSE_AS_DENSE)
             self._single[key] = run.batch * run.micro_batches / single.seconds()
         return self._single[key]
 
