@@ -4,7 +4,8 @@ For each (model, preset) cell it runs the real ``placement report`` command in
 this process, as text and as JSON with the same seed, and records whether it
 succeeded, the widest text line (must be at most 100), whether the JSON
 validates against ``autodist/schemas/report.schema.json``, the plan's
-predicted step time and the bottleneck sentence.
+predicted step time, replicas and weak-scaling efficiency (over one device
+running one replica's share alone) and the bottleneck sentence.
 
     python benchmarks/report_zoo.py [--budget 1] [--models mlp resnet50 ...]
 
@@ -67,6 +68,8 @@ def run_cell(path, preset, budget):
         widest_line=max(len(line) for line in text.splitlines()),
         schema_valid=valid,
         step_time_ms=round(doc["plan"]["step_time"] * 1e3, 4),
+        replicas=doc["plan"]["replicas"],
+        efficiency=round(doc["scaling"]["efficiency"], 4) if doc["scaling"] else None,
         best_baseline=doc["plan"]["best_baseline"],
         sentence=doc["bottleneck"]["sentence"],
     )
@@ -80,14 +83,15 @@ def markdown(doc):
         f"Command: `{doc['command']}`  ",
         f"Machine: {doc['machine']}",
         "",
-        "| model | preset | status | widest line | schema | step ms | report s |",
-        "|---|---|---|---|---|---|---|",
+        "| model | preset | status | widest line | schema | step ms | replicas | efficiency | report s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in doc["cells"]:
         lines.append(
             f"| {c['model']} | {c['preset']} | {c['status']} | {c.get('widest_line', '-')} | "
             f"{'valid' if c.get('schema_valid') is True else c.get('schema_valid', '-')} | "
-            f"{c.get('step_time_ms', '-')} | {c['seconds']} |"
+            f"{c.get('step_time_ms', '-')} | {c.get('replicas', '-')} | "
+            f"{'-' if c.get('efficiency') is None else format(c['efficiency'], '.1%')} | {c['seconds']} |"
         )
     lines += ["", doc["summary"], ""]
     return "\n".join(lines)
