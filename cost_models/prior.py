@@ -85,6 +85,10 @@ for _t in (
     "ReverseV2", "GatherV2", "Gather", "GatherNd", "ResourceGather", "ScatterNd", "OneHot",
     "UnsortedSegmentSum", "SegmentSum", "Unique", "DynamicStitch", "TensorScatterUpdate", "DenseBincount",
     "ImageProjectiveTransformV3",
+    # resampling (Keras' Resizing and bilinear UpSampling2D), diagonals, top-k membership (top-k accuracy metrics)
+    "ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor", "ResizeNearestNeighborGrad", "ResizeBicubic",
+    "ResizeBicubicGrad", "ResizeArea", "ScaleAndTranslate", "ScaleAndTranslateGrad", "CropAndResize",
+    "CropAndResizeGradImage", "MatrixDiagV3", "MatrixDiagPartV3", "MatrixSetDiagV3", "InTopKV2",
     "Range", "Cumsum", "TopKV2", "Where", "InvertPermutation", "RandomUniform", "RandomStandardNormal",
     "TruncatedNormal", "StatelessRandomUniformV2", "StatelessRandomNormalV2",
     # shape and seed arithmetic on a few elements

@@ -597,3 +597,47 @@ def test_3d_pooling_is_priced_as_the_memory_kernel_it_is_not_at_the_fallback():
             warnings.simplefilter("error", UnknownOpTypeWarning)
             costs = CostModel.default().op_costs(item, device)
         assert all(costs[name].source != "fallback" and costs[name].seconds > 0 for name in pools)
+
+
+def test_resampling_diagonals_and_top_k_are_priced_as_memory_kernels_not_at_the_fallback():
+    """keras-io's ViT (a Resizing layer, a top-5 accuracy metric, the identity matrix its patch extraction builds
+    with ``eye``) and tf docs' simple_audio
+    (Resizing) got the fallback cost, with a warning, on every GPU: bilinear and nearest resampling and their
+    gradients, ``tf.linalg.diag`` and ``in_top_k`` stream their tensors as the other data-movement kernels do."""
+    import warnings
+
+    import keras
+    import tensorflow as tf
+
+    from autodist.graph.capture import capture_step
+    from cost_models import UnknownOpTypeWarning
+
+    convs = [keras.layers.Conv2D(3, 3, padding="same") for _ in range(3)]
+    optimizer = keras.optimizers.SGD(0.1)
+
+    def model(x):
+        x = convs[0](keras.layers.Resizing(8, 8)(x))  # the gradients flow back through the resamplings after it
+        x = convs[1](tf.image.resize(x, (12, 12), method="bilinear"))
+        return tf.reduce_mean(convs[2](tf.image.resize(x, (16, 16), method="nearest")), axis=(1, 2))
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x)
+            loss = tf.reduce_mean(tf.linalg.diag(logits)) + keras.losses.sparse_categorical_crossentropy(
+                y, logits, from_logits=True)[0]
+        weights = [w for conv in convs for w in conv.trainable_variables]
+        optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+        return loss, tf.reduce_mean(tf.cast(tf.math.in_top_k(y, logits, 2), tf.float32))
+
+    model(np.zeros((2, 6, 6, 2), np.float32))  # build the layers outside the traced step
+
+    item = capture_step(step, np.zeros((2, 6, 6, 2), np.float32), np.zeros((2,), np.int32))
+    wanted = {"ResizeBilinear", "ResizeBilinearGrad", "ResizeNearestNeighbor", "ResizeNearestNeighborGrad",
+              "MatrixDiagV3", "InTopKV2"}
+    ops = {name: op.type for name, op in item.ops.items() if op.type in wanted}
+    assert set(ops.values()) == wanted
+    for device in (load_cluster(preset="dgx-a100").gpus()[0], load_cluster(preset="cpu-local").compute_devices()[0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UnknownOpTypeWarning)
+            costs = CostModel.default().op_costs(item, device)
+        assert all(costs[name].source != "fallback" and costs[name].seconds > 0 for name in ops)
