@@ -10,6 +10,10 @@ with a time limit per stage:
   ``tf.Variable``s its traced step captures);
 - ``plan``: ``autodist plan graph.json --preset cpu-local:2``;
 - ``report``: ``placement report graph.json --preset cpu-local:2``;
+- ``gpu_report``: ``placement report graph.json --preset p3.16xlarge:2 --references``: the
+  user's path to a GPU target (two nodes of 8 V100 over 25 GbE), its line the
+  plan's weak scaling where it has replicas to scale over, else its row, with
+  the report's warnings (an op priced at the fallback);
 - ``bench``: ``autodist bench SCRIPT --strategies ring --steps 10 --preset cpu-local:2``;
 - ``run``: ``autodist run SCRIPT --preset cpu-local:2``.
 
@@ -24,7 +28,7 @@ as the corpus README says it was run; the path is recorded.
 
 Usage::
 
-    python benchmarks/realworld.py [--corpus DIR] [--only NAME ...] [--stages capture plan report bench run]
+    python benchmarks/realworld.py [--corpus DIR] [--only NAME ...] [--stages capture plan report gpu_report bench run]
                                    [--timeout SECONDS]
 """
 
@@ -44,10 +48,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_CORPUS = os.path.normpath(os.path.join(ROOT, "..", "shared", "realworld"))
 RESULTS = os.path.join(HERE, "results")
-STAGES = ("capture", "plan", "report", "bench", "run")
+STAGES = ("capture", "plan", "report", "gpu_report", "bench", "run")
 PRESET = "cpu-local:2"
+GPU_PRESET = "p3.16xlarge:2"
 # Stages that need the captured graph.
-NEEDS_GRAPH = ("plan", "report")
+NEEDS_GRAPH = ("plan", "report", "gpu_report")
 
 # Run inside the capture stage's process: autodist capture, recording TensorFlow's own count of what the step
 # trains: a fit's model.trainable_variables (Keras' list, after the trace has built a subclassed model), else the
@@ -86,13 +91,18 @@ def _autodist(*args):
     return [sys.executable, "-m", "autodist", *args]
 
 
+def _placement(*args):
+    return [sys.executable, "-c", "import sys; from autodist.cli import placement_main; "
+            "sys.exit(placement_main(sys.argv[1:]))", *args]
+
+
 def _commands(script, folder):
     graph = os.path.join(folder, "graph.json")
     return {
         "capture": [sys.executable, "-c", _CAPTURE_CHILD, script, graph, os.path.join(folder, "tf_count.json")],
         "plan": _autodist("plan", graph, "--preset", PRESET, "-o", os.path.join(folder, "plan.json")),
-        "report": [sys.executable, "-c", "import sys; from autodist.cli import placement_main; "
-                   "sys.exit(placement_main(sys.argv[1:]))", "report", graph, "--preset", PRESET],
+        "report": _placement("report", graph, "--preset", PRESET),
+        "gpu_report": _placement("report", graph, "--preset", GPU_PRESET, "--references"),
         "bench": _autodist("bench", script, "--strategies", "ring", "--steps", "10", "--preset", PRESET,
                            "-o", os.path.join(folder, "bench-plans")),
         "run": _autodist("run", script, "--preset", PRESET, "-o", os.path.join(folder, "run-plan.json")),
@@ -107,8 +117,8 @@ def _error_lines(text):
 # The line of a passing stage's standard output shown for it: the first this pattern finds (a stage that exits 0
 # without one failed: its figures are missing).  Bench's is its table's ring row: a script's own output can hold
 # "ring" (tf_docs_keras_text_classification prints random words).
-OK_LINES = {"capture": "captured ", "plan": "predicted step", "report": "predicted", "bench": r"^\s*ring\s+\d",
-            "run": "measured step time"}
+OK_LINES = {"capture": "captured ", "plan": "predicted step", "report": "predicted", "gpu_report": r"^autodist\s+\d",
+            "bench": r"^\s*ring\s+\d", "run": "measured step time"}
 
 
 def verdict(stage, returncode, stdout, output, timed_out):
@@ -140,6 +150,8 @@ def run_stage(stage, command, folder, timeout):
     except subprocess.TimeoutExpired:
         stdout, output, code, timed_out = "", "", None, True
     outcome, line = verdict(stage, code, stdout, output, timed_out)
+    if stage == "gpu_report" and outcome == "ok":
+        line = _gpu_report_line(stdout, output, line)
     record = {"stage": stage, "outcome": outcome, "line": line[:400], "exit": code,
               "seconds": round(time.perf_counter() - start, 1)}
     if stage == "capture" and outcome == "ok":
@@ -151,6 +163,14 @@ def run_stage(stage, command, folder, timeout):
                               f"parameters, TensorFlow counts {record.get('tf_variables')} / "
                               f"{record.get('tf_parameters')}")
     return record
+
+
+def _gpu_report_line(stdout, output, plan_row):
+    """A GPU report's line: its weak-scaling sentence (one line of it), else the plan's row, then its warnings."""
+    text = " ".join(stdout.split())
+    found = re.search(r"Weak scaling: .*?efficiency of [\d.]+%\.", text)
+    warnings = [line.strip() for line in output.splitlines() if line.startswith("placement: warning:")]
+    return "; ".join([found.group(0) if found else " ".join(plan_row.split())] + warnings)
 
 
 def _capture_counts(folder):
@@ -211,7 +231,7 @@ def _markdown(results, stages, invocations=()):
     counts = _totals(results, stages)
     total = "\n".join(f"- {stage}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[stage].items()))
                       for stage in stages)
-    return (f"# Real-world scripts through autodist ({PRESET})\n\n{_provenance(invocations, results)}{total}\n\n{head}"
+    return (f"# Real-world scripts through autodist ({PRESET}; gpu_report: {GPU_PRESET})\n\n{_provenance(invocations, results)}{total}\n\n{head}"
             + "\n".join(rows) + "\n")
 
 
@@ -274,7 +294,7 @@ def _write(args, results, seconds, invocations):
     the invocations that made them (``invocations``: earlier ones, then this one's)."""
     results, invocations = portable_records(results, invocations, args.work)
     stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
-    record = {"preset": PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
+    record = {"preset": PRESET, "gpu_preset": GPU_PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
               "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
               "seconds_this_invocation": round(seconds, 1), "invocations": invocations,
               "totals": _totals(results, stages), "results": results}
