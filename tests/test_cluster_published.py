@@ -54,7 +54,7 @@ def test_validation_points_are_priced_with_the_shipped_constants_and_never_fitte
     its stated efficiency alone (no throughput published)."""
     validation = section["validation"]
     ids = [r["id"] for r in validation["rows"]]
-    assert ids == [run.id for run in cp.VALIDATION] and len(ids) == 8
+    assert ids == [run.id for run in cp.VALIDATION] and len(ids) == 10
     fits = [section["fitted_on_all_rows"], *section["fitted_without_system"].values()]
     assert not set(ids) & {i for fitted in fits for i in fitted["fitted_on"]}
     assert not set(ids) & set(NcclOverlap.load(OVERLAP_FILE).fitted_on)
@@ -63,7 +63,7 @@ def test_validation_points_are_priced_with_the_shipped_constants_and_never_fitte
     assert eight["published_efficiency"] == pytest.approx(1081 / (8 * 154))
     summary = validation["summary"]
     assert "predicted_left_out" not in eight
-    assert (summary["rows_with_published_efficiency"], summary["rows_with_published_throughput"]) == (8, 6)
+    assert (summary["rows_with_published_efficiency"], summary["rows_with_published_throughput"]) == (10, 6)
     vgg_512 = next(r for r in validation["rows"] if r["id"] == "HVD1/vgg16-512gpu")
     assert (vgg_512["nodes"], vgg_512["gpus"], vgg_512["horovod"], vgg_512["published_efficiency"]) == (
         128, 512, True, 0.68)
@@ -78,12 +78,12 @@ def test_validation_points_are_priced_with_the_shipped_constants_and_never_fitte
 
 
 def test_rows_that_publish_an_efficiency_alone_are_evaluated_on_their_own():
-    """Horovod's 512-GPU rows state no throughput: evaluated alone (``--cluster-rows HVD1``) their summary has no
+    """Horovod's 128- and 512-GPU rows state no throughput: evaluated alone (``--cluster-rows HVD1``) their summary has no
     throughput error, and the command failed in its median ("no median for empty data")."""
     out = subprocess.run([sys.executable, "-m", "autodist", "costmodel", "eval", "--section", "cluster_published",
                           "--cluster-rows", "HVD1"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "  validation: efficiency on 2 rows: median" in out.stdout
+    assert "  validation: efficiency on 4 rows: median" in out.stdout
 
 
 def test_an_unknown_row_is_one_line_and_exit_2():

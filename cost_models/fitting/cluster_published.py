@@ -243,22 +243,27 @@ def _one_dgx1_p100(config, batch, figures):
                  for gpus, throughput in zip((2, 4, 8), figures[1:]))
 
 
-# Horovod's own 512-GPU benchmark (horovod/horovod README.rst and docs/benchmarks.rst): 128 servers of 4 Pascal GPUs
-# on 25 Gbit/s RoCE, tf_cnn_benchmarks --batch_size 64 --variable_update horovod on synthetic data, "90% scaling
-# efficiency for both Inception V3 and ResNet-101, and 68% scaling efficiency for VGG-16"; no throughput stated.
-HVD_NOTE = "Horovod's README: 512 Pascal GPUs (P100 PCIe assumed), 25 Gbit/s RoCE; efficiency only"
+# Horovod's own benchmarks on servers of 4 Pascal GPUs on 25 Gbit/s RoCE, tf_cnn_benchmarks --batch_size 64
+# --variable_update horovod on synthetic data; efficiency only, no throughput stated.  128 servers (512 GPUs; horovod/
+# horovod README.rst and docs/benchmarks.rst): "90% scaling efficiency for both Inception V3 and ResNet-101, and 68%
+# scaling efficiency for VGG-16"; before that chart, 32 servers (128 GPUs; docs/benchmarks.md at horovod@ed0040fe, Oct
+# 2017 to May 2018): "90% ... for both Inception V3 and ResNet-101, and 79% scaling efficiency for VGG-16".
+HVD_NOTE = "Horovod's README: {} Pascal GPUs (P100 PCIe assumed), 25 Gbit/s RoCE; efficiency only"
 
 
-def _horovod_512(config, efficiency):
-    """Horovod's 512-GPU validation point of one model."""
+def _horovod(config, servers, efficiency):
+    """Horovod's validation point of one model on ``servers`` servers of 4 GPUs."""
     model = config.split("-")[0]
-    return ClusterRun("HVD1", f"{model}-512gpu", config, "P100-PCIE-16GB", "fp32", False, "tf1", "nhwc", 64, 1, 128,
-                      "4x Pascal, 25G RoCE", None, efficiency, "stated in the source", HVD_NOTE)
+    return ClusterRun("HVD1", f"{model}-{4 * servers}gpu", config, "P100-PCIE-16GB", "fp32", False, "tf1", "nhwc", 64,
+                      1, servers, "4x Pascal, 25G RoCE", None, efficiency, "stated in the source",
+                      HVD_NOTE.format(4 * servers))
 
 
 VALIDATION = (_one_dgx1_p100("vgg16-fp32", 64, (154, 295, 584, 1081))
               + _one_dgx1_p100("vgg16-fp32", 32, (144, 281, 549, 820))
-              + (_horovod_512("inception_v3-fp32-fbn", 0.90), _horovod_512("vgg16-fp32", 0.68)))
+              + tuple(_horovod(config, servers, efficiency)
+                      for servers, figures in ((32, (0.90, 0.79)), (128, (0.90, 0.68)))
+                      for config, efficiency in zip(("inception_v3-fp32-fbn", "vgg16-fp32"), figures)))
 VALIDATION_SKIPPED = (
     ("TFB1 InceptionV3, ResNet-50, ResNet-152 (DGX-1 P100)",
      "tf_cnn_benchmarks' parameter server on the host CPU inside one process, which neither autodist's runtime nor a "
