@@ -231,8 +231,8 @@ def _markdown(results, stages, invocations=()):
     counts = _totals(results, stages)
     total = "\n".join(f"- {stage}: " + ", ".join(f"{n} {o}" for o, n in sorted(counts[stage].items()))
                       for stage in stages)
-    return (f"# Real-world scripts through autodist ({PRESET}; gpu_report: {GPU_PRESET})\n\n{_provenance(invocations, results)}{total}\n\n{head}"
-            + "\n".join(rows) + "\n")
+    title = f"# Real-world scripts through autodist ({PRESET}; gpu_report: {GPU_PRESET})"
+    return f"{title}\n\n{_provenance(invocations, results)}{total}\n\n{head}" + "\n".join(rows) + "\n"
 
 
 def _totals(results, stages):
@@ -294,7 +294,8 @@ def _write(args, results, seconds, invocations):
     the invocations that made them (``invocations``: earlier ones, then this one's)."""
     results, invocations = portable_records(results, invocations, args.work)
     stages = [s for s in STAGES if any(r["stage"] == s for res in results for r in res["stages"])]
-    record = {"preset": PRESET, "gpu_preset": GPU_PRESET, "stages": stages, "pythonpath": os.environ.get("PYTHONPATH", ""),
+    record = {"preset": PRESET, "gpu_preset": GPU_PRESET, "stages": stages,
+              "pythonpath": os.environ.get("PYTHONPATH", ""),
               "timeout_s": args.timeout, "machine": platform.processor() or platform.machine(),
               "seconds_this_invocation": round(seconds, 1), "invocations": invocations,
               "totals": _totals(results, stages), "results": results}
