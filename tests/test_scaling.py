@@ -10,7 +10,6 @@ import jsonschema
 import pytest
 
 from autodist.cli import placement_main
-from autodist.graph.item import GraphItem
 from autodist.graph.rebatch import at_batch
 from autodist.report import schema
 from autodist.resource_spec import from_preset, load_cluster
@@ -101,18 +100,3 @@ def test_no_weak_scaling_for_one_replica_or_replicas_of_different_models(tmp_pat
     assert weak_scaling(alone, None) is None
     assert weak_scaling(alone, 2 * alone["one_device_samples_per_s"])["efficiency"] == pytest.approx(1.0)
 
-
-def test_a_pinned_batch_scales_over_the_script_s_own_batch(cnn_graph):
-    """A step that pins its batch runs the script's batch on every replica (autodist.graph.semantics): one device
-    alone runs that batch, not a share of it."""
-    from dataclasses import replace
-
-    from autodist.graph.semantics import one_replica, planned_batch
-
-    item = GraphItem(list(cnn_graph.ops.values()), list(cnn_graph.variables.values()),
-                     replace(cnn_graph.job, batch_pinned="a reshape"))
-    planned = planned_batch(item, 4)
-    assert planned.job.batch_size == 4 * item.job.batch_size
-    assert one_replica(planned, 4).job.batch_size == item.job.batch_size
-    problem = Problem(planned, from_preset("p3.16xlarge:1"), CostModel.default())
-    assert one_device(problem, [f"node-0/GPU:{i}" for i in range(4)])["replica_batch"] == item.job.batch_size

@@ -237,7 +237,7 @@ def _comparison(doc, md):
         ),
     ]
     if doc.get("scaling"):
-        lines += ["", _paragraph(_scaling(doc["scaling"], "the plan's"), md)]
+        lines += ["", _paragraph(_scaling(doc["scaling"]), md)]
     if doc["compare"]:
         o = doc["compare"]
         note = "" if o["same_graph"] and o["same_cluster"] else " (made for a different graph or cluster)"
@@ -247,10 +247,10 @@ def _comparison(doc, md):
     return "\n".join(lines)
 
 
-def _scaling(s, whose):
-    """One sentence of weak scaling (placement.scaling) for ``whose`` replicas."""
+def _scaling(s):
+    """The plan's weak scaling (placement.scaling) in one sentence."""
     return (f"Weak scaling: one {s['device']} alone runs a replica's {count(s['replica_batch'])} samples in "
-            f"{ms(s['one_device_step_time'])} ({count(s['one_device_samples_per_s'])} samples/s); {whose} "
+            f"{ms(s['one_device_step_time'])} ({count(s['one_device_samples_per_s'])} samples/s); the plan's "
             f"{s['replicas']} replicas give {factor(s['speedup'])} that, an efficiency of {s['efficiency']:.1%}.")
 
 
