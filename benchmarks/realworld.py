@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -194,7 +195,10 @@ def run_script(name, corpus, stages, timeout, folder, earlier=()):
         if stage in NEEDS_GRAPH and not captured:
             by_stage[stage] = {"stage": stage, "outcome": "skipped", "line": "no graph (capture did not pass)"}
             continue
-        os.makedirs(os.path.join(folder, stage), exist_ok=True)
+        # A stage runs in an empty folder: scripts write files there (os.mkdir of a checkpoint folder fails on
+        # the one an earlier invocation left).
+        shutil.rmtree(os.path.join(folder, stage), ignore_errors=True)
+        os.makedirs(os.path.join(folder, stage))
         record = run_stage(stage, commands[stage], folder, timeout)
         print(f"{name} {stage}: {record['outcome']} ({record['seconds']} s) {record['line']}", flush=True)
         by_stage[stage] = record

@@ -8,11 +8,11 @@ machine.  How much that gains depends on the ops, so profiling measures
 each kernel twice (cost_models.profiling): with every core, and with one
 intra-op thread.  Their ratio is the op's *width*, the cores it turns into
 speed: in the shipped data a matrix product of at least 1 GFLOP runs a
-median 1.94x faster on this machine's two cores than on one, an add or copy
-of at least 10 MB 1.19x, an op under 20 us not at all.  Measured here
-(``autodist costmodel eval`` prints both step times), the default executor
-cut the zoo steps' time by 2.3-28% against one op at a time (vgg16
-least, the MLP most).
+median 1.83x faster on this machine's two cores than on one, an elementwise
+add, multiply or copy moving at least 10 MB 1.20x, an op under 20 us not at
+all.  Measured here (``autodist costmodel eval`` prints both step times),
+the default executor cut the zoo steps' time by 5-18% against one op at a
+time (resnet50 least, inception_v3 and the MLP most).
 
 The model is a fluid schedule of the op graph:
 
