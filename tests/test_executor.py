@@ -127,8 +127,9 @@ def test_serial_overhead_is_fitted_on_the_steps_timed_settled():
     assert {"mlp", "wide_deep", "transformer_lm"} <= set(settled) and "vgg16" not in settled
     from_settled = fit_executor(rows, settled, overhead, cores)
     assert fit_executor(rows, meta["steps"], overhead, cores) == from_settled
-    # With no settled step, the unsettled ones are all there is to fit on.
-    assert fit_executor(rows, {"vgg16": meta["steps"]["vgg16"]}, overhead, cores) != from_settled
+    # With no settled step, the unsettled ones are all there is to fit on: a model, not none.
+    assert fit_executor(rows, {}, overhead, cores) is None
+    assert fit_executor(rows, {"vgg16": meta["steps"]["vgg16"]}, overhead, cores) is not None
 
 
 def test_learned_widths_a_large_matmul_uses_every_core_a_small_op_one():
