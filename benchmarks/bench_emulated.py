@@ -204,7 +204,7 @@ def _strategy_table(cells):
             note = r.get("skipped") or r.get("failed") or (
                 f"the run of {r['same_run_as']}: the same program" if r.get("same_run_as") else None)
             lines.append(f"| {c['model']} | {c['cluster']} | {r['name']} | {_f(r['measured_step_time'], 1e3)} "
-                         f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} | {r['measured_steps'] or '-'} "
+                         f"| {_f(r['measured_p25'], 1e3)}-{_f(r['measured_p75'], 1e3)} | {r.get('measured_steps') or '-'} "
                          f"| {_f(r['predicted_step_time'], 1e3)} | {_f(r['error'], 100, 1)}% "
                          f"| {r['measured_rank'] or '-'} | {r['predicted_rank'] or '-'} |"
                          + (f" {note} |" if note else ""))
