@@ -39,8 +39,8 @@ def per_variable_buckets(strategy, algorithm="ring"):
     return Strategy(replicas=strategy.replicas, sync=sync)
 
 
-def test_overlap_hides_sync_behind_backward(embedding_graph, ethernet, cost_model):
-    sim = Simulator(Problem(embedding_graph, ethernet, cost_model))
+def test_overlap_hides_sync_behind_backward(cnn_graph, ethernet, cost_model):
+    sim = Simulator(Problem(cnn_graph, ethernet, cost_model))
     strategy = per_variable_buckets(baselines.data_parallel(sim.problem))
     overlapped = sim.simulate(strategy)
     serial = sim.simulate(strategy, overlap=False)
@@ -74,6 +74,27 @@ def test_replicas_on_one_core_each_allreduce_nothing_while_they_compute(cnn_grap
         pushed = [min(start for label, _, _, start, _ in sim.simulate(ps, trace=True, overlap=overlap).events
                       if label == "push cnn/dense/kernel/0") for overlap in (True, False)]
         assert pushed[0] < pushed[1]  # during the backward pass, not after it
+
+
+def test_replicas_on_collective_ops_average_their_step_outputs_once_a_step(cnn_graph, cost_model):
+    """autodist's runtime averages every replica's loss and metrics with one more collective a step
+    (launcher.runtime.collective): priced once, on the gradients' stream, after their last bucket where
+    collectives wait for the compute (one-core nodes), and the step ends no sooner than it; one replica
+    and plans with PS issue none."""
+    from placement.simulator.collectives import OUTPUTS_LABEL as label
+
+    sim = Simulator(Problem(cnn_graph, load_cluster(preset="emu-1gbit:2"), cost_model))
+    base = baselines.data_parallel(sim.problem)
+    result = sim.simulate(per_variable_buckets(base), trace=True)
+    syncs = [(name, start, end) for name, kind, _, start, end in result.events if kind == "sync"]
+    averages = [(start, end) for name, start, end in syncs if name == label]
+    assert len(averages) == 1
+    last_bucket = max(end for name, _, end in syncs if name.startswith("allreduce"))
+    assert averages[0][0] >= last_bucket
+    assert result.step_time >= averages[0][1]  # events are on the step's clock, the loop's time included
+    one = Strategy(replicas=base.replicas[:1], sync=base.sync)
+    for strategy in (one, _all_on_one_ps(base)):
+        assert all(name != label for name, *_ in sim.simulate(strategy, trace=True).events)
 
 
 def _all_on_one_ps(base):

@@ -29,7 +29,10 @@ What one step does, as simulated:
    ops of one group of devices run one at a time, on one stream, in the order
    they are issued: each, its fixed latency included, starts once the one
    before it ended, so many small buckets pay their fixed costs one after
-   another and can outlast the backward pass they overlap.  NCCL
+   another and can outlast the backward pass they overlap.  autodist's
+   runtime also averages each replica's step outputs (loss, metrics) with
+   the others: one more tiny collective a step on that stream, ready once
+   the loss is computed (``CollectiveSync.outputs_plan``).  NCCL
    collectives on GPUs take the share of the compute they run beside that
    cost_models.overlap fits on published scaling (not the fixed cost per
    bucket fitted beside it: that is Horovod's, which TensorFlow's

@@ -51,19 +51,23 @@ class SyncRun(CollectiveSync, ParameterServerSync):
 
     def execute(self, graph):
         """Run the synchronisation of lowered ``graph`` (:class:`~placement.simulator.taskgraph.StepGraph`):
-        its compute classes' activations' CPU, its collectives in issue order, its PS variables, then the
-        next step's input feeds and pulls."""
+        its compute classes' activations' CPU, its collectives in issue order (on collective ops, then the
+        average of the step's outputs: :meth:`outputs_plan`), its PS variables, then the next step's input
+        feeds and pulls."""
         self.client_time = graph.client_time
         for schedule, members in graph.classes:
             if schedule.cpu:  # a model-parallel replica's activations between nodes (nothing on one device)
                 self.charge({pool: seconds * len(members) for pool, seconds in schedule.cpu.items()})
+        outputs = self.outputs_plan(graph)
         if self._one_stream(graph):
-            plans = [self.collective_plan(c) for c in graph.collectives]
+            plans = [self.collective_plan(c) for c in graph.collectives] + ([outputs] if outputs else [])
             self.sim.stream_log = run_stream(self, plans, self.sim.stream_log)
             self.replay = (plans, graph.collectives[0].devices)
             return
         for c in graph.collectives:
             self.allreduce(c)
+        if outputs:
+            self.submit_plan(outputs, self.sim.slot_devices(self.strategy.replicas, 0))
         for p in graph.ps_variables:
             self.parameter_server(p.variable, p.slot)
         self.engine.drain()
