@@ -48,7 +48,9 @@ class TransferCalibration(VersionedRecord):
     """A fitted ``overhead + bytes / bandwidth`` line and the points behind it.
 
     ``measurements`` is a list of ``{"bytes", "seconds", "repeats"}`` with
-    the median seconds of each size.
+    the median seconds of each size.  A collective calibration
+    (cost_models.profiling.collectives) also holds ``shared_core``: the same
+    sizes timed with both processes pinned to one core (see :meth:`shared_core_factor`).
     """
 
     FORMAT, VERSION, WHAT = FORMAT, VERSION, "a transfer calibration"
@@ -58,6 +60,18 @@ class TransferCalibration(VersionedRecord):
     measurements: list = field(default_factory=list)
     command: str = ""
     machine: dict = field(default_factory=dict)
+    shared_core: list = field(default_factory=list)
+
+    def shared_core_factor(self, nbytes):
+        """How many times longer ``nbytes`` take with both processes pinned to one core than as measured: the
+        medians' ratio, log-log between the sizes measured both ways, the nearest size's beyond them; None
+        where ``shared_core`` was not measured."""
+        alone = {m["bytes"]: m["seconds"] for m in self.measurements}
+        pairs = sorted((m["bytes"], m["seconds"] / alone[m["bytes"]]) for m in self.shared_core if m["bytes"] in alone)
+        if not pairs:
+            return None
+        return float(np.exp(np.interp(np.log(max(nbytes, 1.0)), np.log([b for b, _ in pairs]),
+                                      np.log([r for _, r in pairs]))))
 
     def line(self, nbytes):
         """The fitted line ``overhead + bytes / bandwidth``."""

@@ -311,8 +311,8 @@ def test_a_ring_across_nodes_crosses_on_every_nic():
 
 def test_collectives_of_processes_sharing_an_emulated_nodes_core_take_turns():
     """Two replicas on an emulated node of one core: their collective's CPU work (copies, sums, gRPC) takes turns
-    on that core, twice the loopback measurement of two processes with a core each; between nodes of one replica
-    each, as measured."""
+    on that core: the loopback measurement of two processes times what the same collective measured with both
+    pinned to one core (less than twice: one's waits for the other's messages leave the core to it)."""
     import os
 
     from cost_models.collectives import ring_allreduce_seconds
@@ -322,6 +322,23 @@ def test_collectives_of_processes_sharing_an_emulated_nodes_core_take_turns():
     comm = cm.comm_model(spec)
     pair = ["emu-0/CPU:0", "emu-0/CPU:1"]
     measured = ring_allreduce_seconds(cm.comm.collectives.predict, 2**24, 2)
-    cores = spec.cores_of(pair[0])
+    assert spec.cores_of(pair[0]) == 1
+    factor = cm.comm.collectives.shared_core_factor(2**24)
+    assert 1.0 < factor < 2.0  # measured 1.24x here
     assert sum(p.seconds for p in comm.allreduce_phases(2**24, pair, collective_ops=True)) == pytest.approx(
-        measured * max(1, 2 / cores))
+        measured * factor)
+
+
+def test_the_shared_core_factor_is_the_measured_ratio_between_the_sizes_measured_both_ways():
+    """Log-log between the sizes timed both ways, the nearest one's beyond them; None for a calibration without
+    the shared-core timings (an older collective profile)."""
+    from cost_models.calibration import TransferCalibration
+
+    alone = [{"bytes": 2**20, "seconds": 0.002}, {"bytes": 2**24, "seconds": 0.030}, {"bytes": 2**26, "seconds": 0.1}]
+    shared = [{"bytes": 2**20, "seconds": 0.0036}, {"bytes": 2**24, "seconds": 0.045}]
+    calibration = TransferCalibration(0.001, 5e8, alone, shared_core=shared)
+    assert calibration.shared_core_factor(2**20) == pytest.approx(1.8)
+    assert calibration.shared_core_factor(2**22) == pytest.approx((1.8 * 1.5) ** 0.5)  # halfway in log size
+    assert calibration.shared_core_factor(2**10) == pytest.approx(1.8)
+    assert calibration.shared_core_factor(2**26) == pytest.approx(1.5)  # the largest size timed both ways
+    assert TransferCalibration(0.001, 5e8, alone).shared_core_factor(2**20) is None

@@ -88,7 +88,7 @@ class Collectives:
         on_this_machine = self._loopback_collective(nbytes, devices)
         if on_this_machine is not None and self._all_loopback(devices):
             _, _, links = self._ring_links(devices)
-            return [Phase(on_this_machine * self._taking_turns(devices), links)]
+            return [Phase(on_this_machine * self._taking_turns(devices, nbytes), links)]
         groups = self._by_node(devices)
         measured = self._measured("allreduce", nbytes, devices)
         if measured is not None:
@@ -134,19 +134,22 @@ class Collectives:
         if seconds is None or not self._all_loopback(devices) or self._all_gpus(devices):
             return None
         _, _, links = self._ring_links(devices)
-        return [Phase(share * seconds * self._taking_turns(devices), links)]
+        return [Phase(share * seconds * self._taking_turns(devices, nbytes), links)]
 
-    def _taking_turns(self, devices):
-        """How many times longer a CPU collective between ``devices``' processes on this machine takes than
-        measured (two processes, a core each): where an emulated node's processes outnumber its cores, their
-        copies, sums and gRPC work take turns on them (2 replicas on an emulated node of 1 core: twice)."""
+    def _taking_turns(self, devices, nbytes):
+        """How many times longer a CPU allreduce of ``nbytes`` between ``devices``' processes on this machine
+        takes than measured (two processes, a core each): where an emulated node's ``p`` processes outnumber
+        its ``c`` cores, their copies, sums and gRPC work take turns on them, ``1 + (p/c - 1)(f - 1)`` with
+        ``f`` what two processes pinned to one core measured (TransferCalibration.shared_core_factor, at the
+        2-task size the ring's steps are priced by: 1.0-1.56x here, not 2x: one process's waits for the
+        other's messages leave the core to it); ``p/c`` where that was not measured."""
         spec = self.resource_spec
-        turns = 1.0
-        for group in self._by_node(devices):
-            cores = spec.cores_of(group[0])
-            if cores:
-                turns = max(turns, len(group) / cores)
-        return turns
+        crowding = max([len(group) / spec.cores_of(group[0]) for group in self._by_node(devices)
+                        if spec.cores_of(group[0])] + [1.0])
+        if crowding <= 1.0:
+            return 1.0
+        factor = self.collectives.shared_core_factor(2.0 * nbytes / len(devices))
+        return crowding if factor is None else 1.0 + (crowding - 1.0) * (factor - 1.0)
 
     def _ring_across_emulated_nodes(self, devices):
         """Whether the ring over ``devices`` crosses between emulated nodes (every step of the ring then waits for

@@ -94,10 +94,16 @@ def measure_collectives(sizes=SIZES, repeats=15, time_limit_s=300.0, cluster=Non
 
 
 def calibrate_collectives(sizes=SIZES, repeats=15, command=""):
-    """Measure and fit; returns a :class:`TransferCalibration` of 2-task allreduces."""
+    """Measure and fit; returns a :class:`TransferCalibration` of 2-task allreduces between two processes as
+    this machine runs them (unpinned), with the same sizes timed with both pinned to one core (``shared_core``:
+    two replicas on an emulated node of one core, CommModel's ``_taking_turns``)."""
+    import os
+
     points = measure_collectives(sizes, repeats)
+    one_core = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+    shared = measure_collectives(sizes, repeats, prefixes=(one_core, one_core))
     overhead, bandwidth = fit_line([p["bytes"] for p in points], [p["seconds"] for p in points])
-    return TransferCalibration(overhead, bandwidth, points, command, machine_description())
+    return TransferCalibration(overhead, bandwidth, points, command, machine_description(), shared)
 
 
 if __name__ == "__main__":
