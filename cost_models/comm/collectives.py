@@ -138,11 +138,12 @@ class Collectives:
 
     def _taking_turns(self, devices, nbytes):
         """How many times longer a CPU allreduce of ``nbytes`` between ``devices``' processes on this machine
-        takes than measured (two processes, a core each): where an emulated node's ``p`` processes outnumber
-        its ``c`` cores, their copies, sums and gRPC work take turns on them, ``1 + (p/c - 1)(f - 1)`` with
-        ``f`` what two processes pinned to one core measured (TransferCalibration.shared_core_factor, at the
-        2-task size the ring's steps are priced by: 1.0-1.56x here, not 2x: one process's waits for the
-        other's messages leave the core to it); ``p/c`` where that was not measured."""
+        takes than measured (two processes with this machine's cores to themselves): where an emulated node's
+        ``p`` processes outnumber its ``c`` cores, their copies, sums and gRPC work take turns on them,
+        ``1 + (p/c - 1)(f - 1)`` with ``f`` what two processes pinned to one core measured
+        (TransferCalibration.shared_core_factor, at the 2-task size the ring's steps are priced by: 1.0-1.56x
+        here, not 2x: one process's waits for the other's messages leave the core to it); ``p/c`` where that
+        was not measured."""
         spec = self.resource_spec
         crowding = max([len(group) / spec.cores_of(group[0]) for group in self._by_node(devices)
                         if spec.cores_of(group[0])] + [1.0])

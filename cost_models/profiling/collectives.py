@@ -15,6 +15,7 @@ calibration.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -97,8 +98,6 @@ def calibrate_collectives(sizes=SIZES, repeats=15, command=""):
     """Measure and fit; returns a :class:`TransferCalibration` of 2-task allreduces between two processes as
     this machine runs them (unpinned), with the same sizes timed with both pinned to one core (``shared_core``:
     two replicas on an emulated node of one core, CommModel's ``_taking_turns``)."""
-    import os
-
     points = measure_collectives(sizes, repeats)
     one_core = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
     shared = measure_collectives(sizes, repeats, prefixes=(one_core, one_core))
