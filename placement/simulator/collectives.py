@@ -54,15 +54,21 @@ class CollectiveSync:
         return self._cached(("outputs", devices), lambda: self._outputs_plan(devices))
 
     def _outputs_plan(self, devices):
-        problem = self.problem
         ready = max(min(schedule.gradient_ready.values(), default=schedule.end) if self.collectives_overlap
                     else schedule.end for schedule, _ in self.classes)
-        phases = problem.prices.phase_list(
-            ("ar", devices, "ring", STEP_OUTPUT_BYTES, True, False),
-            lambda: problem.prices.allreduce_phases(devices, "ring", STEP_OUTPUT_BYTES, True, False))
-        contention = problem.comm.compute_contention(
-            devices, nbytes=STEP_OUTPUT_BYTES, seconds=sum(latency + occupancy for latency, occupancy, _ in phases))
-        return ready, phases, OUTPUTS_LABEL, 0.0, [], "", contention, {}
+        phases = self._allreduce_phases(devices, "ring", STEP_OUTPUT_BYTES, True, False)
+        return ready, phases, OUTPUTS_LABEL, 0.0, [], "", self._contention(devices, STEP_OUTPUT_BYTES, phases), {}
+
+    def _allreduce_phases(self, devices, algorithm, nbytes, nccl, horovod):
+        """One allreduce's phases as PhasePrices prices them, kept in its phase lists."""
+        prices = self.problem.prices
+        return prices.phase_list(("ar", devices, algorithm, nbytes, nccl, horovod),
+                                 lambda: prices.allreduce_phases(devices, algorithm, nbytes, nccl, horovod))
+
+    def _contention(self, devices, nbytes, phases):
+        """What a collective on collective ops of ``nbytes`` priced as ``phases`` takes from the compute beside it."""
+        return self.problem.comm.compute_contention(
+            devices, nbytes=nbytes, seconds=sum(latency + occupancy for latency, occupancy, _ in phases))
 
     def collective_plan(self, collective):
         """What ``collective`` costs (:meth:`_bucket_plan`), the Simulator's to cache: by the collective's identity
@@ -94,10 +100,7 @@ class CollectiveSync:
         ready = cast + max(self.ready(schedule, v) for schedule, _ in self.classes for v in names)
         horovod = self.sim.horovod and collective_ops
         nccl = collective_ops and not self.sim.ring_reduce  # TensorFlow's ring moves chunks as ordinary ops do
-        phases = problem.prices.phase_list(
-            ("ar", devices, algorithm, nbytes, nccl, horovod),
-            lambda: problem.prices.allreduce_phases(devices, algorithm, nbytes, nccl, horovod),
-        ) if summed else []
+        phases = self._allreduce_phases(devices, algorithm, nbytes, nccl, horovod) if summed else []
         for i, v in enumerate(gathered):
             # Horovod fuses the bucket's gathers, ready together, into one collective: one fixed cost (the first's).
             rows, fused_head = problem.sparse_bytes[v], horovod and i == 0
@@ -113,8 +116,7 @@ class CollectiveSync:
                                                    for v in names)))
         contention, cpu = None, {}
         if nccl and phases:
-            contention = problem.comm.compute_contention(devices, nbytes=nbytes,
-                                                         seconds=sum(occupancy + latency for latency, occupancy, _ in phases))
+            contention = self._contention(devices, nbytes, phases)
         elif phases and problem.core_pools:  # a gRPC sum (ordinary ops, or TensorFlow's ring), every replica's rows
             spec = problem.resource_spec
             messages = problem.comm.graph_allreduce_messages(nbytes, devices, algorithm) if summed else []
@@ -135,8 +137,7 @@ class CollectiveSync:
         return costs[name]
 
     def _apply(self, t, updates, label):
-        if not updates:  # a collective that updates nothing (the step's outputs): the step waits for its end
-            self.finish.append(t)
+        self.finish.append(t)  # the step ends no sooner than its collective (the outputs' updates nothing)
         for key, device, seconds in updates:
             start = max(t, self.upd_free.get(key, 0.0))  # a slot that computes nothing is free from the start
             stop = start + seconds
