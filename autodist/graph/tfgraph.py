@@ -103,6 +103,44 @@ def op_infos(graph):
     return infos
 
 
+# Stateful ops that TensorFlow still drops from a function's body when nothing reads them, and the control-flow
+# primitives it always keeps (PruneFunctionBody in tensorflow/core/common_runtime/function_def_utils.cc, and
+# Node::IsControlFlow in tensorflow/core/graph/graph.h).
+PRUNABLE_STATEFUL = ("ResourceGather", "ResourceGatherNd")
+CONTROL_FLOW = ("Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit", "NextIteration",
+                "RefNextIteration", "LoopCond")
+
+
+def live_ops(graph, roots):
+    """Names of the ops of ``graph`` (a ``tf.Graph``) that a step runs: those that the ops named in ``roots`` (the
+    function's outputs and control outputs), its stateful ops and its control-flow primitives need, over data and
+    control inputs.
+
+    TensorFlow prunes the others from a function's body before it runs
+    (PruneFunctionBody): a gradient that the tape builds but the step never
+    reads, e.g. that of a frozen layer's kernel, whose tensors the tape
+    watched, or of an input image, costs nothing.
+    """
+    def kept(op):
+        try:
+            stateful = op.op_def.is_stateful
+        except (AttributeError, KeyError, ValueError):  # no definition to read: keep it
+            stateful = True
+        return (stateful and op.type not in PRUNABLE_STATEFUL) or op.type in CONTROL_FLOW
+
+    names = set(roots)
+    stack = [op for op in graph.get_operations() if op.name in names or kept(op)]
+    live = set()
+    while stack:
+        op = stack.pop()
+        if op.name in live:
+            continue
+        live.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return live
+
+
 def variable_facts(var, name=None):
     """Name (``name``, else :func:`~autodist.graph.naming.variable_name`), shape, dtype, bytes and trainable flag
     of a live ``tf.Variable``."""

@@ -12,7 +12,7 @@ from autodist.graph.item import GraphItem, JobInfo
 from autodist.graph.job_options import gpu_env
 from autodist.graph.loops import attach, loop_records
 from autodist.graph.naming import step_variables, variable_name
-from autodist.graph.tfgraph import has_calls, inlined_graph, op_infos, variable_facts
+from autodist.graph.tfgraph import has_calls, inlined_graph, live_ops, op_infos, variable_facts
 
 
 def _shape_list(shape):
@@ -155,8 +155,9 @@ def _build_optimizer_first(objects):
 def item_from_graph(concrete, variables, job, model_weights=None):
     """GraphItem of a traced concrete function whose captures include ``variables``.
 
-    Nested function calls are inlined first.  ``model_weights`` names the
-    model's own variables; without it, the trainable ones.
+    Nested function calls are inlined first, and the ops the step does not
+    run are left out (autodist.graph.tfgraph.live_ops).  ``model_weights``
+    names the model's own variables; without it, the trainable ones.
     """
     import tensorflow as tf
 
@@ -177,10 +178,12 @@ def item_from_graph(concrete, variables, job, model_weights=None):
         graph = inlined_graph(concrete, handles)
     if job.amp_rewrite:
         graph = amp_rewrite.rewritten(graph, [t.name for t in concrete.outputs])
-    ops = {op.name: op for op in op_infos(graph)}
+    roots = [t.name.rpartition(":")[0] for t in concrete.outputs] + [op.name for op in concrete.graph.control_outputs]
+    live = live_ops(graph, roots)
+    ops = {op.name: op for op in op_infos(graph) if op.name in live}
     assign_phases(ops)
     # The inliner clears the loops' lowering attribute; TensorFlow lowers every loop a step runs outside XLA.
-    loops = loop_records(graph, lowered=not job.xla if inlined else None)
+    loops = [loop for loop in loop_records(graph, lowered=not job.xla if inlined else None) if loop.op in ops]
     attach(list(ops.values()), loops)
     return GraphItem(list(ops.values()), analyse_variables(ops, handles), job, loops)
 
