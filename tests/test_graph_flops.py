@@ -48,7 +48,8 @@ def test_conv2d_and_its_backprops(conv_graph):
     # The input's gradient is traced, though nothing reads it: TensorFlow prunes it before the step runs, and so
     # does capture (autodist.graph.tfgraph.live_ops).  Were it run, it would cost what the forward convolution does.
     assert not _by_type(conv_graph, "Conv2DBackpropInput")
-    assert op_flops("Conv2DBackpropInput", [[4], [3, 3, 3, 8], [2, 12, 12, 8]], [[2, 12, 12, 3]], fwd.attrs) == fwd.flops
+    shapes = [[4], [3, 3, 3, 8], [2, 12, 12, 8]], [[2, 12, 12, 3]]
+    assert op_flops("Conv2DBackpropInput", *shapes, fwd.attrs) == fwd.flops
 
 
 def test_depthwise_conv_and_its_backprops(conv_graph):
