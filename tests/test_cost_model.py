@@ -491,3 +491,15 @@ def copy_with_steps(model, steps):
     other = copy.copy(model)
     other.measured_steps, other._id = {(m.structure, m.device_model): m for m in steps}, None
     return other
+
+
+def test_the_shipped_steps_timed_whole_are_found_for_the_zoo_s_captures(zoo_dir):
+    """The shipped model's steps timed whole are keyed by their graph's structure: a change of capture that alters
+    the zoo's graphs must re-key them (cost_models/data/op_timings.json and the op models' metadata), or they stop
+    pricing the zoo without a word."""
+    from autodist.graph.capture import capture_script
+
+    model = CostModel.default()
+    for name in ("mlp", "small_cnn"):
+        item = capture_script(os.path.join(zoo_dir, f"{name}.py"), ["--batch-size", "16"])
+        assert model.measured_step(item, "cpu-local") is not None, name
