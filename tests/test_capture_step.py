@@ -124,22 +124,14 @@ def test_gradients_the_step_never_reads_are_left_out():
     out (tf_docs_images_transfer_learning's frozen MobileNetV2 base: two thirds of its captured FLOPs)."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     from autodist.graph.capture import capture_step
+    from tests.conftest import _keras_step
 
     base, head = keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)
     model = keras.Sequential([keras.Input((8,)), base, head])
     base.trainable = False
-    opt = keras.optimizers.SGD()
-
-    def step(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(x) - y) ** 2)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
+    step = _keras_step(model, keras.optimizers.SGD(), keras.losses.MeanSquaredError())
     item = capture_step(step, np.zeros((4, 8), np.float32), np.zeros((4, 1), np.float32))
     matmuls = sorted(op.phase for op in item.ops.values() if op.type == "MatMul")
     assert matmuls == ["backward", "forward", "forward"]  # the head kernel's gradient, not the base's
