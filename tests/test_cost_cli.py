@@ -178,7 +178,8 @@ def test_profile_real_mlp_writes_rows_and_model(tmp_path, zoo_dir, small_calibra
     _check_step_timed_whole(tmp_path, step, zoo_dir)
     _check_median_of_runs(rows, step)
     # The data evaluates like the shipped data (one model: nothing to leave out).
-    ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path), "--gpu-calibration", str(small_calibration))
+    ev = _autodist("costmodel", "eval", "--json", "--data", str(tmp_path), "--gpu-calibration", str(small_calibration),
+                   "--cluster-rows", "M1")
     assert ev.returncode == 0, ev.stderr
     report = json.loads(ev.stdout)
     assert report["op_holdout"]["test_rows"] > 0
