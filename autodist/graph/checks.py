@@ -130,6 +130,7 @@ JOB_FIELDS = {
     "batch_per_replica": _BOOL,
     "script_batch": (lambda v: _is_int(v) and v >= 0, "a batch size (0: the job's)"),
     "fit_arguments": (lambda v: isinstance(v, list) and all(_is_str(a) for a in v), "a list of argument names"),
+    "custom_train_step": _STRING,
     "input_pipeline": (lambda v: isinstance(v, list) and all(_is_str(a) for a in v), "a list of op types"),
 }
 

@@ -203,6 +203,9 @@ class JobInfo:
     # The model.fit arguments the step's call passes that only Keras' own fit loop runs (ONE_CLIENT_FIT_ARGS):
     # autodist's one-client loop, which runs PS and hybrid plans, does not.
     fit_arguments: list = field(default_factory=list)
+    # The class (module.Name) whose own train_step Keras' fit runs for the model, "" for Keras' own: autodist's
+    # one-client loop, which runs PS and hybrid plans, rebuilds Keras' own step and cannot run another.
+    custom_train_step: str = ""
     # The costly op types the tf.data pipeline that feeds model.fit runs on the host (autodist.graph.input_pipeline:
     # reading, decoding, resizing, ...), which the step's price leaves out; [] for none or another input.
     input_pipeline: list = field(default_factory=list)
@@ -220,6 +223,9 @@ class JobInfo:
         if self.collective_only:
             return ("a custom training loop runs on collective ops only (PS and hybrid plans run a compiled Keras "
                     "model's step from one client)")
+        if self.custom_train_step:
+            return (f"{self.custom_train_step} overrides train_step, which Keras' fit runs in every replica on "
+                    "collective ops (PS and hybrid plans run Keras' own step from one client)")
         if self.fit_arguments:
             return (f"model.fit({self.fit_arguments[0]}=...) runs in Keras' own fit loop, under plans that allreduce "
                     "every variable (PS and hybrid plans run autodist's one-client loop, which does not take it)")

@@ -96,7 +96,17 @@ def step_item(model, x, y, batch_size, sample_weight, model_name, source, jit_co
         _refuse_untrained(model, source)  # the cause, where it is (the trace built the model)
         raise
     _refuse_untrained(model, source)
+    item.job.custom_train_step = custom_train_step(model)
     return item
+
+
+def custom_train_step(model):
+    """The class (``module.Name``) whose ``train_step`` Keras' fit runs for ``model`` where it is not Keras' own
+    (a GAN's, a step with extra loss terms); "" where it is Keras'."""
+    for cls in type(model).__mro__:
+        if "train_step" in vars(cls):
+            return "" if cls.__module__.split(".")[0] == "keras" else f"{cls.__module__}.{cls.__qualname__}"
+    return ""
 
 
 def _refuse_untrained(model, source):

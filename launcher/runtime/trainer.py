@@ -33,6 +33,7 @@ import functools
 import numpy as np
 
 from autodist.errors import LaunchError
+from autodist.loops.fit import custom_train_step
 from launcher.runtime.layout import canonical_device
 
 
@@ -112,6 +113,11 @@ class PlacedTrainer:
     def __init__(self, model, layout):
         if model.optimizer is None:
             raise LaunchError("model.fit needs a compiled model (call model.compile first)", field="model")
+        custom = custom_train_step(model)
+        if custom:
+            raise LaunchError(f"{custom} overrides train_step, and PS and hybrid plans run Keras' own step from one "
+                              "client, not the model's: make a plan that allreduces every variable (autodist plan "
+                              "--allreduce-only)", field="strategy.sync")
         if model.losses:
             raise LaunchError("models with regularization or added losses are not supported under a plan yet "
                               "(their loss would read the unplaced weights)", field="model.losses")
