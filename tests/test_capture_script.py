@@ -174,6 +174,29 @@ def test_tf_function_that_updates_without_an_optimizer_is_not_a_step(tmp_path):
     assert _fit_is_unpatched()
 
 
+def test_an_eager_loop_is_named_where_it_applies_gradients_and_told_what_to_wrap(tmp_path):
+    """tensorflow/docs' custom training walkthrough trains eagerly: a tape and apply_gradients in the loop's body, no
+    tf.function.  Nothing can be traced; capture said only that the script finished without training."""
+    path = _script(
+        tmp_path,
+        """
+        import numpy as np, tensorflow as tf
+        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+        for x in [np.ones((4, 3), np.float32)] * 2:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """,
+    )
+    with pytest.raises(CaptureError) as info:
+        capture_script(path)
+    message = str(info.value)
+    assert f"{path}:9" in message and "eagerly" in message and "@tf.function" in message and "\n" not in message
+    assert _fit_is_unpatched()
+
+
 def test_a_fit_of_a_model_whose_variables_keras_does_not_track_is_refused(tmp_path):
     """tensorflow/docs' basic_training_loops fits a keras.Model holding raw ``tf.Variable`` attributes: Keras 3 tracks
     none of them, warns "The model does not have any trainable weights" and fits on, training nothing.  Capture

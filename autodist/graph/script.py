@@ -54,6 +54,7 @@ class _ScriptCapture:
         self.target = os.path.abspath(path)  # what the script's frames name, whatever folder it runs in
         self.model_name = os.path.splitext(os.path.basename(path))[0]
         self.item = None
+        self.eager_update = None  # ``script:line`` of the first optimizer apply run eagerly, outside any tf.function
 
     def step_source(self):
         """``script:line`` of the innermost line of the script on the stack (the call being captured)."""
@@ -64,6 +65,22 @@ class _ScriptCapture:
         """The script's step is ``item``: stop the script."""
         self.item = item
         raise _StopScript
+
+
+@contextlib.contextmanager
+def _eager_updates(session):
+    """Inside: where a Keras optimizer first applies gradients eagerly (a loop with no tf.function step, as
+    tensorflow/docs' custom training walkthrough writes it) is kept in ``session.eager_update``: such a loop has no
+    step to trace, and the error that the script ended without training says where and what to wrap."""
+    import tensorflow as tf
+
+    def apply(original, optimizer, grads, variables):
+        if session.eager_update is None and tf.executing_eagerly():
+            session.eager_update = session.step_source()
+        return original(optimizer, grads, variables)
+
+    with hooks.optimizer_apply(apply):
+        yield
 
 
 def _script_line(exc, path):
@@ -113,7 +130,8 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     session = _ScriptCapture(path)
     amp_rewrite.allow_without_gpu()
     try:
-        with scratch_folder("autodist-capture-"), loops.capturing(session), _time_limit(timeout_s):
+        with scratch_folder("autodist-capture-"), _eager_updates(session), loops.capturing(session), \
+                _time_limit(timeout_s):
             hooks.run_script(session.target, args)
     except _StopScript:
         pass
@@ -132,6 +150,11 @@ def capture_script(path, args=(), timeout_s=DEFAULT_TIMEOUT_S):
     if session.item is None and {"-h", "--help"} & set(map(str, args)):
         raise CaptureError("the script showed its own help (above) and exited before training; nothing to capture",
                            source=path)
+    if session.item is None and session.eager_update:
+        raise CaptureError("script finished without a step to capture: its optimizer applies gradients eagerly, "
+                           "outside any tf.function, so nothing can be traced; put the tape, its gradients and "
+                           "apply_gradients in one function decorated with @tf.function (or @autodist.function) "
+                           "and call that in the loop", source=session.eager_update)
     if session.item is None:
         raise CaptureError(
             "script finished without training (no model.fit call, and no tf.function step that calls "
