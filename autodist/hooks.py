@@ -9,6 +9,7 @@ patches nothing.
 - :func:`keras_compile`: what ``keras.Model.compile`` calls ask for as ``jit_compile`` goes to a handler;
 - :func:`optimizer_apply`: Keras optimizers' ``apply`` (behind
   ``apply_gradients``) goes to a handler;
+- :func:`counting_updates`: what each Keras optimizer ``apply`` updates, counted per variable;
 - :func:`training_steps`: calls of the script's training step (an
   ``autodist.function``, or any ``tf.function`` of the script's own code
   whose trace applies gradients with a Keras optimizer) go to a handler;
@@ -206,20 +207,53 @@ def _is_script_code(fn):
     return module.partition(".")[0] not in _FRAMEWORK_PACKAGES
 
 
+@contextlib.contextmanager
+def counting_updates():
+    """Inside: every outermost Keras optimizer ``apply``, traced or run, counted per variable it updates and per
+    graph it is traced in (a tf.function that creates its optimizer's variables is traced twice: each trace counts
+    apart; a loss-scaling wrapper's call of its inner optimizer is the same update); yields
+    ``{graph: {variable name: applies}}``."""
+    import tensorflow as tf
+
+    from autodist.graph.naming import variable_name
+
+    counts, depth = {}, [0]
+
+    def apply(original, optimizer, grads, variables):
+        if not depth[0]:
+            in_graph = counts.setdefault(tf.compat.v1.get_default_graph(), {})
+            for v in (list(variables) if variables is not None else optimizer._trainable_variables):
+                in_graph[variable_name(v)] = in_graph.get(variable_name(v), 0) + 1
+        depth[0] += 1
+        try:
+            return original(optimizer, grads, variables)
+        finally:
+            depth[0] -= 1
+
+    with optimizer_apply(apply):
+        yield counts
+
+
+# The traces applies_gradients made, by graph (a tf.function's trace is cached: capture, tracing the same call
+# again, gets the same graph and finds what it updates here, updates_counted).
+_COUNTED = {}
+
+
 def applies_gradients(fn, args, kwargs):
     """Whether tracing ``fn`` (a tf.function) on ``args`` calls a Keras optimizer's ``apply``.
 
-    The trace is tf.function's own (cached for these arguments).
+    The trace is tf.function's own (cached for these arguments); what it updates is kept (:func:`updates_counted`).
     """
-    seen = []
-
-    def record(original, optimizer, grads, variables):
-        seen.append(optimizer)
-        return original(optimizer, grads, variables)
-
-    with optimizer_apply(record):
+    with counting_updates() as counts:
         fn.get_concrete_function(*args, **kwargs)
-    return bool(seen)
+    _COUNTED.update((id(graph), (graph, updates)) for graph, updates in counts.items())
+    return bool(counts)
+
+
+def updates_counted(graph):
+    """``{variable name: applies}`` of a trace :func:`applies_gradients` made, by its ``graph``; {} for another."""
+    kept = _COUNTED.get(id(graph))
+    return kept[1] if kept is not None and kept[0] is graph else {}
 
 
 def step_options(step):

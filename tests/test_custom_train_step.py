@@ -66,14 +66,20 @@ def _compiled_wgan():
 
 
 @pytest.fixture(scope="module")
-def wgan_job():
+def wgan():
+    """The compiled model and its captured step."""
     import numpy as np
 
     from autodist.loops.fit import step_item
 
     model = _compiled_wgan()
     x = np.random.default_rng(0).normal(size=(4 * BATCH, 6)).astype("float32")
-    return step_item(model, x, None, BATCH, None, "wgan", "test_custom_train_step.py")
+    return model, step_item(model, x, None, BATCH, None, "wgan", "test_custom_train_step.py")
+
+
+@pytest.fixture(scope="module")
+def wgan_job(wgan):
+    return wgan[1]
 
 
 def test_a_model_s_own_train_step_is_named_and_keras_own_is_not(wgan_job):
@@ -105,3 +111,60 @@ def test_the_one_client_loop_refuses_a_model_s_own_train_step():
     variables = {w.path: VariablePlacement(w.path, "ps", (cpu,), axis=0) for w in model.trainable_weights}
     with pytest.raises(LaunchError, match="overrides train_step.*--allreduce-only"):
         PlacedTrainer(model, RunLayout((cpu, cpu), ("n0", "n1"), variables, predicted_step_time=1e-3))
+
+
+def test_the_critic_s_two_updates_a_step_are_counted_and_the_report_warns(wgan, tmp_path, capsys):
+    """The critic's optimizer applies twice a step, the generator's once: a run sums the critic's gradients twice; the
+    simulator prices one sum, and the report says so."""
+    import json
+
+    import jsonschema
+
+    from autodist.report import schema
+    from autodist.cli import placement_main
+
+    model, job = wgan
+    assert job.job.updates_per_step == {w.path: 2 for w in model.critic.trainable_weights}
+    assert set(job.job.updates_per_step) < {v.name for v in job.trainable_variables()}
+    graph = tmp_path / "graph.json"
+    job.save(graph)
+    outputs = []
+    for extra in ([], ["--format", "json"]):
+        with pytest.raises(SystemExit) as done:
+            placement_main(["report", str(graph), "--preset", "cpu-local:2", "--moves", "20", *extra])
+        outputs.append(capsys.readouterr().out)
+        assert done.value.code == 0
+    text, doc = " ".join(outputs[0].split()), json.loads(outputs[1])
+    jsonschema.validate(doc, schema())
+    assert doc["job"]["updates_per_step"] == {w.path: 2 for w in model.critic.trainable_weights}
+    assert "Warning: the step's optimizers update 4 variables 2 times a step" in text
+
+
+def test_a_custom_loop_s_updates_are_counted_from_the_trace_its_first_call_made(tmp_path):
+    """A tf.function step's first call is traced by the training-step hook (to see it applies gradients); capture's
+    trace of the same call is then TensorFlow's cached one, which applies nothing anew."""
+    import textwrap
+
+    from autodist.graph.capture import capture_script
+
+    path = tmp_path / "loop.py"
+    path.write_text(textwrap.dedent("""
+        import numpy as np, tensorflow as tf
+        model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2, name="d")])
+        optimizer = tf.keras.optimizers.SGD(0.1)
+
+        @tf.function
+        def step(x):
+            for _ in range(3):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(model(x, training=True) ** 2)
+                optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                              model.trainable_variables))
+            return loss
+
+        step(np.ones((4, 3), np.float32))
+        """))
+    item = capture_script(str(path))
+    names = {v.name for v in item.trainable_variables()}
+    assert sorted(n.rsplit("/", 1)[1] for n in names) == ["bias", "kernel"]  # Keras numbers the model's scope
+    assert item.job.updates_per_step == dict.fromkeys(names, 3)

@@ -131,6 +131,8 @@ JOB_FIELDS = {
     "script_batch": (lambda v: _is_int(v) and v >= 0, "a batch size (0: the job's)"),
     "fit_arguments": (lambda v: isinstance(v, list) and all(_is_str(a) for a in v), "a list of argument names"),
     "custom_train_step": _STRING,
+    "updates_per_step": (lambda v: isinstance(v, dict) and all(_is_str(n) and _is_int(k) and k > 1 for n, k in v.items()),
+                         "an object of variable names and update counts above 1"),
     "input_pipeline": (lambda v: isinstance(v, list) and all(_is_str(a) for a in v), "a list of op types"),
 }
 

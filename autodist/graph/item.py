@@ -206,6 +206,9 @@ class JobInfo:
     # The class (module.Name) whose own train_step Keras' fit runs for the model, "" for Keras' own: autodist's
     # one-client loop, which runs PS and hybrid plans, rebuilds Keras' own step and cannot run another.
     custom_train_step: str = ""
+    # The variables the step's optimizers update more than once a step (a GAN's critic updated n times before its
+    # generator), with how many times: the runtime sums their gradients at each update; the simulator prices one.
+    updates_per_step: dict = field(default_factory=dict)
     # The costly op types the tf.data pipeline that feeds model.fit runs on the host (autodist.graph.input_pipeline:
     # reading, decoding, resizing, ...), which the step's price leaves out; [] for none or another input.
     input_pipeline: list = field(default_factory=list)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 
+from autodist import hooks
 from autodist.errors import AutoDistError, CaptureError, first_line
 from autodist.graph import amp_rewrite
 from autodist.graph.analysis import analyse_variables, assign_phases
@@ -249,7 +250,8 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
     specs = tf.nest.map_structure(spec_of, tuple(args))
     kwspecs = tf.nest.map_structure(spec_of, dict(kwargs))
     try:
-        concrete = traced.get_concrete_function(*specs, **kwspecs)
+        with hooks.counting_updates() as updates:
+            concrete = traced.get_concrete_function(*specs, **kwspecs)
     except AutoDistError:
         raise
     except Exception as exc:  # the user's step failed to trace: say how, in one line
@@ -276,6 +278,9 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         gpu_env=gpu_env(os.environ),
         collective_only=collective_only,
         batch_pinned=pinned_batch(traced, specs, kwspecs, _batch_size((specs, kwspecs))),
+        # a trace the training-step hook made first is cached: its counts are the step's
+        updates_per_step={n: k for n, k in (updates.get(concrete.graph) or hooks.updates_counted(concrete.graph)).items()
+                          if k > 1},
         **(jit or {}),
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)

@@ -45,6 +45,8 @@ def _job(data, graph_item, plan):
         **({"unknown_trips": summary["unknown_trips"]} if summary.get("unknown_trips") else {}),
         **({"input_pipeline": graph_item.job.input_pipeline}
            if graph_item is not None and graph_item.job.input_pipeline else {}),
+        **({"updates_per_step": dict(sorted(graph_item.job.updates_per_step.items()))}
+           if graph_item is not None and graph_item.job.updates_per_step else {}),
     }
 
 

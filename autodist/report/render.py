@@ -130,10 +130,22 @@ def _job(doc, md):
             f"Input: the script's tf.data pipeline runs {', '.join(job['input_pipeline'])} on the host CPUs for every "
             "batch. It is not priced: the plan assumes each step's batch is ready when the step starts, which a "
             "slower host would not make true.", md)
+    if job.get("updates_per_step"):
+        batch += "\n\n" + _paragraph(_repeated_updates(job["updates_per_step"]), md)
     for op in job.get("unknown_trips", []):
         batch += "\n\n" + _paragraph(f"Warning: the trip count of loop {op} is not known from the graph; its body "
                                      "is priced once per step.", md)
     return table(["job", ""], rows, md, wrap_last=True) + batch
+
+
+def _repeated_updates(updates):
+    """The warning that the step updates some variables more than once and is priced with one sum of each."""
+    times = sorted(set(updates.values()))
+    how_often = " or ".join(f"{k}" for k in times)
+    return (f"Warning: the step's optimizers update {len(updates)} variable{'s' if len(updates) > 1 else ''} "
+            f"{how_often} times a step (e.g. {min(updates)}), and a run sums their gradients over the replicas at "
+            "each update; the prediction prices one sum of each a step, so with several replicas it is low by the "
+            "others.")
 
 
 def _share(fraction):
