@@ -258,6 +258,8 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         raise CaptureError(f"tracing the step failed{_trace_failure(exc)}", source=source) from None
     if input_shapes is None:
         input_shapes = _named_shapes(traced.python_function, specs, kwspecs)
+    # where the training-step hook traced this call first, TensorFlow's cached trace applied nothing anew
+    updates = updates.get(concrete.graph) or hooks.updates_counted(concrete.graph)
     variables = concrete.graph.variables
     precision, policy = precision_facts()
     rewrite = amp_rewrite.enabled()
@@ -278,9 +280,7 @@ def trace_step(traced, args, kwargs, model_name, source, optimizer=None, input_s
         gpu_env=gpu_env(os.environ),
         collective_only=collective_only,
         batch_pinned=pinned_batch(traced, specs, kwspecs, _batch_size((specs, kwspecs))),
-        # a trace the training-step hook made first is cached: its counts are the step's
-        updates_per_step={n: k for n, k in (updates.get(concrete.graph) or hooks.updates_counted(concrete.graph)).items()
-                          if k > 1},
+        updates_per_step={name: times for name, times in updates.items() if times > 1},
         **(jit or {}),
     )
     return item_from_graph(concrete, variables, job, _model_weight_names(objects) or None)

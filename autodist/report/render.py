@@ -140,8 +140,7 @@ def _job(doc, md):
 
 def _repeated_updates(updates):
     """The warning that the step updates some variables more than once and is priced with one sum of each."""
-    times = sorted(set(updates.values()))
-    how_often = " or ".join(f"{k}" for k in times)
+    how_often = " or ".join(map(str, sorted(set(updates.values()))))
     return (f"Warning: the step's optimizers update {len(updates)} variable{'s' if len(updates) > 1 else ''} "
             f"{how_often} times a step (e.g. {min(updates)}), and a run sums their gradients over the replicas at "
             "each update; the prediction prices one sum of each a step, so with several replicas it is low by the "
