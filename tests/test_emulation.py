@@ -9,6 +9,7 @@ under the allreduce plan of tests/test_run.py, made for ``emu-1gbit:2``.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from autodist.errors import InputError, LaunchError
 from autodist.resource_spec import load_cluster
 from autodist.resource_spec.cluster_file import dump_cluster, parse_cluster
 from autodist.resource_spec.spec import ResourceSpec
-from launcher.emulation import EmulatedNetwork, node_address, run_namespaces
+from launcher.emulation import TOOLS, EmulatedNetwork, node_address, run_namespaces
 from tests.test_run import SCRIPT, _children, _gone, _processes_naming, _strategies, small_job  # noqa: F401
 
 # An unprivileged user (uid nobody) who can still read the checkout and its venv: a clone may sit in a folder only
@@ -30,7 +31,11 @@ from tests.test_run import SCRIPT, _children, _gone, _processes_naming, _strateg
 # it cannot write where root's files are, and its effective uid is not root's.
 NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
           "--inh-caps", "-all,+dac_read_search", "--ambient-caps", "+dac_read_search"]
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tc need root")
+_MISSING_TOOLS = [tool for tool in TOOLS if shutil.which(tool) is None]
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or bool(_MISSING_TOOLS),
+    reason="network namespaces and tc need root" if os.geteuid() != 0 else
+    f"{', '.join(_MISSING_TOOLS)} not on PATH (iproute2, util-linux: often in /sbin, which a minimal PATH leaves out)")
 EMULATED = """\
 network: {emulate: true}
 nodes:

@@ -114,7 +114,10 @@ def test_shipped_executor_model_is_fitted_on_default_executor_steps():
     assert shipped.lanes == cores and 0 <= shipped.serial_overhead <= CostModel.default().executor_overhead
     assert shipped.memory_bandwidth == rows.memory_bandwidth[0]
     overhead = fit_executor_overhead(rows, meta["steps"])
-    assert fit_executor(rows, meta["steps"], overhead, cores) == shipped
+    refit = fit_executor(rows, meta["steps"], overhead, cores)
+    # Equal to the last bits only under the same BLAS kernels: OpenBLAS picks them by CPU (OPENBLAS_CORETYPE).
+    assert (refit.lanes, refit.cores, refit.memory_bandwidth) == (shipped.lanes, shipped.cores, shipped.memory_bandwidth)
+    assert refit.serial_overhead == pytest.approx(shipped.serial_overhead, rel=1e-6)
 
 
 def test_serial_overhead_is_fitted_on_the_steps_timed_settled():
