@@ -70,3 +70,24 @@ def test_a_second_custom_loop_step_is_planned_where_it_is_first_called(tmp_path)
     assert "second phase trained" in done.stdout
     call = next(i for i, line in enumerate(open(script), 1) if line.strip().startswith("regressor_step("))
     _check_priced(done.stdout, tmp_path, f"{script}:{call}")
+
+
+def test_a_fit_of_another_model_is_a_phase_of_its_own_where_its_variables_share_their_names():
+    """keras-io's knowledge distillation fits the distiller, then a clone of its student, whose layers keep the
+    student's names (``keras.models.clone_model``): the clone's variables had names the distiller's layout holds, at
+    the same batch, so its steps were counted as the distiller's and measured against the distiller's prediction."""
+    import keras
+
+    from launcher.runtime.layout import RunLayout, VariablePlacement
+    from launcher.runtime.phases import needs_plan
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="out")])
+    clone = keras.models.clone_model(model)
+    assert [v.path for v in clone.trainable_variables] == [v.path for v in model.trainable_variables]
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:0"
+    variables = {v.path: VariablePlacement(v.path, "allreduce", (cpu,)) for v in model.trainable_variables}
+    layout = RunLayout((cpu,), ("n0",), variables, predicted_step_time=1e-3, batch_size=8)
+    assert not needs_plan(layout, model, 8, model)  # the same model's fit again: the same phase
+    assert needs_plan(layout, clone, 8, model)
+    assert not needs_plan(layout, clone, 8, None)  # the run's first fit: the phase the plan was made for
+    assert needs_plan(layout, model, 16, model)

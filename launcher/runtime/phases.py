@@ -64,10 +64,14 @@ def close(reporter, plan_path):
         reporter.summary(plan_path)
 
 
-def needs_plan(layout, model, rows):
-    """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for (a model
-    not built yet, whose variables fit creates, is not)."""
+def needs_plan(layout, model, rows, fitted):
+    """Whether a ``model.fit`` of ``rows``-sample global batches is not the phase ``layout`` was planned for: another
+    batch, a model not built yet (whose variables fit creates), variables the layout does not hold, or another model
+    than ``fitted`` (the model the phase's fit trained; None: no fit yet), whose step is another even where its
+    variables' names are the same (``keras.models.clone_model`` keeps its layers' names)."""
     if rows and layout.step_rows and rows != layout.step_rows:
+        return True
+    if fitted is not None and model is not fitted:
         return True
     return not model.built or any(v.path not in layout.variables for v in model.trainable_variables)
 

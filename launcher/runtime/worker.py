@@ -42,6 +42,7 @@ class CollectiveRun:
         self.console = self.out if self.first else _Discard()  # where this replica's lines go
         self.reporter = StepReporter(group.layout.predicted_step_time, None, self.console)
         self.steps = 0
+        self.fitted = None  # the model the last model.fit trained (phases.needs_plan)
         self._traces = 0  # the group's traces by the end of the last step counted
         self._stack = None
 

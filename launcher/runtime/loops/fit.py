@@ -55,9 +55,10 @@ def _replica_fit(run, keras_fit, model, x=None, y=None, batch_size=None, *args, 
     if not args:  # epochs given by name, or none
         x, kwargs = fewer_steps_repeated(x, kwargs)
     rows = _fit_batch_rows(x, y, batch_size)
-    if run.steps and not hasattr(x, "__next__") and phases.needs_plan(group.layout, model, rows):
+    if run.steps and not hasattr(x, "__next__") and phases.needs_plan(group.layout, model, rows, run.fitted):
         run.plan_phase(phases.phase_layout(run.plan_path, model, x, y, batch_size, kwargs.get("sample_weight"),
                                            run.call_site()))
+    run.fitted = model
     check_global_batch(group.layout, rows)
     group.broadcast_from_first(model.weights)
     # Keras' fit takes one callback or a (nested) list of them: its CallbackList flattens what it is given.
